@@ -1,0 +1,267 @@
+"""Messages that cross the queues between the Qt front end and the engine thread.
+
+The front end only ever puts a `Command` on the command queue and reads `Event`s from the event
+queue. Both are small frozen dataclasses made of plain Python values (no tensors, no Qt objects),
+so either side can be tested alone and nothing is shared between threads except the queues.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class EngineState(enum.Enum):
+    """What the engine is doing; the window shows it as 読み込み中 / 待機中 / 録音中 / 考え中 / 話し中."""
+
+    LOADING = "loading"
+    IDLE = "idle"
+    RECORDING = "recording"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Decoding settings for one turn. `greedy` wins over temperature/top-k when set."""
+
+    greedy: bool = False
+    audio_temperature: float = 1.0
+    audio_top_k: int = 4
+    text_temperature: float = 1.0
+    text_top_k: int = 4
+
+
+# --------------------------------------------------------------------------- commands (app -> engine)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Load (or reload) a model. `source` is a folder or a Hub repo id; `demo` builds the tiny demo model."""
+
+    source: str
+    lora: str | None = None
+    demo: bool = False
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class StartTake:
+    """Push-to-talk pressed. While the assistant is speaking this is a barge-in: playback stops."""
+
+
+@dataclass(frozen=True)
+class EndTake:
+    """Push-to-talk released: the take ends (after a short tail) and the turn is generated."""
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop the answer being generated/played; the conversation stays consistent."""
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """New decoding settings and limits; they apply from the next turn, without recapture."""
+
+    sampling: SamplingSettings
+    system_prompt: str | None = None
+    max_answer_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class SwitchVoice:
+    """Merge another LoRA voice (or none) into the loaded model, in place."""
+
+    lora: str | None
+
+
+@dataclass(frozen=True)
+class SelectDevices:
+    """Choose audio devices by name (None = system default)."""
+
+    input_device: str | None
+    output_device: str | None
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Forget the conversation (the cache is reset in place)."""
+
+
+@dataclass(frozen=True)
+class ReplayTurn:
+    """Play a past turn's audio again (user take or assistant answer)."""
+
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class Export:
+    """Write the conversation as one WAV plus transcript (.txt) and timings (.json) next to it."""
+
+    wav_path: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop the engine thread."""
+
+
+Command = (
+    Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | Reset | ReplayTurn | Export
+    | Shutdown
+)
+
+
+# --------------------------------------------------------------------------- events (engine -> app)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Start-up or download progress. `fraction` is None when the total is unknown."""
+
+    stage: str  # "download", "load_weights", "merge_voice", "capture_graphs", ...
+    fraction: float | None
+    detail: str = ""
+    done_bytes: int | None = None
+    total_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    state: EngineState
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """Shown in the status bar once a model is loaded."""
+
+    device_name: str
+    vram_used_bytes: int | None
+    graphs_ready: bool
+    fallback_reason: str | None
+    model_name: str
+    voice_name: str | None
+    context_tokens: int
+
+
+@dataclass(frozen=True)
+class UserTakeAdded:
+    turn_id: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class TakeRejected:
+    """A take that was dropped (too short) or cut (too long); `reason` is 'too_short' or 'too_long'."""
+
+    reason: str
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class AssistantTurnStarted:
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class AudioChunkQueued:
+    """A piece of the answer's PCM was queued for playback."""
+
+    turn_id: int
+    samples: int
+    sample_rate: int
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class LiveRtf:
+    """Updated while speaking: generation time so far over audio produced so far."""
+
+    turn_id: int
+    rtf: float
+    frames: int
+
+
+@dataclass(frozen=True)
+class TurnMetrics:
+    """Latency waterfall of one turn, in milliseconds from push-to-talk release."""
+
+    turn_id: int
+    audio_encoded_ms: float
+    prefill_done_ms: float
+    first_text_ms: float | None
+    first_audio_frame_ms: float | None
+    first_audible_ms: float | None
+    rtf: float | None
+    frames: int
+    text: str
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class AssistantTurnFinished:
+    turn_id: int
+    text: str
+    duration_s: float
+    cancelled: bool
+
+
+@dataclass(frozen=True)
+class InputLevel:
+    rms: float
+    peak: float
+    clipping: bool
+
+
+@dataclass(frozen=True)
+class ContextUsage:
+    used_tokens: int
+    capacity_tokens: int
+
+
+@dataclass(frozen=True)
+class ContextTrimmed:
+    """The oldest whole turns were dropped to make room; the cache was rebuilt once."""
+
+    dropped_turns: int
+    used_tokens: int
+
+
+@dataclass(frozen=True)
+class Exported:
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngineError:
+    """Something the user must be told about. The engine keeps running unless `fatal`."""
+
+    kind: str  # "model", "lora", "audio_device", "take", "gpu_memory", "settings", "export", "internal"
+    message: str
+    fatal: bool = False
+    details: str = ""
+
+
+@dataclass(frozen=True)
+class EngineStopped:
+    """The engine thread ended (after Shutdown, or because it died: then `error` says why)."""
+
+    error: str | None = None
+
+
+Event = (
+    Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
+    | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
+    | Exported | EngineError | EngineStopped
+)
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "Path", "field"}]
