@@ -20,6 +20,9 @@ class EngineState(enum.Enum):
     RECORDING = "recording"
     THINKING = "thinking"
     SPEAKING = "speaking"
+    # No model is loaded (first run, a failed load or a cancelled download): the window offers the
+    # first-run choices instead of push-to-talk.
+    NO_MODEL = "no_model"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Load:
     lora: str | None = None
     demo: bool = False
     revision: str | None = None
+    # The KV cache is sized when the model is loaded, so a new context size needs a (re)load.
+    context_tokens: int = 4096
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,11 @@ class SelectDevices:
 
 
 @dataclass(frozen=True)
+class ListDevices:
+    """Ask for the audio devices; answered by `Devices` (the settings dialog lists them)."""
+
+
+@dataclass(frozen=True)
 class Reset:
     """Forget the conversation (the cache is reset in place)."""
 
@@ -110,8 +120,8 @@ class Shutdown:
 
 
 Command = (
-    Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | Reset | ReplayTurn | Export
-    | Shutdown
+    Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
+    | ReplayTurn | Export | Shutdown
 )
 
 
@@ -164,6 +174,9 @@ class TakeRejected:
 @dataclass(frozen=True)
 class AssistantTurnStarted:
     turn_id: int
+    # The decoding settings this turn really uses, so the window (and tests) can show that a change
+    # in the settings dialog reached the engine.
+    greedy: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +250,23 @@ class ContextTrimmed:
 
 
 @dataclass(frozen=True)
+class Devices:
+    """Audio devices by name; `None` in the selection means the system default."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    selected_input: str | None = None
+    selected_output: str | None = None
+
+
+@dataclass(frozen=True)
+class DownloadCancelled:
+    """A model download was stopped by `Cancel`; the partial files stay and the next download resumes."""
+
+    source: str
+
+
+@dataclass(frozen=True)
 class Exported:
     paths: tuple[str, ...]
 
@@ -261,7 +291,7 @@ class EngineStopped:
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
-    | Exported | EngineError | EngineStopped
+    | Devices | DownloadCancelled | Exported | EngineError | EngineStopped
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "Path", "field"}]
