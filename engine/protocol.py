@@ -49,6 +49,9 @@ class Load:
     revision: str | None = None
     # The KV cache is sized when the model is loaded, so a new context size needs a (re)load.
     context_tokens: int = 4096
+    # False at start-up: a Hub model that is not downloaded yet is answered with `ModelMissing`
+    # (the window then offers the first-run choices) instead of starting a multi-GB download unasked.
+    allow_download: bool = True
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,13 @@ class Devices:
 
 
 @dataclass(frozen=True)
+class ModelMissing:
+    """`Load(allow_download=False)` found no local copy of a Hub model (state becomes NO_MODEL)."""
+
+    source: str
+
+
+@dataclass(frozen=True)
 class DownloadCancelled:
     """A model download was stopped by `Cancel`; the partial files stay and the next download resumes."""
 
@@ -291,7 +301,7 @@ class EngineStopped:
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
-    | Devices | DownloadCancelled | Exported | EngineError | EngineStopped
+    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "Path", "field"}]
