@@ -1,0 +1,60 @@
+"""Errors the user must be told about, each with a one-line message that says what to do.
+
+Everything that the app shows in a dialog or the CLI prints as `error: ...` derives from
+`UserFacingError`; anything else escaping the engine is a bug and is reported as such.
+"""
+
+from __future__ import annotations
+
+
+class UserFacingError(Exception):
+    """An error with a clear, specific message meant for the user (no traceback needed)."""
+
+    kind: str = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ModelFilesError(UserFacingError):
+    """The model folder is incomplete or broken; the message names every missing or bad file."""
+
+    kind = "model"
+
+    def __init__(self, folder: object, problems: list[str]) -> None:
+        self.folder = folder
+        self.problems = problems
+        listed = "; ".join(problems)
+        super().__init__(f"The model folder {folder} cannot be used: {listed}")
+
+
+class ModelNotFoundError(UserFacingError):
+    """No model is available locally and it cannot be downloaded now."""
+
+    kind = "model"
+
+
+class DownloadCancelled(UserFacingError):
+    kind = "model"
+
+    def __init__(self) -> None:
+        super().__init__("The download was cancelled; it resumes where it stopped next time.")
+
+
+class LoraError(UserFacingError):
+    """A LoRA voice that cannot be merged into the loaded model (the previous voice stays)."""
+
+    kind = "lora"
+
+
+class AudioInputError(UserFacingError):
+    """An input recording that cannot be used (missing, unreadable, empty, too short or too long)."""
+
+    kind = "take"
+
+
+class GpuMemoryError(UserFacingError):
+    """The GPU ran out of memory while loading or preparing the model."""
+
+    kind = "gpu_memory"

@@ -1,0 +1,134 @@
+"""Load LFM2-Audio through liquid-audio's own `from_pretrained` paths, on CUDA or on the CPU.
+
+liquid-audio assumes CUDA in two places: `device="cuda"` defaults (we always pass the device) and
+a hard-coded `.cuda()` when it builds the audio detokenizer (processor.py). For the latter we run
+its real loading code with `nn.Module.cuda` redirected to our device for the duration of the call,
+instead of copying that code or editing the installed package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.errors import GpuMemoryError, ModelFilesError
+from engine.model_store import check_model_folder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model with everything the generation code needs to know about it."""
+
+    model: "LFM2AudioModel"  # noqa: F821 (liquid_audio type, imported lazily)
+    processor: "LFM2AudioProcessor"  # noqa: F821
+    folder: Path
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    interleaved_n_text: int
+    interleaved_n_audio: int
+    codebooks: int
+
+    @property
+    def uses_mimi(self) -> bool:
+        """True when the folder has no LFM2 detokenizer and audio is decoded with Mimi instead."""
+        return self.processor.detokenizer_path is None
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    # bf16 is what the model was trained in and what the GPU path is built for; CPUs get float32,
+    # which is both faster there and the precision the reference tests compare in.
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+@contextlib.contextmanager
+def _cuda_calls_go_to(device: torch.device) -> Iterator[None]:
+    """Make `module.cuda()` mean `module.to(device)` while liquid-audio builds a submodule."""
+    original = nn.Module.cuda
+
+    def to_device(module: nn.Module, _device: object = None) -> nn.Module:
+        return module.to(device)
+
+    nn.Module.cuda = to_device  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.cuda = original  # type: ignore[method-assign]
+
+
+def load_model(
+    folder: str | Path,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    name: str | None = None,
+) -> LoadedModel:
+    """Load model, processor and audio decoder from a checked folder in the Hub layout.
+
+    Raises ModelFilesError naming what is missing or broken, and GpuMemoryError when the GPU is
+    too small; the caller keeps running in both cases.
+    """
+    from liquid_audio import LFM2AudioModel, LFM2AudioProcessor
+
+    folder = Path(folder)
+    device = torch.device(device) if device is not None else default_device()
+    dtype = dtype or default_dtype(device)
+    problems = check_model_folder(folder)
+    if problems:
+        raise ModelFilesError(folder, problems)
+
+    try:
+        # Path (not str): liquid-audio treats a str as a Hub repo id and would try to download it.
+        model = LFM2AudioModel.from_pretrained(folder, dtype=dtype, device=device).eval()
+        processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
+        if processor.detokenizer_path is not None:
+            with _cuda_calls_go_to(device):
+                detokenizer = processor.audio_detokenizer
+            detokenizer.to(dtype=torch.float32 if device.type == "cpu" else dtype)
+    except torch.OutOfMemoryError as error:
+        _free_cuda_memory()
+        raise GpuMemoryError(
+            f"The GPU ran out of memory while loading the model ({_memory_summary(device)}). "
+            "Close other programs that use the GPU, or use a GPU with more memory."
+        ) from error
+    except (OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError) as error:
+        raise ModelFilesError(folder, [f"loading failed: {error}"]) from error
+
+    with (folder / "config.json").open() as f:
+        config = json.load(f)
+    return LoadedModel(
+        model=model,
+        processor=processor,
+        folder=folder,
+        name=name or folder.name,
+        device=device,
+        dtype=dtype,
+        interleaved_n_text=int(config["interleaved_n_text"]),
+        interleaved_n_audio=int(config["interleaved_n_audio"]),
+        codebooks=int(config["codebooks"]),
+    )
+
+
+def _free_cuda_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _memory_summary(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "no GPU"
+    free, total = torch.cuda.mem_get_info(device)
+    return f"{free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB"

@@ -1,0 +1,338 @@
+"""Where the model comes from: a local folder in the Hub layout, or a Hub repo id.
+
+Downloads go through huggingface_hub into the app's own data folder (platformdirs), resume after a
+cancel or a restart (huggingface_hub keeps `.incomplete` files), and report progress in bytes.
+Before anything is loaded, a folder is checked and every missing or broken file is named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError
+from engine.protocol import Progress
+
+APP_NAME = "VoiceChat"
+DEFAULT_REPO_ID = "LiquidAI/LFM2.5-Audio-1.5B-JP"
+MIMI_CHECKPOINT = "tokenizer-e351c8d8-checkpoint125.safetensors"
+_REQUIRED_CONFIG_KEYS = ("codebooks", "interleaved_n_text", "interleaved_n_audio", "preprocessor", "encoder", "lfm", "depthformer")
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def default_model_source() -> str:
+    return DEFAULT_REPO_ID
+
+
+def models_dir() -> Path:
+    """The Hugging Face cache the app downloads into (kept by the uninstaller unless the user agrees)."""
+    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "models"
+
+
+def looks_like_repo_id(source: str) -> bool:
+    parts = source.split("/")
+    return len(parts) == 2 and all(parts) and not Path(source).expanduser().exists() and "\\" not in source
+
+
+# --------------------------------------------------------------------------- checking a folder
+
+
+def check_model_folder(folder: str | Path) -> list[str]:
+    """Name every missing or broken file; an empty list means the folder can be loaded."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return [f"{folder} is not a folder"]
+    problems: list[str] = []
+    config = _check_config(folder / "config.json", problems)
+    _check_weights(folder, config, problems)
+    if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file()):
+        problems.append("tokenizer.json is missing")
+    if not (folder / "tokenizer_config.json").is_file():
+        problems.append("tokenizer_config.json is missing")
+    _check_audio_decoder(folder, problems)
+    return problems
+
+
+def _check_config(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    if not path.is_file():
+        problems.append("config.json is missing")
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        problems.append(f"config.json is not valid JSON ({error})")
+        return None
+    if not isinstance(config, dict):
+        problems.append("config.json does not hold a JSON object")
+        return None
+    missing = [key for key in _REQUIRED_CONFIG_KEYS if key not in config]
+    if missing:
+        problems.append(f"config.json lacks {', '.join(missing)}")
+        return None
+    return config
+
+
+def _check_weights(folder: Path, config: dict[str, Any] | None, problems: list[str]) -> None:
+    path = folder / "model.safetensors"
+    if not path.is_file():
+        problems.append("model.safetensors (the weights) is missing")
+        return
+    header = _read_safetensors_header(path, "model.safetensors", problems)
+    if header is None or config is None:
+        return
+    expected = _expected_weight_shapes(config, problems)
+    if expected is None:
+        return
+    missing = sorted(name for name in expected if name not in header.shapes and not _stored_as_tied(name, header))
+    wrong = sorted(
+        f"{name} {list(header.shapes[name])} (expected {list(shape)})"
+        for name, shape in expected.items()
+        if name in header.shapes and tuple(header.shapes[name]) != tuple(shape)
+    )
+    if missing:
+        problems.append(f"model.safetensors lacks {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+    if wrong:
+        problems.append(f"model.safetensors has tensors of the wrong shape for config.json: {', '.join(wrong[:3])}")
+
+
+class _Header:
+    def __init__(self, shapes: dict[str, tuple[int, ...]], metadata: dict[str, str]) -> None:
+        self.shapes = shapes
+        self.metadata = metadata
+
+
+def _read_safetensors_header(path: Path, label: str, problems: list[str]) -> _Header | None:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    except Exception as error:  # safetensors raises its own error types for truncated/corrupt files
+        problems.append(f"{label} is unreadable (truncated or corrupt: {error})")
+        return None
+    if metadata.get("format") != "pt":
+        problems.append(f'{label} lacks the {{"format": "pt"}} metadata that the loader requires')
+    expected_size = _safetensors_payload_end(path)
+    if expected_size is not None and path.stat().st_size < expected_size:
+        problems.append(f"{label} is truncated ({path.stat().st_size} of {expected_size} bytes)")
+    return _Header(shapes, metadata)
+
+
+def _safetensors_payload_end(path: Path) -> int | None:
+    """The file size the header promises (8-byte length + header + the last tensor's end offset)."""
+    try:
+        with path.open("rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len))
+    except (OSError, ValueError):
+        return None
+    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+    return 8 + header_len + max(ends, default=0)
+
+
+_EXPECTED_CACHE: dict[str, dict[str, tuple[int, ...]]] = {}
+
+
+def _stored_as_tied(name: str, header: _Header) -> bool:
+    """liquid-audio's SharedEmbedding ties `to_logits.weight` to `embedding.weight`; checkpoints store it once."""
+    if not name.endswith("to_logits.weight"):
+        return False
+    sibling = name.removesuffix("to_logits.weight") + "embedding.weight"
+    return sibling in header.shapes
+
+
+def _expected_weight_shapes(config: dict[str, Any], problems: list[str]) -> dict[str, tuple[int, ...]] | None:
+    """Build the model on the meta device (no memory, no time) and list the tensors it expects."""
+    key = json.dumps(config, sort_keys=True)
+    if key in _EXPECTED_CACHE:
+        return _EXPECTED_CACHE[key]
+    try:
+        import torch
+
+        model = build_model_from_config(config, device=torch.device("meta"))
+    except Exception as error:  # a config liquid-audio cannot build a model from
+        problems.append(f"config.json does not describe a model liquid-audio can build ({error})")
+        return None
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict(keep_vars=True).items()}
+    _EXPECTED_CACHE[key] = shapes
+    return shapes
+
+
+def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any = None) -> Any:
+    """Construct `LFM2AudioModel` from a config.json dict exactly as liquid-audio's from_pretrained does."""
+    import copy
+
+    import torch
+    from accelerate import init_on_device
+    from liquid_audio.model.conformer.encoder import ConformerEncoderConfig
+    from liquid_audio.model.lfm2_audio import DepthformerConfig, LFM2AudioConfig, LFM2AudioModel
+    from transformers import Lfm2Config
+
+    raw = copy.deepcopy(config)
+    raw.pop("audio_detokenizer", None)  # lives in audio_detokenizer/config.json in the real repository
+    conf = LFM2AudioConfig(
+        lfm=Lfm2Config(**raw.pop("lfm")),
+        encoder=ConformerEncoderConfig(**raw.pop("encoder")),
+        depthformer=DepthformerConfig(**raw.pop("depthformer")),
+        **raw,
+    )
+    device = torch.device(device)
+    # On the meta device only parameters go there: liquid-audio computes some buffers with .item().
+    with init_on_device(device, include_buffers=device.type != "meta"):
+        model = LFM2AudioModel(conf)
+    if dtype is not None:
+        model = model.to(dtype=dtype)
+    return model
+
+
+def _check_audio_decoder(folder: Path, problems: list[str]) -> None:
+    detok = folder / "audio_detokenizer"
+    if detok.is_dir():
+        if not (detok / "config.json").is_file():
+            problems.append("audio_detokenizer/config.json is missing")
+        else:
+            try:
+                json.loads((detok / "config.json").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+                problems.append(f"audio_detokenizer/config.json is not valid JSON ({error})")
+        weights = detok / "model.safetensors"
+        if not weights.is_file():
+            problems.append("audio_detokenizer/model.safetensors is missing")
+        else:
+            _read_safetensors_header(weights, "audio_detokenizer/model.safetensors", problems)
+    elif not (folder / MIMI_CHECKPOINT).is_file():
+        problems.append(f"the audio decoder is missing (neither audio_detokenizer/ nor {MIMI_CHECKPOINT})")
+
+
+# --------------------------------------------------------------------------- Hub
+
+
+def is_offline(timeout_s: float = 1.5) -> bool:
+    """True when the Hub cannot be reached (HF_HUB_OFFLINE set, or no connection)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return True
+    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return False
+    except OSError:
+        return True
+
+
+def find_local_model(source: str, revision: str | None = None) -> Path | None:
+    """The folder for `source` if it is a local folder or already fully downloaded, else None."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if not looks_like_repo_id(source):
+        return None
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = Path(snapshot_download(source, revision=revision, cache_dir=models_dir(), local_files_only=True))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+    return folder if not check_model_folder(folder) else None
+
+
+def download(
+    source: str,
+    revision: str | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Download a Hub repo into the app's model store, reporting bytes; resumes after a cancel."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    if is_offline():
+        raise ModelNotFoundError(
+            f"{source} is not downloaded and there is no network connection. "
+            "Connect to the internet, choose a local model folder, or use the demo model."
+        )
+    try:
+        folder = snapshot_download(
+            source,
+            revision=revision,
+            cache_dir=models_dir(),
+            tqdm_class=_byte_progress_class(progress, cancel),
+        )
+    except DownloadCancelled:
+        raise
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
+        raise ModelNotFoundError(f"Downloading {source} failed: {error}") from error
+    folder_path = Path(folder)
+    problems = check_model_folder(folder_path)
+    if problems:
+        raise ModelFilesError(folder_path, problems)
+    return folder_path
+
+
+def _byte_progress_class(progress: ProgressCallback | None, cancel: threading.Event | None) -> type:
+    """A tqdm class that forwards huggingface_hub's byte counters to `progress` and honours `cancel`."""
+    from tqdm.auto import tqdm
+
+    class ByteProgress(tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True  # no console output; we only want the counters
+            super().__init__(*args, **kwargs)
+            self._is_bytes = kwargs.get("unit") == "B"
+
+        def update(self, n: float | None = 1) -> bool | None:
+            if cancel is not None and cancel.is_set():
+                raise DownloadCancelled()
+            result = super().update(n)
+            if progress is not None and self._is_bytes:
+                total = int(self.total) if self.total else None
+                done = int(self.n)
+                progress(
+                    Progress(
+                        stage="download",
+                        fraction=(done / total) if total else None,
+                        detail=str(self.desc or ""),
+                        done_bytes=done,
+                        total_bytes=total,
+                    )
+                )
+            return result
+
+    return ByteProgress
+
+
+def resolve_model(
+    source: str,
+    *,
+    revision: str | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+    allow_download: bool = True,
+) -> Path:
+    """A checked local folder for `source` (a folder or a Hub repo id), downloading it if allowed."""
+    path = Path(source).expanduser()
+    if path.exists() or os.sep in source and not looks_like_repo_id(source):
+        if revision is not None:
+            raise ModelNotFoundError("A revision can only be pinned for a Hub repo id, not for a folder.")
+        problems = check_model_folder(path)
+        if problems:
+            raise ModelFilesError(path, problems)
+        return path
+    if not looks_like_repo_id(source):
+        raise ModelNotFoundError(f"{source} is neither a model folder nor a Hub repo id like {DEFAULT_REPO_ID}.")
+    local = find_local_model(source, revision)
+    if local is not None:
+        return local
+    if not allow_download:
+        raise ModelNotFoundError(f"{source} is not downloaded yet.")
+    return download(source, revision, progress, cancel)
