@@ -1,0 +1,175 @@
+"""LoRA voices merged into the weights, switched in place.
+
+A voice is a PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
+`PeftModel.save_pretrained` writes it for LFM2AudioModel). Merging it into the weights costs
+nothing per step. Switching voices rewrites the SAME weight tensors in place from a pristine copy
+of every weight a voice has touched, so the tensors' storage never moves and CUDA graphs captured
+at start-up stay valid across voice switches.
+
+An adapter is checked completely before any weight is written; if it does not fit, nothing
+changes and the previous voice stays.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.errors import LoraError
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
+
+
+@dataclass(frozen=True)
+class LoraDelta:
+    """One module's low-rank update: W += scale · B @ A."""
+
+    module: str
+    a: torch.Tensor  # (r, in_features)
+    b: torch.Tensor  # (out_features, r)
+    scale: float
+
+
+@dataclass(frozen=True)
+class LoraVoice:
+    name: str
+    folder: Path
+    base_model: str | None
+    deltas: tuple[LoraDelta, ...]
+
+
+def load_voice(folder: str | Path) -> LoraVoice:
+    """Read a PEFT LoRA adapter folder; raises LoraError with a specific message if it is unusable."""
+    folder = Path(folder)
+    config_path = folder / ADAPTER_CONFIG
+    weights_path = folder / ADAPTER_WEIGHTS
+    if not folder.is_dir():
+        raise LoraError(f"The voice folder {folder} does not exist.")
+    if not config_path.is_file():
+        raise LoraError(f"The voice folder {folder} has no {ADAPTER_CONFIG}.")
+    if not weights_path.is_file():
+        raise LoraError(f"The voice folder {folder} has no {ADAPTER_WEIGHTS}.")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise LoraError(f"{config_path} is not valid JSON ({error}).") from error
+    if str(config.get("peft_type", "LORA")).upper() != "LORA":
+        raise LoraError(f"{folder.name} is a {config.get('peft_type')} adapter; only LoRA voices are supported.")
+    if config.get("use_dora"):
+        raise LoraError(f"{folder.name} is a DoRA adapter; only plain LoRA voices are supported.")
+    if config.get("modules_to_save"):
+        raise LoraError(f"{folder.name} also replaces whole modules ({config['modules_to_save']}); only LoRA weights are supported.")
+
+    try:
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(weights_path))
+    except Exception as error:  # safetensors' own error types for corrupt files
+        raise LoraError(f"{weights_path} is unreadable ({error}).") from error
+
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in tensors.items():
+        match = _KEY.match(key)
+        if match is None:
+            raise LoraError(f"{folder.name} holds a tensor that is not a LoRA weight: {key}.")
+        pairs.setdefault(match["module"], {})[match["which"]] = tensor
+    if not pairs:
+        raise LoraError(f"{folder.name} holds no LoRA weights.")
+
+    default_r = int(config.get("r", 8))
+    default_alpha = float(config.get("lora_alpha", default_r))
+    rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
+    alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
+    deltas = []
+    for module, pair in sorted(pairs.items()):
+        if set(pair) != {"A", "B"}:
+            raise LoraError(f"{folder.name}: module {module} has lora_{'A' if 'A' not in pair else 'B'} missing.")
+        r = _pattern_value(rank_pattern, module, default_r)
+        alpha = float(_pattern_value(alpha_pattern, module, default_alpha))
+        scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+        deltas.append(LoraDelta(module, pair["A"], pair["B"], scale))
+    return LoraVoice(folder.name, folder, config.get("base_model_name_or_path"), tuple(deltas))
+
+
+def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, default: float) -> float:
+    # PEFT matches pattern keys against the end of the module name.
+    for key, value in pattern.items():
+        if module == key or module.endswith("." + key):
+            return value
+    return default
+
+
+class VoiceSwitcher:
+    """Owns the merged state of one model's weights."""
+
+    def __init__(self, model: nn.Module, *, model_id: str | None = None) -> None:
+        self.model = model
+        self.model_id = model_id
+        self.voice: LoraVoice | None = None
+        self._pristine: dict[str, torch.Tensor] = {}  # module name -> original weight (same device)
+
+    @property
+    def voice_name(self) -> str | None:
+        return self.voice.name if self.voice else None
+
+    def _check(self, voice: LoraVoice) -> list[tuple[nn.Linear, LoraDelta]]:
+        if voice.base_model and self.model_id and not _same_base(voice.base_model, self.model_id):
+            raise LoraError(
+                f"The voice {voice.name} was trained for {voice.base_model}, not for the loaded model {self.model_id}."
+            )
+        modules = dict(self.model.named_modules())
+        planned = []
+        for delta in voice.deltas:
+            module = modules.get(delta.module)
+            if module is None:
+                raise LoraError(
+                    f"The voice {voice.name} does not fit this model: it targets {delta.module}, which the model does not have."
+                )
+            if not isinstance(module, nn.Linear):
+                raise LoraError(f"The voice {voice.name} targets {delta.module}, a {type(module).__name__}; only linear layers are supported.")
+            out_features, in_features = module.weight.shape
+            r = delta.a.shape[0]
+            if delta.a.shape != (r, in_features) or delta.b.shape != (out_features, r):
+                raise LoraError(
+                    f"The voice {voice.name} does not fit this model: {delta.module} is {out_features}×{in_features}, "
+                    f"but the adapter's lora_A is {tuple(delta.a.shape)} and lora_B is {tuple(delta.b.shape)}."
+                )
+            planned.append((module, delta))
+        return planned
+
+    @torch.no_grad()
+    def apply(self, voice: LoraVoice | None) -> None:
+        """Make `voice` (or none) the merged voice. On LoraError nothing has changed."""
+        planned = self._check(voice) if voice is not None else []
+        modules = dict(self.model.named_modules())
+        touched = {delta.module for _, delta in planned}
+        # Restore what the previous voice changed and the new one does not overwrite anyway.
+        for name, original in self._pristine.items():
+            if name not in touched:
+                modules[name].weight.copy_(original)
+        for module, delta in planned:
+            pristine = self._pristine.get(delta.module)
+            if pristine is None:
+                pristine = module.weight.detach().clone()
+                self._pristine[delta.module] = pristine
+            # Merge in float32, then round once into the weight's dtype, in place.
+            update = delta.b.to(device=pristine.device, dtype=torch.float32) @ delta.a.to(device=pristine.device, dtype=torch.float32)
+            module.weight.copy_((pristine.float() + delta.scale * update).to(module.weight.dtype))
+        self.voice = voice
+
+
+def _same_base(adapter_base: str, model_id: str) -> bool:
+    """Compare Hub ids (or folder names) case-insensitively, ignoring a local path's parents."""
+    def norm(value: str) -> str:
+        return value.replace("\\", "/").rstrip("/").lower()
+
+    a, b = norm(adapter_base), norm(model_id)
+    return a == b or a.endswith("/" + b.split("/")[-1]) and b.split("/")[-1] == a.split("/")[-1]
