@@ -1,0 +1,51 @@
+"""The `voicechat` command: the desktop app, or a subcommand (reply, bench) without any window.
+
+Qt is imported only when the window is started, so `voicechat reply` and `voicechat bench` work on
+machines without a display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.oneshot import add_reply_arguments
+
+    parser = argparse.ArgumentParser(prog="voicechat", description="Push-to-talk voice chat with LFM2.5-Audio-1.5B-JP.")
+    parser.add_argument("--selftest", action="store_true", help="check this PC, run one demo turn, write a diagnostics file")
+    parser.add_argument("--demo", action="store_true", help="start the app on the tiny random demo model")
+    sub = parser.add_subparsers(dest="command")
+    reply = sub.add_parser("reply", help="answer one WAV file with a spoken WAV file")
+    add_reply_arguments(reply)
+    bench = sub.add_parser("bench", help="measure eager / recipe / engine speed side by side (GPU)")
+    bench.add_argument("--model", default=None, help="a real model folder (default: full-size random weights)")
+    bench.add_argument("--out", default="bench/results", help="where to write the JSON and markdown results")
+    bench.add_argument("--modes", default="eager,recipe,engine", help="comma-separated modes to run")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args, qt_args = parser.parse_known_args(argv)
+    if args.command == "reply":
+        from engine.oneshot import run_reply
+
+        return run_reply(args)
+    if args.command == "bench":
+        from engine.bench import run_bench
+
+        return run_bench(args)
+    if args.selftest:
+        from engine.selftest import main as selftest_main
+
+        return selftest_main()
+    from app.main import run_gui
+
+    return run_gui([sys.argv[0], *qt_args] + (["--demo"] if args.demo else []))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Reading user recordings and writing answers as WAV files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine.errors import AudioInputError
+
+
+def read_wav_mono(path: str | Path, target_rate: int) -> np.ndarray:
+    """Any common WAV (mono or multi-channel, any rate, int or float) → mono float32 at `target_rate`."""
+    import soundfile
+
+    path = Path(path)
+    if not path.exists():
+        raise AudioInputError(f"{path} does not exist.")
+    if not path.is_file():
+        raise AudioInputError(f"{path} is not a file.")
+    try:
+        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
+        raise AudioInputError(f"{path} is not a readable audio file ({error}).") from error
+    except OSError as error:
+        raise AudioInputError(f"{path} cannot be read ({error.strerror or error}).") from error
+    mono = data.mean(axis=1, dtype=np.float32)
+    return resample(mono, rate, target_rate)
+
+
+def resample(wave: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """Band-limited polyphase resampling (scipy), exact for rational rate ratios."""
+    if from_rate == to_rate or wave.size == 0:
+        return np.ascontiguousarray(wave, dtype=np.float32)
+    from math import gcd
+
+    from scipy.signal import resample_poly
+
+    g = gcd(int(from_rate), int(to_rate))
+    return resample_poly(wave, int(to_rate) // g, int(from_rate) // g).astype(np.float32)
+
+
+def write_wav(path: str | Path, wave: np.ndarray, rate: int) -> None:
+    import soundfile
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(str(path), np.clip(wave, -1.0, 1.0).astype(np.float32), rate, subtype="PCM_16")

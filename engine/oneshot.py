@@ -1,0 +1,156 @@
+"""`voicechat reply IN.wav OUT.wav`: one spoken answer from the command line, with timings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.audio_files import read_wav_mono, write_wav
+from engine.errors import UserFacingError
+from engine.model_store import default_model_source
+from engine.protocol import SamplingSettings
+
+
+@dataclass
+class ReplySummary:
+    text: str
+    load_s: float
+    audio_encoded_s: float
+    prefill_s: float
+    generation_s: float
+    decode_s: float
+    frames: int
+    audio_seconds: float
+    rtf: float | None
+    device: str
+    fallback_reason: str | None
+    token_ids: list[int]
+
+    def lines(self) -> list[str]:
+        rtf = f"{self.rtf:.3f}" if self.rtf is not None else "n/a"
+        lines = [
+            f"answer: {self.text}",
+            f"device: {self.device}" + (f" ({self.fallback_reason})" if self.fallback_reason else ""),
+            f"load {self.load_s:.2f} s | audio encoded {self.audio_encoded_s * 1e3:.0f} ms | "
+            f"prefill {self.prefill_s * 1e3:.0f} ms | generation {self.generation_s:.2f} s "
+            f"(decode {self.decode_s:.2f} s) | frames {self.frames} | audio {self.audio_seconds:.2f} s | RTF {rtf}",
+        ]
+        return lines
+
+
+def add_reply_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="the question: a WAV file (any rate, mono or stereo)")
+    parser.add_argument("output", help="where to write the spoken answer (24 kHz WAV)")
+    parser.add_argument("--model", default=None, help=f"model folder or Hub repo id (default {default_model_source()})")
+    parser.add_argument("--revision", default=None, help="pin a Hub revision (commit, branch or tag)")
+    parser.add_argument("--lora", default=None, help="a LoRA voice folder (PEFT adapter)")
+    parser.add_argument("--demo", action="store_true", help="use the tiny random demo model (noise; for checking the app)")
+    decoding = parser.add_mutually_exclusive_group()
+    decoding.add_argument("--greedy", action="store_true", help="greedy decoding for text and audio")
+    decoding.add_argument("--temperature", type=float, default=None, help="sampling temperature (text and audio; default 1.0)")
+    parser.add_argument("--top-k", type=int, default=None, help="sampling top-k (text and audio; default 4)")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="longest accepted input (default 60 s)")
+    parser.add_argument("--max-answer-seconds", type=float, default=30.0, help="longest answer (default 30 s)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--no-graphs", action="store_true", help="run eagerly, without CUDA graphs")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
+    if args.greedy:
+        return SamplingSettings(greedy=True)
+    temperature = 1.0 if args.temperature is None else args.temperature
+    top_k = 4 if args.top_k is None else args.top_k
+    if temperature <= 0:
+        return SamplingSettings(greedy=True)
+    return SamplingSettings(False, temperature, top_k, temperature, top_k)
+
+
+def reply_file(
+    input_path: Path,
+    output_path: Path,
+    *,
+    source: str | None,
+    lora: str | None = None,
+    demo: bool = False,
+    revision: str | None = None,
+    sampling: SamplingSettings = SamplingSettings(),
+    max_seconds: float = 60.0,
+    max_answer_seconds: float = 30.0,
+    device: str | None = None,
+    use_cuda_graphs: bool = True,
+    log: Callable[[str], None] = print,
+) -> ReplySummary:
+    """Read a take, answer it, write the answer; raises UserFacingError for anything the user can fix."""
+    from engine.session import SAMPLE_RATE_IN, SAMPLE_RATE_OUT, AudioPieceOut, ChatSession, TurnDone, check_take
+
+    wave = read_wav_mono(input_path, SAMPLE_RATE_IN)
+    check_take(wave, SAMPLE_RATE_IN, max_seconds)  # before the (slow) model load
+    started = time.perf_counter()
+    session = ChatSession.open(
+        source or default_model_source(),
+        lora=lora,
+        demo=demo,
+        revision=revision,
+        device=device,
+        use_cuda_graphs=use_cuda_graphs,
+        progress=lambda p: log(f"[{p.stage}] {p.detail}") if p.stage != "download" else None,
+    )
+    load_s = time.perf_counter() - started
+    chunks: list[np.ndarray] = []
+    stats = None
+    for output in session.respond(wave, sampling, max_answer_seconds=max_answer_seconds, max_take_seconds=max_seconds):
+        if isinstance(output, AudioPieceOut):
+            chunks.append(output.pcm)
+        elif isinstance(output, TurnDone):
+            stats = output.stats
+    assert stats is not None
+    answer = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
+    write_wav(output_path, answer, SAMPLE_RATE_OUT)
+    info = session.info
+    session.close()
+    return ReplySummary(
+        text=stats.text,
+        load_s=load_s,
+        audio_encoded_s=stats.audio_encoded_s,
+        prefill_s=stats.prefill_done_s - stats.audio_encoded_s,
+        generation_s=stats.generation_s,
+        decode_s=stats.decode_s,
+        frames=stats.frames,
+        audio_seconds=stats.audio_seconds,
+        rtf=stats.rtf,
+        device=info.device_name,
+        fallback_reason=info.fallback_reason,
+        token_ids=stats.token_ids,
+    )
+
+
+def run_reply(args: argparse.Namespace) -> int:
+    try:
+        summary = reply_file(
+            Path(args.input),
+            Path(args.output),
+            source=args.model,
+            lora=args.lora,
+            demo=args.demo,
+            revision=args.revision,
+            sampling=sampling_from_args(args),
+            max_seconds=args.max_seconds,
+            max_answer_seconds=args.max_answer_seconds,
+            device=args.device,
+            use_cuda_graphs=not args.no_graphs,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+    except UserFacingError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        if error.kind == "model" and not args.demo:
+            print("hint: add --demo to try the app with the tiny random demo model.", file=sys.stderr)
+        return 2
+    for line in summary.lines():
+        print(line)
+    return 0

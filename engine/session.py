@@ -1,0 +1,400 @@
+"""A chat session: one loaded model, its voice, the conversation and its cache.
+
+`ChatSession.respond()` takes a finished user take (16 kHz mono float32) and yields the answer as
+it is generated: text pieces, PCM chunks (24 kHz) and, last, the turn's timings. The engine thread
+(`engine.worker`) and the one-shot CLI (`engine.oneshot`) both drive it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import platformdirs
+import torch
+
+from engine.audio_decoding import AudioDecoder, make_audio_decoder
+from engine.conversation import AudioOutPiece, Conversation, TextPiece
+from engine.errors import AudioInputError, GpuMemoryError, LoraError
+from engine.generation import (
+    EagerBackend,
+    GeneratedFrame,
+    GeneratedText,
+    Schedule,
+    StepBackend,
+    TurnEnd,
+    interleaved_decode,
+)
+from engine.loading import LoadedModel, default_device, load_model
+from engine.lora import VoiceSwitcher, load_voice
+from engine.model_store import APP_NAME, check_model_folder, resolve_model
+from engine.protocol import EngineInfo, Progress, SamplingSettings
+from engine.tiny_checkpoint import write_tiny_checkpoint
+
+DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
+SAMPLE_RATE_IN = 16_000
+SAMPLE_RATE_OUT = 24_000
+FRAME_SECONDS = 0.08  # one audio frame is 1920 samples at 24 kHz
+MIN_TAKE_SECONDS = 0.1
+DEFAULT_MAX_TAKE_SECONDS = 60.0
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class TextPieceOut:
+    text: str
+
+
+@dataclass
+class AudioPieceOut:
+    pcm: np.ndarray  # float32, mono, 24 kHz
+    frames: int
+
+
+@dataclass
+class ContextTrimmedInfo:
+    dropped_turns: int
+
+
+@dataclass
+class TurnStats:
+    """Seconds since respond() was called (the take being available), per stage."""
+
+    audio_encoded_s: float
+    prefill_done_s: float
+    first_text_s: float | None = None
+    first_audio_frame_s: float | None = None
+    first_pcm_s: float | None = None
+    generation_s: float = 0.0
+    decode_s: float = 0.0
+    frames: int = 0
+    audio_seconds: float = 0.0
+    text: str = ""
+    cancelled: bool = False
+    end_reason: str = ""
+    token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def rtf(self) -> float | None:
+        """Wall time from prefill done to the last PCM chunk, over the audio produced."""
+        return self.generation_s / self.audio_seconds if self.audio_seconds else None
+
+
+@dataclass
+class TurnDone:
+    stats: TurnStats
+
+
+TurnOutput = TextPieceOut | AudioPieceOut | ContextTrimmedInfo | TurnDone
+
+
+def demo_model_folder() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "demo-model"
+
+
+def ensure_demo_model(folder: Path | None = None) -> Path:
+    """The tiny random model used by demo mode, written on first use (about a second)."""
+    folder = folder or demo_model_folder()
+    if check_model_folder(folder):
+        write_tiny_checkpoint(folder)
+    return folder
+
+
+def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_MAX_TAKE_SECONDS) -> None:
+    """Raise AudioInputError for a take the model cannot use (all-silence is fine)."""
+    seconds = wave.shape[-1] / sample_rate if wave.size else 0.0
+    if wave.size == 0:
+        raise AudioInputError("The recording is empty.")
+    if seconds < MIN_TAKE_SECONDS:
+        raise AudioInputError(f"The recording is too short ({seconds:.2f} s; at least {MIN_TAKE_SECONDS} s is needed).")
+    if seconds > max_seconds:
+        raise AudioInputError(f"The recording is too long ({seconds:.1f} s; at most {max_seconds:g} s).")
+    if not np.all(np.isfinite(wave)):
+        raise AudioInputError("The recording contains invalid samples (NaN or infinity).")
+
+
+class ChatSession:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        backend: StepBackend,
+        decoder: AudioDecoder,
+        *,
+        context_tokens: int,
+        fallback_reason: str | None,
+        graphs_ready: bool,
+        model_id: str | None,
+    ) -> None:
+        self.loaded = loaded
+        self.backend = backend
+        self.decoder = decoder
+        self.context_capacity = context_tokens
+        self.voices = VoiceSwitcher(loaded.model, model_id=model_id)
+        self.schedule = Schedule(loaded.interleaved_n_text, loaded.interleaved_n_audio)
+        self.system_prompt = DEFAULT_SYSTEM_PROMPT
+        self.conversation = self._new_conversation()
+        self._graphs_ready = graphs_ready
+        self._fallback_reason = fallback_reason
+        self._lock = threading.Lock()  # one turn at a time
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def open(
+        cls,
+        source: str | None,
+        *,
+        lora: str | None = None,
+        demo: bool = False,
+        revision: str | None = None,
+        context_tokens: int = 4096,
+        device: str | None = None,
+        use_cuda_graphs: bool = True,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> "ChatSession":
+        report = progress or (lambda _p: None)
+        if demo:
+            folder, model_id = ensure_demo_model(), None
+        else:
+            if not source:
+                raise AudioInputError("No model was given.")  # pragma: no cover - callers always pass one
+            folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
+            model_id = source if not Path(source).expanduser().exists() else None
+        torch_device = torch.device(device) if device else default_device()
+        report(Progress("load_weights", None, str(folder)))
+        loaded = load_model(folder, device=torch_device, name="demo (random weights)" if demo else (model_id or folder.name))
+        fallback_reason: str | None = None
+        graphs_ready = False
+        backend: StepBackend
+        if torch_device.type != "cuda":
+            fallback_reason = "No CUDA GPU: running eagerly on the CPU (much slower than real time)."
+            backend = EagerBackend(loaded.model)
+        elif not use_cuda_graphs:
+            fallback_reason = "CUDA graphs disabled: running eagerly on the GPU."
+            backend = EagerBackend(loaded.model)
+        else:
+            backend, fallback_reason = _graphed_backend_or_fallback(loaded, context_tokens, report)
+            graphs_ready = fallback_reason is None
+        decoder = make_audio_decoder(loaded, use_cuda_graphs=graphs_ready)
+        session = cls(
+            loaded,
+            backend,
+            decoder,
+            context_tokens=context_tokens,
+            fallback_reason=fallback_reason,
+            graphs_ready=graphs_ready,
+            model_id=model_id,
+        )
+        if lora:
+            report(Progress("merge_voice", None, lora))
+            session.switch_voice(lora)
+        report(Progress("ready", 1.0))
+        return session
+
+    def _new_conversation(self) -> Conversation:
+        conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
+        conversation.add_text_turn("system", self.system_prompt)
+        return conversation
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def info(self) -> EngineInfo:
+        device = self.loaded.device
+        if device.type == "cuda":
+            name = torch.cuda.get_device_name(device)
+            vram = int(torch.cuda.memory_reserved(device))
+        else:
+            name, vram = "CPU", None
+        return EngineInfo(
+            device_name=name,
+            vram_used_bytes=vram,
+            graphs_ready=self._graphs_ready,
+            fallback_reason=self._fallback_reason,
+            model_name=self.loaded.name,
+            voice_name=self.voices.voice_name,
+            context_tokens=self.context_capacity,
+        )
+
+    @property
+    def context_used(self) -> int:
+        return self.conversation.positions
+
+    # ------------------------------------------------------------------ state changes
+
+    def switch_voice(self, lora: str | None) -> None:
+        """Merge another voice in place; on LoraError the previous voice stays."""
+        with self._lock:
+            voice = load_voice(lora) if lora else None
+            self.voices.apply(voice)
+            refresh = getattr(self.backend, "refresh_weights", None)
+            if refresh is not None:
+                refresh()
+
+    def set_system_prompt(self, prompt: str) -> None:
+        """A new system prompt starts a new conversation (the old prompt is baked into the cache)."""
+        if prompt != self.system_prompt:
+            self.system_prompt = prompt
+            self.reset()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.conversation = self._new_conversation()
+            self.backend.reset()
+            self.decoder.reset()
+
+    def close(self) -> None:
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+
+    # ------------------------------------------------------------------ a turn
+
+    def max_new_tokens_for(self, max_answer_seconds: float) -> int:
+        frames = max(1, math.ceil(max_answer_seconds / FRAME_SECONDS))
+        # Text and audio alternate until the text ends, so allow the text positions on top.
+        return frames + math.ceil(frames * self.schedule.n_text / self.schedule.n_audio) + self.schedule.n_text
+
+    @torch.inference_mode()
+    def respond(
+        self,
+        wave_16k: np.ndarray,
+        sampling: SamplingSettings,
+        *,
+        max_answer_seconds: float = 30.0,
+        max_take_seconds: float = DEFAULT_MAX_TAKE_SECONDS,
+        cancel: threading.Event | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Iterator[TurnOutput]:
+        check_take(wave_16k, SAMPLE_RATE_IN, max_take_seconds)
+        with self._lock:
+            yield from self._respond(wave_16k, sampling, max_answer_seconds, cancel, max_new_tokens)
+
+    def _respond(
+        self,
+        wave_16k: np.ndarray,
+        sampling: SamplingSettings,
+        max_answer_seconds: float,
+        cancel: threading.Event | None,
+        max_new_tokens: int | None,
+    ) -> Iterator[TurnOutput]:
+        started = time.perf_counter()
+        loaded = self.loaded
+        device = loaded.device
+        budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
+
+        wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
+        mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
+        conversation = self.conversation
+        conversation.add_audio_turn("user", mel[0].float())
+        turn = conversation.open_assistant_turn()
+
+        # Keep room for the answer; drop the oldest whole turns if it would not fit.
+        reserve = budget + 2
+        if conversation.positions + reserve > self.context_capacity:
+            user_turn_and_prompt = conversation.turns[-2:]
+            del conversation.turns[-2:]
+            dropped = conversation.drop_oldest_turns(
+                sum(t.positions for t in user_turn_and_prompt) + reserve, self.context_capacity
+            )
+            conversation.turns.extend(user_turn_and_prompt)
+            self.backend.reset()
+            if dropped:
+                yield ContextTrimmedInfo(dropped)
+            budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
+
+        span = conversation.span(self.backend.positions, device)
+        embeddings = loaded.model._prefill(**span.as_kwargs())
+        _sync(device)
+        stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
+        try:
+            self.backend.prefill(embeddings)
+        except torch.OutOfMemoryError as error:
+            raise GpuMemoryError("The GPU ran out of memory during the prefill; try a shorter context.") from error
+        _sync(device)
+        prefill_done = time.perf_counter()
+        stats.prefill_done_s = prefill_done - started
+
+        text_ids: list[int] = []
+        tokenizer = loaded.processor.text
+        self.decoder.reset()
+        end: TurnEnd | None = None
+        for event in interleaved_decode(self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel):
+            now = time.perf_counter() - started
+            if isinstance(event, GeneratedText):
+                turn.pieces.append(TextPiece([event.token]))
+                stats.token_ids.append(event.token)
+                if stats.first_text_s is None:
+                    stats.first_text_s = now
+                previous = tokenizer.decode(text_ids, skip_special_tokens=True)
+                text_ids.append(event.token)
+                delta = tokenizer.decode(text_ids, skip_special_tokens=True)[len(previous):]
+                if delta and not delta.endswith("\ufffd"):
+                    yield TextPieceOut(delta)
+            elif isinstance(event, GeneratedFrame):
+                turn.pieces.append(AudioOutPiece(event.codes))
+                if event.is_end_of_audio:
+                    continue
+                if stats.first_audio_frame_s is None:
+                    stats.first_audio_frame_s = now
+                decode_started = time.perf_counter()
+                pcm = self.decoder.step(event.codes)
+                stats.decode_s += time.perf_counter() - decode_started
+                stats.frames += 1
+                if pcm.size:
+                    if stats.first_pcm_s is None:
+                        stats.first_pcm_s = time.perf_counter() - started
+                    stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
+                    yield AudioPieceOut(pcm, 1)
+            else:
+                end = event
+        tail = self.decoder.flush()
+        if tail.size:
+            stats.audio_seconds += tail.size / SAMPLE_RATE_OUT
+            yield AudioPieceOut(tail, 0)
+        conversation.close_assistant_turn()
+        stats.generation_s = time.perf_counter() - prefill_done
+        stats.text = tokenizer.decode(text_ids, skip_special_tokens=True)
+        stats.cancelled = end is not None and end.reason == "cancelled"
+        stats.end_reason = end.reason if end else ""
+        yield TurnDone(stats)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _graphed_backend_or_fallback(
+    loaded: LoadedModel, context_tokens: int, report: ProgressCallback
+) -> tuple[StepBackend, str | None]:
+    """The CUDA-graph engine, or the eager GPU backend with the reason it could not be used."""
+    try:
+        from engine.realtime.backend import GraphedBackend
+
+        report(Progress("capture_graphs", None))
+        return GraphedBackend(loaded, context_tokens=context_tokens), None
+    except torch.OutOfMemoryError as error:
+        torch.cuda.empty_cache()
+        return EagerBackend(loaded.model), f"CUDA graph capture ran out of GPU memory ({error}); running eagerly."
+    except (ImportError, RuntimeError) as error:
+        return EagerBackend(loaded.model), f"CUDA graph capture failed ({error}); running eagerly on the GPU."
+
+
+__all__ = [
+    "AudioPieceOut",
+    "ChatSession",
+    "ContextTrimmedInfo",
+    "LoraError",
+    "TextPieceOut",
+    "TurnDone",
+    "TurnOutput",
+    "TurnStats",
+]

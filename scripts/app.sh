@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Starts the desktop app (bootstraps .venv and the system packages first). Arguments go to `voicechat`,
+# e.g. `scripts/app.sh --demo` or `scripts/app.sh reply question.wav answer.wav`.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
+install_system_packages libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxkbcommon-x11-0
+ensure_venv test
+cd "$ROOT"
+exec "$VENV/bin/python" -m app "$@"

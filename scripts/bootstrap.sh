@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Prepares everything the app and the tests need; sourced by scripts/app.sh and scripts/test.sh.
+#  - finds Python >= 3.12 (python3.12 on PATH, pyenv, or ~/.pyenv/versions/3.12*)
+#  - on Linux as root, installs the system libraries (PortAudio, ALSA, what Qt needs offscreen)
+#  - creates .venv and installs the project with pinned versions; skipped when nothing changed
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+find_python() {
+    local candidates=(python3.12 python3.13 python3)
+    if command -v pyenv >/dev/null 2>&1; then
+        candidates+=("$(pyenv root)"/versions/3.1[2-9]*/bin/python3)
+    fi
+    candidates+=("$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3 /usr/local/bin/python3.12 /usr/bin/python3.12)
+    local candidate
+    for candidate in "${candidates[@]}"; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    echo "error: Python 3.12 or newer is needed (liquid-audio uses 3.12 syntax); install python3.12 or a pyenv 3.12." >&2
+    return 1
+}
+
+install_system_packages() {
+    [ "$(uname -s)" = "Linux" ] || return 0
+    local wanted=(libportaudio2 libasound2 alsa-utils libegl1 libgl1 libxkbcommon0 libfontconfig1 libglib2.0-0 libdbus-1-3 "$@")
+    local missing=()
+    local package
+    for package in "${wanted[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "warning: missing system packages: ${missing[*]} (run as root, or install them with apt)" >&2
+        return 0
+    fi
+    echo "installing system packages: ${missing[*]}" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_venv() {
+    local extras="$1"
+    local python
+    python="$(find_python)"
+    if [ ! -x "$VENV/bin/python" ]; then
+        "$python" -m venv "$VENV"
+    fi
+    local stamp="$VENV/.voicechat-installed"
+    local want
+    want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/constraints.txt" | sha256sum | cut -d' ' -f1)-$extras"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[$extras]"
+        echo "$want" >"$stamp"
+    fi
+}
