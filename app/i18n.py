@@ -1,0 +1,58 @@
+"""UI language: Japanese by default, English when the system locale is known and not Japanese.
+
+Source strings are English (in the code, via `tr()`); the Japanese lives in
+`app/translations/voicechat_ja.ts` and its compiled `voicechat_ja.qm`, both shipped in the package
+(pyproject: `app/translations/*.qm`). To update after changing UI strings:
+
+    .venv/bin/pyside6-lupdate app -ts app/translations/voicechat_ja.ts -no-obsolete
+    (translate in pyside6-linguist)
+    .venv/bin/pyside6-lrelease app/translations/voicechat_ja.ts -qm app/translations/voicechat_ja.qm
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QLibraryInfo, QLocale, QTranslator
+
+TRANSLATIONS_DIR = Path(__file__).resolve().parent / "translations"
+
+# Kept alive here: a QTranslator that is garbage-collected silently stops translating.
+_installed: list[QTranslator] = []
+
+
+def choose_language(locale: QLocale | None = None, preference: str = "auto") -> str:
+    """'ja' or 'en'. The app is made for Japanese speakers, so an undeterminable locale
+    (the C/POSIX locale of a bare container or a service) gets Japanese, not English."""
+    if preference in ("ja", "en"):
+        return preference
+    locale = locale if locale is not None else QLocale.system()
+    language = locale.language()
+    if language == QLocale.Language.Japanese:
+        return "ja"
+    if language in (QLocale.Language.C, QLocale.Language.AnyLanguage):
+        return "ja"
+    return "en"
+
+
+def install_translator(app: QCoreApplication, language: str) -> str:
+    """Install (or remove) the translators for `language`; returns the language in effect."""
+    for translator in _installed:
+        app.removeTranslator(translator)
+    _installed.clear()
+    if language != "ja":
+        QLocale.setDefault(QLocale(QLocale.Language.English, QLocale.Country.UnitedStates))
+        return "en"
+    ours = QTranslator(app)
+    if not ours.load(str(TRANSLATIONS_DIR / "voicechat_ja.qm")):
+        # A broken install should still start, in English, rather than crash on the first tr().
+        return "en"
+    app.installTranslator(ours)
+    _installed.append(ours)
+    # Qt's own strings (OK/Cancel in standard dialogs, the file dialog) in Japanese too.
+    qt_base = QTranslator(app)
+    if qt_base.load("qtbase_ja", QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath)):
+        app.installTranslator(qt_base)
+        _installed.append(qt_base)
+    QLocale.setDefault(QLocale(QLocale.Language.Japanese, QLocale.Country.Japan))
+    return "ja"

@@ -1,0 +1,51 @@
+"""GUI entry point: `run_gui(argv)` is what `app/cli.py` calls."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from engine.settings import load_settings
+
+from app.bridge import EngineBridge
+from app.i18n import choose_language, install_translator
+from app.main_window import MainWindow
+
+
+def create_app(argv: list[str]) -> QApplication:
+    app = QApplication.instance() or QApplication(argv)
+    assert isinstance(app, QApplication)
+    app.setApplicationName("VoiceChat")
+    app.setOrganizationName("VoiceChat")
+    app.setApplicationDisplayName("VoiceChat")
+    return app
+
+
+def build_window(app: QApplication, settings_path: Path | None = None,
+                 bridge: EngineBridge | None = None, *, demo: bool = False) -> MainWindow:
+    """Load settings, install the language, make the window; the engine is not started yet."""
+    loaded = load_settings(settings_path)
+    install_translator(app, choose_language(preference=loaded.settings.language))
+    window = MainWindow(bridge or EngineBridge(), loaded, settings_path)
+    # `voicechat --demo`: the demo model for this run only; the saved choice is left alone.
+    window.demo_override = demo
+    return window
+
+
+def run_gui(argv: list[str]) -> int:
+    demo = "--demo" in argv
+    argv = [a for a in argv if a != "--demo"]
+    app = create_app(argv)
+    window = build_window(app, demo=demo)
+    window.show()
+    # Start the engine once the window is on screen: the user sees 読み込み中 at once, and torch is
+    # imported in the engine thread, not here.
+    QTimer.singleShot(0, window.start_engine)
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(run_gui(sys.argv))

@@ -1,0 +1,275 @@
+"""Settings dialog. It edits a `Settings` value; the main window works out what changed and sends
+only the commands needed (decoding changes apply from the next turn, a voice switch is done in
+place, only a model/context change reloads)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QKeySequenceEdit,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.protocol import Devices, SamplingSettings
+from engine.settings import CONTEXT_CHOICES, DEFAULT_MODEL_SOURCE, DEFAULT_SYSTEM_PROMPT, Settings
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, devices: Devices | None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(self.tr("Settings"))
+        self.setMinimumWidth(600)
+        self.original = settings
+        self.tabs = QTabWidget(self)
+        self.tabs.addTab(self._build_conversation_tab(settings), self.tr("Conversation"))
+        self.tabs.addTab(self._build_audio_tab(settings, devices), self.tr("Audio"))
+        self.tabs.addTab(self._build_model_tab(settings), self.tr("Model and voice"))
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel,
+                                   self)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        self.buttons = buttons
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs)
+        layout.addWidget(buttons)
+
+    # ------------------------------------------------------------------ tabs
+
+    def _build_conversation_tab(self, s: Settings) -> QWidget:
+        tab = QWidget(self)
+        decoding = QGroupBox(self.tr("Decoding"), tab)
+        self.sampling_radio = QRadioButton(self.tr("Sampling (more varied answers)"), decoding)
+        self.greedy_radio = QRadioButton(self.tr("Greedy (always the most likely token; repeatable)"), decoding)
+        group = QButtonGroup(decoding)
+        group.addButton(self.sampling_radio)
+        group.addButton(self.greedy_radio)
+        (self.greedy_radio if s.sampling.greedy else self.sampling_radio).setChecked(True)
+
+        def temp_box(value: float) -> QDoubleSpinBox:
+            box = QDoubleSpinBox(decoding)
+            box.setRange(0.05, 2.0)
+            box.setSingleStep(0.05)
+            box.setDecimals(2)
+            box.setValue(value)
+            return box
+
+        def topk_box(value: int, maximum: int) -> QSpinBox:
+            box = QSpinBox(decoding)
+            box.setRange(1, maximum)
+            box.setValue(value)
+            return box
+
+        self.audio_temperature = temp_box(s.sampling.audio_temperature)
+        self.audio_top_k = topk_box(s.sampling.audio_top_k, 2048)
+        self.text_temperature = temp_box(s.sampling.text_temperature)
+        self.text_top_k = topk_box(s.sampling.text_top_k, 65536)
+        form = QFormLayout()
+        form.addRow(self.tr("Audio temperature"), self.audio_temperature)
+        form.addRow(self.tr("Audio top-k"), self.audio_top_k)
+        form.addRow(self.tr("Text temperature"), self.text_temperature)
+        form.addRow(self.tr("Text top-k"), self.text_top_k)
+        dec_layout = QVBoxLayout(decoding)
+        dec_layout.addWidget(self.sampling_radio)
+        dec_layout.addWidget(self.greedy_radio)
+        dec_layout.addLayout(form)
+        self.greedy_radio.toggled.connect(self._update_sampling_enabled)
+        self._update_sampling_enabled()
+
+        limits = QGroupBox(self.tr("Limits"), tab)
+        self.max_answer = QDoubleSpinBox(limits)
+        self.max_answer.setRange(1.0, 600.0)
+        self.max_answer.setDecimals(0)
+        self.max_answer.setSuffix(self.tr(" s"))
+        self.max_answer.setValue(s.max_answer_seconds)
+        self.context_size = QComboBox(limits)
+        choices = sorted(set(CONTEXT_CHOICES) | {s.context_tokens})
+        for n in choices:
+            self.context_size.addItem(self.tr("%1 tokens").replace("%1", str(n)), n)
+        self.context_size.setCurrentIndex(choices.index(s.context_tokens))
+        self.context_size.setToolTip(self.tr("Changing the context size reloads the model."))
+        lim_form = QFormLayout(limits)
+        lim_form.addRow(self.tr("Maximum answer length"), self.max_answer)
+        lim_form.addRow(self.tr("Context size"), self.context_size)
+
+        prompt_box = QGroupBox(self.tr("System prompt"), tab)
+        self.system_prompt = QPlainTextEdit(prompt_box)
+        self.system_prompt.setPlainText(s.system_prompt)
+        self.system_prompt.setMinimumHeight(70)
+        reset_prompt = QPushButton(self.tr("Default"), prompt_box)
+        reset_prompt.clicked.connect(lambda: self.system_prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
+        p_layout = QHBoxLayout(prompt_box)
+        p_layout.addWidget(self.system_prompt, 1)
+        p_layout.addWidget(reset_prompt, 0, Qt.AlignmentFlag.AlignTop)
+
+        layout = QVBoxLayout(tab)
+        layout.addWidget(decoding)
+        layout.addWidget(limits)
+        layout.addWidget(prompt_box)
+        return tab
+
+    def _update_sampling_enabled(self) -> None:
+        sampling = not self.greedy_radio.isChecked()
+        for box in (self.audio_temperature, self.audio_top_k, self.text_temperature, self.text_top_k):
+            box.setEnabled(sampling)
+
+    def _build_audio_tab(self, s: Settings, devices: Devices | None) -> QWidget:
+        tab = QWidget(self)
+        self.input_device = QComboBox(tab)
+        self.output_device = QComboBox(tab)
+        for combo, names, current in ((self.input_device, devices.inputs if devices else (), s.input_device),
+                                      (self.output_device, devices.outputs if devices else (), s.output_device)):
+            combo.addItem(self.tr("System default"), None)
+            for name in names:
+                combo.addItem(name, name)
+            if current is not None:
+                index = combo.findData(current)
+                if index < 0:
+                    # A saved device that is not plugged in now stays selectable rather than being
+                    # silently replaced by the default.
+                    combo.addItem(self.tr("%1 (not connected)").replace("%1", current), current)
+                    index = combo.count() - 1
+                combo.setCurrentIndex(index)
+        self.ptt_key = QKeySequenceEdit(QKeySequence.fromString(s.ptt_key, QKeySequence.SequenceFormat.PortableText),
+                                        tab)
+        self.ptt_key.setMaximumSequenceLength(1)
+        language = QComboBox(tab)
+        language.addItem(self.tr("Automatic (system language)"), "auto")
+        language.addItem("日本語", "ja")
+        language.addItem("English", "en")
+        language.setCurrentIndex(max(0, language.findData(s.language)))
+        self.language = language
+        form = QFormLayout(tab)
+        form.addRow(self.tr("Microphone"), self.input_device)
+        form.addRow(self.tr("Speaker"), self.output_device)
+        form.addRow(self.tr("Push-to-talk key"), self.ptt_key)
+        form.addRow(self.tr("Language (after restart)"), self.language)
+        return tab
+
+    def _build_model_tab(self, s: Settings) -> QWidget:
+        tab = QWidget(self)
+        model_box = QGroupBox(self.tr("Model"), tab)
+        self.model_hub_radio = QRadioButton(self.tr("Hugging Face Hub id"), model_box)
+        self.model_folder_radio = QRadioButton(self.tr("Folder"), model_box)
+        self.model_demo_radio = QRadioButton(self.tr("Demo model (random weights — answers are noise)"), model_box)
+        group = QButtonGroup(model_box)
+        for b in (self.model_hub_radio, self.model_folder_radio, self.model_demo_radio):
+            group.addButton(b)
+        source = s.model_source or DEFAULT_MODEL_SOURCE
+        is_folder = _looks_like_path(source)
+        self.model_hub_id = QLineEdit(DEFAULT_MODEL_SOURCE if is_folder else source, model_box)
+        self.model_folder = QLineEdit(source if is_folder else "", model_box)
+        browse_model = QPushButton(self.tr("Browse…"), model_box)
+        browse_model.clicked.connect(lambda: self._browse(self.model_folder, self.tr("Choose the model folder")))
+        self.revision = QLineEdit(s.model_revision or "", model_box)
+        self.revision.setPlaceholderText(self.tr("latest"))
+        if s.demo:
+            self.model_demo_radio.setChecked(True)
+        elif is_folder:
+            self.model_folder_radio.setChecked(True)
+        else:
+            self.model_hub_radio.setChecked(True)
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(self.model_folder, 1)
+        folder_row.addWidget(browse_model)
+        m_form = QFormLayout(model_box)
+        m_form.addRow(self.model_hub_radio, self.model_hub_id)
+        m_form.addRow(self.model_folder_radio, folder_row)
+        m_form.addRow(self.model_demo_radio)
+        m_form.addRow(self.tr("Revision"), self.revision)
+        reload_note = QLabel(self.tr("Changing the model reloads it; the conversation is kept in the window."),
+                             model_box)
+        reload_note.setWordWrap(True)
+        reload_note.setStyleSheet("color: #666;")
+        m_form.addRow(reload_note)
+
+        voice_box = QGroupBox(self.tr("Voice (LoRA)"), tab)
+        self.voice_none = QCheckBox(self.tr("The model's own voice (no LoRA)"), voice_box)
+        self.voice_folder = QLineEdit(s.lora or "", voice_box)
+        self.voice_folder.setPlaceholderText(self.tr("LoRA adapter folder"))
+        browse_voice = QPushButton(self.tr("Browse…"), voice_box)
+        browse_voice.clicked.connect(lambda: self._browse(self.voice_folder, self.tr("Choose the voice folder")))
+        self.voice_none.setChecked(s.lora is None)
+        self.voice_none.toggled.connect(lambda on: (self.voice_folder.setEnabled(not on),
+                                                    browse_voice.setEnabled(not on)))
+        self.voice_folder.setEnabled(s.lora is not None)
+        browse_voice.setEnabled(s.lora is not None)
+        v_row = QHBoxLayout()
+        v_row.addWidget(self.voice_folder, 1)
+        v_row.addWidget(browse_voice)
+        voice_note = QLabel(self.tr("Switching the voice is done in place, without reloading."), voice_box)
+        voice_note.setStyleSheet("color: #666;")
+        v_layout = QVBoxLayout(voice_box)
+        v_layout.addWidget(self.voice_none)
+        v_layout.addLayout(v_row)
+        v_layout.addWidget(voice_note)
+
+        layout = QVBoxLayout(tab)
+        layout.addWidget(model_box)
+        layout.addWidget(voice_box)
+        layout.addStretch(1)
+        return tab
+
+    def _browse(self, target: QLineEdit, title: str) -> None:
+        folder = QFileDialog.getExistingDirectory(self, title, target.text())
+        if folder:
+            target.setText(folder)
+
+    # ------------------------------------------------------------------ result
+
+    def result_settings(self) -> Settings:
+        sampling = SamplingSettings(
+            greedy=self.greedy_radio.isChecked(),
+            audio_temperature=round(self.audio_temperature.value(), 2),
+            audio_top_k=self.audio_top_k.value(),
+            text_temperature=round(self.text_temperature.value(), 2),
+            text_top_k=self.text_top_k.value(),
+        )
+        if self.model_folder_radio.isChecked() and self.model_folder.text().strip():
+            source: str | None = self.model_folder.text().strip()
+        elif self.model_hub_radio.isChecked() and self.model_hub_id.text().strip():
+            source = self.model_hub_id.text().strip()
+        else:
+            source = self.original.model_source
+        lora = None if self.voice_none.isChecked() else (self.voice_folder.text().strip() or None)
+        key = self.ptt_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
+        return dataclasses.replace(
+            self.original,
+            sampling=sampling,
+            system_prompt=self.system_prompt.toPlainText().strip() or DEFAULT_SYSTEM_PROMPT,
+            input_device=self.input_device.currentData(),
+            output_device=self.output_device.currentData(),
+            model_source=source,
+            model_revision=self.revision.text().strip() or None,
+            demo=self.model_demo_radio.isChecked(),
+            lora=lora,
+            max_answer_seconds=float(self.max_answer.value()),
+            context_tokens=int(self.context_size.currentData()),
+            ptt_key=key.split(",")[0].strip() or self.original.ptt_key,
+            language=self.language.currentData(),
+        )
+
+
+def _looks_like_path(source: str) -> bool:
+    # Hub ids are "owner/name"; anything absolute, relative-dotted or with a drive letter is a folder.
+    return source.startswith(("/", ".", "~", "\\")) or (len(source) > 1 and source[1] == ":")

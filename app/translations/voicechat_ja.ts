@@ -1,0 +1,762 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="ja_JP" sourcelanguage="en_US">
+  <context>
+    <name>AssistantItem</name>
+    <message>
+      <location filename="../widgets/transcript.py" line="60" />
+      <source>Assistant</source>
+      <translation>アシスタント</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="71" />
+      <source>greedy</source>
+      <translation>グリーディ</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="71" />
+      <source>sampling</source>
+      <translation>サンプリング</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="84" />
+      <source>(no text)</source>
+      <translation>（テキストなし）</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="91" />
+      <source>%1 s of audio</source>
+      <translation>音声 %1 秒</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="93" />
+      <source>interrupted</source>
+      <translation>中断</translation>
+    </message>
+  </context>
+  <context>
+    <name>ContextGauge</name>
+    <message>
+      <location filename="../widgets/meters.py" line="210" />
+      <source>Context %1 / %2 tokens</source>
+      <translation>コンテキスト %1 / %2 トークン</translation>
+    </message>
+  </context>
+  <context>
+    <name>FirstRunDialog</name>
+    <message>
+      <location filename="../first_run.py" line="41" />
+      <source>Choose a model</source>
+      <translation>モデルの選択</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="47" />
+      <source>No speech model found</source>
+      <translation>音声モデルが見つかりません</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="48" />
+      <source>VoiceChat needs the LFM2.5-Audio-1.5B-JP model (about 3 GB). Choose how to get it:</source>
+      <translation>VoiceChat には LFM2.5-Audio-1.5B-JP モデル（約 3 GB）が必要です。入手方法を選んでください：</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="55" />
+      <source>Resume the download</source>
+      <translation>ダウンロードを再開</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="55" />
+      <source>Download from Hugging Face Hub</source>
+      <translation>Hugging Face Hub からダウンロード</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="59" />
+      <source>Not available: offline mode is on (HF_HUB_OFFLINE).</source>
+      <translation>利用できません：オフラインモードです（HF_HUB_OFFLINE）。</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="62" />
+      <source>%1 — shows progress, can be cancelled, and resumes after an interruption.</source>
+      <translation>%1 — 進捗を表示し、キャンセルでき、中断しても続きから再開します。</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="65" />
+      <source>Use a model folder on this computer</source>
+      <translation>このコンピューター上のモデルフォルダーを使う</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="66" />
+      <source>A folder that already contains the model files.</source>
+      <translation>モデルファイルが入っているフォルダーを選びます。</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="68" />
+      <source>Demo model (random weights — answers are noise)</source>
+      <translation>デモモデル（ランダムな重み — 応答はノイズです）</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="70" />
+      <source>A tiny model with random weights, for checking the app, the microphone and the speakers. It does not understand speech; its answers are noise and random text.</source>
+      <translation>アプリ・マイク・スピーカーの動作確認用の、ランダムな重みの小さなモデルです。音声は理解せず、応答はノイズとでたらめなテキストです。</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="73" />
+      <source>Quit</source>
+      <translation>終了</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="94" />
+      <source>Starting…</source>
+      <translation>開始しています…</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="98" />
+      <source>You can cancel or close the app at any time: the download resumes where it stopped.</source>
+      <translation>いつでもキャンセルやアプリの終了ができます。ダウンロードは中断したところから再開します。</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="101" />
+      <source>Cancel download</source>
+      <translation>ダウンロードをキャンセル</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="129" />
+      <source>Downloading %1</source>
+      <translation>%1 をダウンロード中</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="145" />
+      <source>%1 of %2</source>
+      <translation>%1 / %2</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="154" />
+      <source>Cancelling…</source>
+      <translation>キャンセルしています…</translation>
+    </message>
+    <message>
+      <location filename="../first_run.py" line="158" />
+      <source>Choose the model folder</source>
+      <translation>モデルフォルダーを選択</translation>
+    </message>
+  </context>
+  <context>
+    <name>LatencyMeter</name>
+    <message>
+      <location filename="../widgets/latency.py" line="103" />
+      <source>Since release</source>
+      <translation>ボタンを離してから</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="103" />
+      <source>This turn</source>
+      <translation>今回</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="103" />
+      <source>p50</source>
+      <translation>p50</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="103" />
+      <source>p95</source>
+      <translation>p95</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="126" />
+      <source>Audio encoded</source>
+      <translation>音声エンコード完了</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="127" />
+      <source>Prefill done</source>
+      <translation>プリフィル完了</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="128" />
+      <source>First text</source>
+      <translation>最初のテキスト</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="129" />
+      <source>First audio frame</source>
+      <translation>最初の音声フレーム</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="130" />
+      <source>First sample audible</source>
+      <translation>最初の音が聞こえる</translation>
+    </message>
+    <message>
+      <location filename="../widgets/latency.py" line="164" />
+      <source>Turns measured: %1</source>
+      <translation>計測したターン数：%1</translation>
+    </message>
+  </context>
+  <context>
+    <name>LevelMeter</name>
+    <message>
+      <location filename="../widgets/meters.py" line="108" />
+      <source>Input level: %1 dBFS (peak %2 dBFS)</source>
+      <translation>入力レベル：%1 dBFS（ピーク %2 dBFS）</translation>
+    </message>
+  </context>
+  <context>
+    <name>MainWindow</name>
+    <message>
+      <location filename="../main_window.py" line="92" />
+      <source>VoiceChat — Japanese voice chat</source>
+      <translation>VoiceChat — 日本語音声チャット</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="102" />
+      <source>Settings problem: %1</source>
+      <translation>設定の問題：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="107" />
+      <source>Conversation</source>
+      <translation>会話</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="111" />
+      <source>Settings…</source>
+      <translation>設定…</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="114" />
+      <source>Stop answer</source>
+      <translation>応答を停止</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="117" />
+      <source>New conversation</source>
+      <translation>新しい会話</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="120" />
+      <source>Export…</source>
+      <translation>エクスポート…</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="142" />
+      <source>Latency</source>
+      <translation>レイテンシ</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="155" />
+      <source>Microphone</source>
+      <translation>マイク</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="216" />
+      <source>The settings could not be saved: %1</source>
+      <translation>設定を保存できませんでした：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="248" />
+      <source>No model is loaded.</source>
+      <translation>モデルが読み込まれていません。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="249" />
+      <source>Choose a model…</source>
+      <translation>モデルを選択…</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="288" />
+      <source>Export conversation</source>
+      <translation>会話をエクスポート</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="289" />
+      <source>WAV audio (*.wav)</source>
+      <translation>WAV 音声 (*.wav)</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="326" />
+      <source>The language changes the next time VoiceChat starts.</source>
+      <translation>表示言語は次回の起動時に切り替わります。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="334" />
+      <source>The engine was restarted; earlier turns cannot be replayed or exported, and the model does not remember them.</source>
+      <translation>エンジンを再起動しました。これより前のターンは再生・エクスポートできず、モデルも覚えていません。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="386" />
+      <source>The context was full: the %1 oldest turns were dropped from the model's memory (they stay in this transcript and in exports).</source>
+      <translation>コンテキストがいっぱいになったため、古い %1 ターンをモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="405" />
+      <source>Download cancelled. It resumes where it stopped next time.</source>
+      <translation>ダウンロードをキャンセルしました。次回は中断したところから再開します。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="408" />
+      <source>Conversation exported: %1</source>
+      <translation>会話をエクスポートしました：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="415" />
+      <source>That take was too short (%1 s): hold the button while you speak.</source>
+      <translation>録音が短すぎます（%1 秒）。話している間ボタンを押し続けてください。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="417" />
+      <source>That take was too long and was cut at %1 s.</source>
+      <translation>録音が長すぎるため %1 秒で切りました。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="422" />
+      <source>Downloading the model</source>
+      <translation>モデルをダウンロード中</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="424" />
+      <source>Loading weights</source>
+      <translation>重みを読み込み中</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="426" />
+      <source>Merging the voice</source>
+      <translation>声を合成中</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="428" />
+      <source>Capturing CUDA graphs</source>
+      <translation>CUDA グラフを作成中</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="430" />
+      <source>Building the demo model</source>
+      <translation>デモモデルを作成中</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="431" />
+      <source>Starting (%1)</source>
+      <translation>準備中（%1）</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="450" />
+      <source>Model</source>
+      <translation>モデル</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="451" />
+      <source>Voice</source>
+      <translation>声</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="452" />
+      <source>Audio device</source>
+      <translation>オーディオデバイス</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="453" />
+      <source>Recording</source>
+      <translation>録音</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="454" />
+      <source>GPU memory</source>
+      <translation>GPU メモリ</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="455" />
+      <source>Settings</source>
+      <translation>設定</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="456" />
+      <source>Export</source>
+      <translation>エクスポート</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="458" />
+      <source>Internal error</source>
+      <translation>内部エラー</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="462" />
+      <location filename="../main_window.py" line="477" />
+      <source>Restart engine</source>
+      <translation>エンジンを再起動</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="475" />
+      <source>Engine stopped</source>
+      <translation>エンジン停止</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="476" />
+      <source>The engine stopped: %1</source>
+      <translation>エンジンが停止しました：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="486" />
+      <source>VRAM %1</source>
+      <translation>VRAM %1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="490" />
+      <source>CUDA graphs ready</source>
+      <translation>CUDA グラフ準備完了</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="493" />
+      <source>No CUDA graphs: %1</source>
+      <translation>CUDA グラフなし：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="495" />
+      <source>Model: %1</source>
+      <translation>モデル：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="496" />
+      <source>Voice: %1</source>
+      <translation>声：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="496" />
+      <source>default</source>
+      <translation>標準</translation>
+    </message>
+  </context>
+  <context>
+    <name>MessageBanner</name>
+    <message>
+      <location filename="../widgets/banner.py" line="34" />
+      <source>Dismiss</source>
+      <translation>閉じる</translation>
+    </message>
+  </context>
+  <context>
+    <name>PttButton</name>
+    <message>
+      <location filename="../widgets/ptt.py" line="57" />
+      <source>Recording… release to send</source>
+      <translation>録音中… 離すと送信</translation>
+    </message>
+    <message>
+      <location filename="../widgets/ptt.py" line="60" />
+      <source>Hold to talk (%1)</source>
+      <translation>押して話す（%1）</translation>
+    </message>
+  </context>
+  <context>
+    <name>RtfReadout</name>
+    <message>
+      <location filename="../widgets/meters.py" line="166" />
+      <source>Real-time factor: generation time divided by the length of the audio. Below 1.0 the answer is generated faster than it is spoken.</source>
+      <translation>リアルタイム係数：生成時間 ÷ 音声の長さ。1.0 未満なら話すより速く生成できています。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="173" />
+      <source>RTF —</source>
+      <translation>RTF —</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="182" />
+      <source>RTF %1</source>
+      <translation>RTF %1</translation>
+    </message>
+  </context>
+  <context>
+    <name>SettingsDialog</name>
+    <message>
+      <location filename="../settings_dialog.py" line="41" />
+      <source>Settings</source>
+      <translation>設定</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="45" />
+      <source>Conversation</source>
+      <translation>会話</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="46" />
+      <source>Audio</source>
+      <translation>音声</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="47" />
+      <source>Model and voice</source>
+      <translation>モデルと声</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="61" />
+      <source>Decoding</source>
+      <translation>デコード</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="62" />
+      <source>Sampling (more varied answers)</source>
+      <translation>サンプリング（応答に変化がある）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="63" />
+      <source>Greedy (always the most likely token; repeatable)</source>
+      <translation>グリーディ（常に最も確からしいトークン・再現性あり）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="88" />
+      <source>Audio temperature</source>
+      <translation>音声の温度</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="89" />
+      <source>Audio top-k</source>
+      <translation>音声の top-k</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="90" />
+      <source>Text temperature</source>
+      <translation>テキストの温度</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="91" />
+      <source>Text top-k</source>
+      <translation>テキストの top-k</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="99" />
+      <source>Limits</source>
+      <translation>制限</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="103" />
+      <source> s</source>
+      <translation> 秒</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="108" />
+      <source>%1 tokens</source>
+      <translation>%1 トークン</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="110" />
+      <source>Changing the context size reloads the model.</source>
+      <translation>コンテキストサイズを変えるとモデルを読み込み直します。</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="112" />
+      <source>Maximum answer length</source>
+      <translation>応答の最大の長さ</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="113" />
+      <source>Context size</source>
+      <translation>コンテキストサイズ</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="115" />
+      <source>System prompt</source>
+      <translation>システムプロンプト</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="119" />
+      <source>Default</source>
+      <translation>既定値</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="142" />
+      <source>System default</source>
+      <translation>システムの既定</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="150" />
+      <source>%1 (not connected)</source>
+      <translation>%1（未接続）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="157" />
+      <source>Automatic (system language)</source>
+      <translation>自動（システムの言語）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="163" />
+      <source>Microphone</source>
+      <translation>マイク</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="164" />
+      <source>Speaker</source>
+      <translation>スピーカー</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="165" />
+      <source>Push-to-talk key</source>
+      <translation>プッシュトゥトークのキー</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="166" />
+      <source>Language (after restart)</source>
+      <translation>言語（再起動後に反映）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="171" />
+      <source>Model</source>
+      <translation>モデル</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="172" />
+      <source>Hugging Face Hub id</source>
+      <translation>Hugging Face Hub の ID</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="173" />
+      <source>Folder</source>
+      <translation>フォルダー</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="174" />
+      <source>Demo model (random weights — answers are noise)</source>
+      <translation>デモモデル（ランダムな重み — 応答はノイズです）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="182" />
+      <location filename="../settings_dialog.py" line="210" />
+      <source>Browse…</source>
+      <translation>参照…</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="183" />
+      <source>Choose the model folder</source>
+      <translation>モデルフォルダーを選択</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="185" />
+      <source>latest</source>
+      <translation>最新</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="199" />
+      <source>Revision</source>
+      <translation>リビジョン</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="200" />
+      <source>Changing the model reloads it; the conversation is kept in the window.</source>
+      <translation>モデルを変えると読み込み直します。会話はウィンドウに残ります。</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="206" />
+      <source>Voice (LoRA)</source>
+      <translation>声（LoRA）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="207" />
+      <source>The model's own voice (no LoRA)</source>
+      <translation>モデル本来の声（LoRA なし）</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="209" />
+      <source>LoRA adapter folder</source>
+      <translation>LoRA アダプターのフォルダー</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="211" />
+      <source>Choose the voice folder</source>
+      <translation>声のフォルダーを選択</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="220" />
+      <source>Switching the voice is done in place, without reloading.</source>
+      <translation>声の切り替えは読み込み直さずにその場で行います。</translation>
+    </message>
+  </context>
+  <context>
+    <name>StateIndicator</name>
+    <message>
+      <location filename="../widgets/meters.py" line="47" />
+      <source>Loading</source>
+      <translation>読み込み中</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="49" />
+      <source>Ready</source>
+      <translation>待機中</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="51" />
+      <source>Recording</source>
+      <translation>録音中</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="53" />
+      <source>Thinking</source>
+      <translation>考え中</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="55" />
+      <source>Speaking</source>
+      <translation>話し中</translation>
+    </message>
+    <message>
+      <location filename="../widgets/meters.py" line="56" />
+      <source>No model</source>
+      <translation>モデルなし</translation>
+    </message>
+  </context>
+  <context>
+    <name>TranscriptView</name>
+    <message>
+      <location filename="../widgets/transcript.py" line="121" />
+      <location filename="../widgets/transcript.py" line="184" />
+      <source>Hold the button (or the push-to-talk key) and speak.</source>
+      <translation>ボタン（またはプッシュトゥトークのキー）を押したまま話してください。</translation>
+    </message>
+  </context>
+  <context>
+    <name>UserTakeItem</name>
+    <message>
+      <location filename="../widgets/transcript.py" line="52" />
+      <source>You</source>
+      <translation>あなた</translation>
+    </message>
+    <message>
+      <location filename="../widgets/transcript.py" line="54" />
+      <source>Voice message, %1 s</source>
+      <translation>音声メッセージ %1 秒</translation>
+    </message>
+  </context>
+  <context>
+    <name>_Bubble</name>
+    <message>
+      <location filename="../widgets/transcript.py" line="34" />
+      <source>▶ Replay</source>
+      <translation>▶ 再生</translation>
+    </message>
+  </context>
+  <context>
+    <name>CrashReporter</name>
+    <message>
+      <location filename="../crash.py" line="0" />
+      <source>VoiceChat - unexpected error</source>
+      <translation>VoiceChat - 予期しないエラー</translation>
+    </message>
+    <message>
+      <location filename="../crash.py" line="0" />
+      <source>An unexpected error occurred.</source>
+      <translation>予期しないエラーが発生しました。</translation>
+    </message>
+    <message>
+      <location filename="../crash.py" line="0" />
+      <source>Details were written to the log file:</source>
+      <translation>詳細はログファイルに書き込まれました：</translation>
+    </message>
+    <message>
+      <location filename="../crash.py" line="0" />
+      <source>Please attach it when you report the problem.</source>
+      <translation>問題を報告するときに添付してください。</translation>
+    </message>
+    <message>
+      <location filename="../crash.py" line="0" />
+      <source>Open log folder</source>
+      <translation>ログフォルダーを開く</translation>
+    </message>
+  </context>
+</TS>

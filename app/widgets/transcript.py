@@ -1,0 +1,186 @@
+"""The conversation: user takes as audio items (duration, replay), assistant answers as text that
+streams in while it is generated (with replay of the spoken audio), and small notices."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+class _Bubble(QFrame):
+    replay_requested = Signal(int)
+
+    def __init__(self, turn_id: int, role_text: str, background: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.turn_id = turn_id
+        self.setObjectName("bubble")
+        self.setStyleSheet(f"QFrame#bubble {{ background: {background}; border-radius: 8px; }}")
+        self.role_label = QLabel(f"<b>{role_text}</b>", self)
+        self.body = QLabel(self)
+        self.body.setWordWrap(True)
+        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.body.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.info = QLabel(self)
+        self.info.setStyleSheet("color: #555;")
+        self.replay_button = QPushButton(self.tr("▶ Replay"), self)
+        # Replay is a mouse action: it must never take the keyboard focus, or the push-to-talk key
+        # (Space) would "click" it.
+        self.replay_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.replay_button.clicked.connect(lambda: self.replay_requested.emit(self.turn_id))
+        footer = QHBoxLayout()
+        footer.addWidget(self.info)
+        footer.addStretch(1)
+        footer.addWidget(self.replay_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 6, 10, 6)
+        layout.addWidget(self.role_label)
+        layout.addWidget(self.body)
+        layout.addLayout(footer)
+
+
+class UserTakeItem(_Bubble):
+    def __init__(self, turn_id: int, duration_s: float, parent: QWidget | None = None) -> None:
+        super().__init__(turn_id, self.tr("You"), "#e3f2fd", parent)
+        self.duration_s = duration_s
+        self.body.setText(self.tr("Voice message, %1 s").replace("%1", f"{duration_s:.1f}"))
+        self.info.hide()
+
+
+class AssistantItem(_Bubble):
+    def __init__(self, turn_id: int, greedy: bool, parent: QWidget | None = None) -> None:
+        super().__init__(turn_id, self.tr("Assistant"), "#f1f8e9", parent)
+        self.greedy = greedy
+        self.text = ""
+        self.finished = False
+        self.cancelled = False
+        self.duration_s = 0.0
+        self.body.setText("…")
+        self.replay_button.setEnabled(False)  # nothing to replay until the answer is complete
+        self._set_info()
+
+    def mode_text(self) -> str:
+        return self.tr("greedy") if self.greedy else self.tr("sampling")
+
+    def append(self, text: str) -> None:
+        self.text += text
+        self.body.setText(self.text)
+
+    def finish(self, text: str, duration_s: float, cancelled: bool) -> None:
+        # The engine's final text is authoritative (deltas may have been merged or trimmed).
+        if text:
+            self.text = text
+        self.finished = True
+        self.cancelled = cancelled
+        self.duration_s = duration_s
+        self.body.setText(self.text if self.text else self.tr("(no text)"))
+        self.replay_button.setEnabled(duration_s > 0)
+        self._set_info()
+
+    def _set_info(self) -> None:
+        parts = [self.mode_text()]
+        if self.finished:
+            parts.append(self.tr("%1 s of audio").replace("%1", f"{self.duration_s:.1f}"))
+        if self.cancelled:
+            parts.append(self.tr("interrupted"))
+        self.info.setText(" · ".join(parts))
+        self.info.show()
+
+
+class NoticeItem(QLabel):
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setWordWrap(True)
+        self.setStyleSheet("color: #777; font-style: italic;")
+
+
+class TranscriptView(QScrollArea):
+    replay_requested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self._content = QWidget(self)
+        self._layout = QVBoxLayout(self._content)
+        self._layout.setSpacing(8)
+        self._layout.addStretch(1)
+        self.setWidget(self._content)
+        self.user_items: dict[int, UserTakeItem] = {}
+        self.assistant_items: dict[int, AssistantItem] = {}
+        self.notices: list[NoticeItem] = []
+        self.placeholder = NoticeItem(self.tr("Hold the button (or the push-to-talk key) and speak."), self._content)
+        self._add(self.placeholder)
+
+    def _add(self, widget: QWidget) -> None:
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 40  # only follow if the user has not scrolled up
+        self._layout.insertWidget(self._layout.count() - 1, widget)
+        if follow:
+            self._scroll_to_end_later()
+
+    def _scroll_to_end_later(self) -> None:
+        # The scroll range grows only after the layout has run, so scroll on the next event loop turn.
+        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+
+    def _drop_placeholder(self) -> None:
+        if self.placeholder is not None:
+            self.placeholder.deleteLater()
+            self.placeholder = None
+
+    def add_user_take(self, turn_id: int, duration_s: float) -> UserTakeItem:
+        self._drop_placeholder()
+        item = UserTakeItem(turn_id, duration_s, self._content)
+        item.replay_requested.connect(self.replay_requested)
+        self.user_items[turn_id] = item
+        self._add(item)
+        return item
+
+    def start_assistant(self, turn_id: int, greedy: bool) -> AssistantItem:
+        self._drop_placeholder()
+        item = AssistantItem(turn_id, greedy, self._content)
+        item.replay_requested.connect(self.replay_requested)
+        self.assistant_items[turn_id] = item
+        self._add(item)
+        return item
+
+    def append_text(self, turn_id: int, text: str) -> None:
+        item = self.assistant_items.get(turn_id)
+        if item is None:  # a delta without a start (should not happen): make the item anyway
+            item = self.start_assistant(turn_id, greedy=False)
+        item.append(text)
+        bar = self.verticalScrollBar()
+        if bar.value() >= bar.maximum() - 40:
+            self._scroll_to_end_later()
+
+    def finish_assistant(self, turn_id: int, text: str, duration_s: float, cancelled: bool) -> None:
+        item = self.assistant_items.get(turn_id)
+        if item is None:
+            item = self.start_assistant(turn_id, greedy=False)
+        item.finish(text, duration_s, cancelled)
+
+    def add_notice(self, text: str) -> NoticeItem:
+        item = NoticeItem(text, self._content)
+        self.notices.append(item)
+        self._add(item)
+        return item
+
+    def clear(self) -> None:
+        for widget in [*self.user_items.values(), *self.assistant_items.values(), *self.notices]:
+            widget.deleteLater()
+        self.user_items.clear()
+        self.assistant_items.clear()
+        self.notices.clear()
+        if self.placeholder is None:
+            self.placeholder = NoticeItem(self.tr("Hold the button (or the push-to-talk key) and speak."),
+                                          self._content)
+            self._add(self.placeholder)
