@@ -1,0 +1,53 @@
+"""Shared fixtures: one tiny random checkpoint (real Hub layout) and its loaded model, per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from engine.tiny_checkpoint import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model") / "LFM2.5-Audio-tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_model_dir: Path):
+    from engine.loading import load_model
+
+    return load_model(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture
+def isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point platformdirs (settings, demo model, logs, model store) at a temporary home."""
+    for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def sine(seconds: float, rate: int, frequency: float = 440.0, amplitude: float = 0.3):
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    return (amplitude * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
