@@ -211,4 +211,6 @@ class ContextGauge(QProgressBar):
                        .replace("%2", str(self.capacity) if self.capacity else "—"))
         ratio = self.used / capacity
         chunk = "#43a047" if ratio < 0.7 else "#fb8c00" if ratio < 0.9 else "#e53935"
-        self.setStyleSheet(f"QProgressBar::chunk {{ background: {chunk}; }}")
+        self.setStyleSheet("QProgressBar { border: 1px solid #9e9e9e; border-radius: 4px; text-align: center; "
+                           "background: #fafafa; } "
+                           f"QProgressBar::chunk {{ background: {chunk}; border-radius: 3px; }}")

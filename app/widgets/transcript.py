@@ -134,6 +134,7 @@ class TranscriptView(QScrollArea):
 
     def _drop_placeholder(self) -> None:
         if self.placeholder is not None:
+            self.placeholder.hide()  # at once; deleteLater only runs when the event loop gets there
             self.placeholder.deleteLater()
             self.placeholder = None
 
@@ -176,6 +177,7 @@ class TranscriptView(QScrollArea):
 
     def clear(self) -> None:
         for widget in [*self.user_items.values(), *self.assistant_items.values(), *self.notices]:
+            widget.hide()
             widget.deleteLater()
         self.user_items.clear()
         self.assistant_items.clear()
