@@ -49,8 +49,9 @@ class GeneratedText:
 
 @dataclass
 class GeneratedFrame:
-    codes: torch.Tensor  # (codebooks,) on the CPU
+    codes: torch.Tensor  # (codebooks,) on the CPU, kept in the history
     values: tuple[int, ...]
+    device_codes: torch.Tensor | None = None  # the same codes on the model's device, valid until the next head
 
     @property
     def is_end_of_audio(self) -> bool:
@@ -112,7 +113,7 @@ def interleaved_decode(
                 left = schedule.n_text
             if values[0] == END_OF_AUDIO:
                 text_mode = True
-            yield GeneratedFrame(codes, values)
+            yield GeneratedFrame(codes, values, pending)
         if cancel is not None and cancel.is_set():
             yield TurnEnd("cancelled", im_end_fed=False)
             return

@@ -345,7 +345,7 @@ class ChatSession:
                 if stats.first_audio_frame_s is None:
                     stats.first_audio_frame_s = now
                 decode_started = time.perf_counter()
-                pcm = self.decoder.step(event.codes)
+                pcm = self.decoder.step(event.device_codes if event.device_codes is not None else event.codes)
                 stats.decode_s += time.perf_counter() - decode_started
                 stats.frames += 1
                 if pcm.size:

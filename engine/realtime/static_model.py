@@ -1,0 +1,347 @@
+"""The backbone decode step and the depthformer frame in plain PyTorch ops over fixed buffers.
+
+Same weights as liquid-audio's modules, same math, rewritten for batch-1 decoding where every
+kernel launch counts (an H200 spends ~2.7 µs per kernel; these steps are launch-bound, not
+bandwidth-bound):
+- fused projections: q|k|v and w1|w3 are each one matrix. The fused matrices are the ONLY copy:
+  the modules' own parameters are re-pointed to views into them, so a LoRA merge that writes the
+  parameters in place updates what the graphs read, and no weight is stored twice;
+- the backbone's keys/values and conv states live in buffers allocated once for the whole
+  context; the position is a device tensor that the step reads and advances itself;
+- rotary tables are precomputed; SDPA sees grouped queries as extra query rows of their kv head.
+Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture it unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.realtime.sampling import DeviceSampling
+
+END_OF_AUDIO = 2048
+
+
+def _fuse_linear_weights(linears: list[nn.Linear]) -> torch.Tensor:
+    """Concatenate the weights of `linears` (rows) and make each parameter a view into the result."""
+    fused = torch.cat([linear.weight.detach() for linear in linears], dim=0).contiguous()
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = fused[start : start + rows]
+        start += rows
+    return fused
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@dataclass
+class _AttentionLayer:
+    norm: torch.Tensor
+    qkv: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    out: torch.Tensor
+    keys: torch.Tensor  # (1, kv_heads, max_positions, head_dim)
+    values: torch.Tensor
+    ffn_norm: torch.Tensor
+    w13: torch.Tensor
+    w2: torch.Tensor
+
+
+@dataclass
+class _ConvLayer:
+    norm: torch.Tensor
+    in_proj: torch.Tensor
+    conv: torch.Tensor  # (hidden, kernel)
+    out: torch.Tensor
+    state: torch.Tensor  # (hidden, kernel): the last `kernel` gated inputs
+    ffn_norm: torch.Tensor
+    w13: torch.Tensor
+    w2: torch.Tensor
+
+
+class StaticBackbone:
+    """transformers' Lfm2Model as a fixed-buffer decoder: prefill spans and single decode steps."""
+
+    def __init__(self, lfm: nn.Module, max_positions: int) -> None:
+        config = lfm.config
+        self.lfm = lfm
+        self.hidden = config.hidden_size
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = self.hidden // self.heads
+        self.eps = config.norm_eps
+        self.max_positions = max_positions
+        weight = lfm.embed_tokens.weight
+        device, dtype = weight.device, weight.dtype
+        self.device, self.dtype = device, dtype
+        if any(layer.conv.conv.bias is not None for layer in lfm.layers if not layer.is_attention_layer):
+            raise RuntimeError("conv layers with a bias are not supported by the static decoder")
+
+        self.layers: list[_AttentionLayer | _ConvLayer] = []
+        for layer in lfm.layers:
+            mlp = layer.feed_forward
+            w13 = _fuse_linear_weights([mlp.w1, mlp.w3])
+            if layer.is_attention_layer:
+                attn = layer.self_attn
+                self.layers.append(
+                    _AttentionLayer(
+                        norm=layer.operator_norm.weight,
+                        qkv=_fuse_linear_weights([attn.q_proj, attn.k_proj, attn.v_proj]),
+                        q_norm=attn.q_layernorm.weight,
+                        k_norm=attn.k_layernorm.weight,
+                        out=attn.out_proj.weight,
+                        keys=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
+                        values=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
+                        ffn_norm=layer.ffn_norm.weight,
+                        w13=w13,
+                        w2=mlp.w2.weight,
+                    )
+                )
+            else:
+                conv = layer.conv
+                self.layers.append(
+                    _ConvLayer(
+                        norm=layer.operator_norm.weight,
+                        in_proj=conv.in_proj.weight,
+                        conv=conv.conv.weight[:, 0, :],
+                        out=conv.out_proj.weight,
+                        state=torch.zeros((self.hidden, conv.conv_kernel_size), device=device, dtype=dtype),
+                        ffn_norm=layer.ffn_norm.weight,
+                        w13=w13,
+                        w2=mlp.w2.weight,
+                    )
+                )
+        self.final_norm = lfm.embedding_norm.weight
+
+        # Rotary tables exactly as Lfm2RotaryEmbedding computes them (float32, then cast).
+        inv_freq = lfm.rotary_emb.inv_freq.to(device=device, dtype=torch.float32)
+        positions = torch.arange(max_positions, device=device, dtype=torch.float32)
+        freqs = positions[:, None] * inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        scaling = float(getattr(lfm.rotary_emb, "attention_scaling", 1.0))
+        self.cos = (emb.cos() * scaling).to(dtype)
+        self.sin = (emb.sin() * scaling).to(dtype)
+        self.key_index = torch.arange(max_positions, device=device)
+        self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
+        self.positions = 0  # host mirror, updated by the caller's bookkeeping
+
+    # ------------------------------------------------------------------ state
+
+    def reset(self) -> None:
+        """Forget everything, in place (the buffers' addresses never change)."""
+        for layer in self.layers:
+            if isinstance(layer, _AttentionLayer):
+                layer.keys.zero_()
+                layer.values.zero_()
+            else:
+                layer.state.zero_()
+        self.position.zero_()
+        self.positions = 0
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """Copies of the mutable state (used to warm up and capture graphs without corrupting it)."""
+        state = [self.position.clone()]
+        for layer in self.layers:
+            if isinstance(layer, _AttentionLayer):
+                state += [layer.keys.clone(), layer.values.clone()]
+            else:
+                state.append(layer.state.clone())
+        return state
+
+    def restore(self, state: list[torch.Tensor]) -> None:
+        items = iter(state)
+        self.position.copy_(next(items))
+        for layer in self.layers:
+            if isinstance(layer, _AttentionLayer):
+                layer.keys.copy_(next(items))
+                layer.values.copy_(next(items))
+            else:
+                layer.state.copy_(next(items))
+
+    # ------------------------------------------------------------------ math shared by both paths
+
+    def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(F.rms_norm(x, (self.hidden,), layer.ffn_norm, self.eps), layer.w13).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, layer.w2)
+
+    def _qkv(self, layer: _AttentionLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        n = h.shape[0]
+        q, k, v = F.linear(h, layer.qkv).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+        )
+        q = F.rms_norm(q.view(n, self.heads, self.head_dim), (self.head_dim,), layer.q_norm, self.eps)
+        k = F.rms_norm(k.view(n, self.kv_heads, self.head_dim), (self.head_dim,), layer.k_norm, self.eps)
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v.view(n, self.kv_heads, self.head_dim)
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q (n, heads, d) → (n, heads·d). Grouped query heads become extra query rows of their kv head."""
+        n = q.shape[0]
+        group = self.heads // self.kv_heads
+        rows = q.view(n, self.kv_heads, group, self.head_dim).permute(1, 0, 2, 3).reshape(1, self.kv_heads, n * group, self.head_dim)
+        out = F.scaled_dot_product_attention(rows, keys, values, attn_mask=mask)
+        return out.view(self.kv_heads, n, group, self.head_dim).permute(1, 0, 2, 3).reshape(n, self.heads * self.head_dim)
+
+    # ------------------------------------------------------------------ decode (graph-capturable)
+
+    def decode_step(self, x: torch.Tensor) -> torch.Tensor:
+        """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`."""
+        position = self.position
+        cos = self.cos.index_select(0, position)
+        sin = self.sin.index_select(0, position)
+        mask = (self.key_index <= position).view(1, 1, 1, self.max_positions)
+        for layer in self.layers:
+            h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
+            if isinstance(layer, _AttentionLayer):
+                q, k, v = self._qkv(layer, h, cos, sin)
+                layer.keys.index_copy_(2, position, k.view(1, self.kv_heads, 1, self.head_dim))
+                layer.values.index_copy_(2, position, v.view(1, self.kv_heads, 1, self.head_dim))
+                y = F.linear(self._attend(q, layer.keys, layer.values, mask), layer.out)
+            else:
+                b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
+                shifted = torch.cat((layer.state[:, 1:], (b * u).view(self.hidden, 1)), dim=1)
+                layer.state.copy_(shifted)
+                y = F.linear(c * (shifted * layer.conv).sum(dim=-1).view(1, self.hidden), layer.out)
+            x = self._mlp(layer, x + y)
+        position.add_(1)
+        return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+
+    # ------------------------------------------------------------------ prefill (eager, any length)
+
+    def prefill(self, x: torch.Tensor) -> torch.Tensor:
+        """Positions [positions, positions + n): x (n, hidden) → final-normed hidden (n, hidden)."""
+        n = x.shape[0]
+        start = self.positions
+        end = start + n
+        if end > self.max_positions:
+            raise ValueError(f"the context holds {self.max_positions} positions; {end} were asked for")
+        cos, sin = self.cos[start:end], self.sin[start:end]
+        # Query i (absolute start + i) sees keys 0 .. start + i.
+        mask = (self.key_index[:end][None, :] <= torch.arange(start, end, device=self.device)[:, None])
+        # Rows of a grouped query are consecutive (see _attend): repeat each query's mask row.
+        mask = mask.repeat_interleave(self.heads // self.kv_heads, dim=0)[None, None]
+        for layer in self.layers:
+            h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
+            if isinstance(layer, _AttentionLayer):
+                q, k, v = self._qkv(layer, h, cos, sin)
+                layer.keys[0, :, start:end] = k.transpose(0, 1)
+                layer.values[0, :, start:end] = v.transpose(0, 1)
+                y = F.linear(self._attend(q, layer.keys[:, :, :end], layer.values[:, :, :end], mask), layer.out)
+            else:
+                b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
+                full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + n)
+                kernel = layer.conv.shape[1]
+                conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -n:]
+                layer.state.copy_(full[:, -kernel:])
+                y = F.linear(c * conv.transpose(0, 1), layer.out)
+            x = self._mlp(layer, x + y)
+        self.position.fill_(end)
+        self.positions = end
+        return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+
+
+class StaticDepthformer:
+    """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers."""
+
+    def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
+        self.model = model
+        self.sampling = sampling
+        self.codebooks = model.codebooks
+        self.dim = model.depthformer_dim
+        first = model.depthformer.layers[0].operator
+        self.heads = first.num_heads
+        self.kv_heads = first.gqa_dim
+        self.head_dim = first.head_dim
+        weight = model.depth_linear.weight
+        device, dtype = weight.device, weight.dtype
+        self.device, self.dtype = device, dtype
+        self.layers = []
+        for block in model.depthformer.layers:
+            op = block.operator
+            if op.head_style != "gqa" or not op.bounded_attention.qk_layernorm:
+                raise RuntimeError("only the grouped-query, qk-normed depthformer is supported")
+            glu = block.feed_forward
+            self.layers.append(
+                {
+                    "norm": block.operator_norm.weight.float(),
+                    "norm_eps": block.operator_norm.eps,
+                    "qkv": op.qkv_proj.weight,
+                    "q_norm": op.bounded_attention.q_layernorm.weight.float(),
+                    "k_norm": op.bounded_attention.k_layernorm.weight.float(),
+                    "qk_eps": op.bounded_attention.q_layernorm.eps,
+                    "out": op.out_proj.weight,
+                    "ffn_norm": block.ffn_norm.weight.float(),
+                    "ffn_eps": block.ffn_norm.eps,
+                    "w13": _fuse_linear_weights([glu.w1, glu.w3]),
+                    "w2": glu.w2.weight,
+                    "keys": torch.zeros((1, self.kv_heads, self.codebooks, self.head_dim), device=device, dtype=dtype),
+                    "values": torch.zeros((1, self.kv_heads, self.codebooks, self.head_dim), device=device, dtype=dtype),
+                }
+            )
+        # liquid-audio's rotary: interleaved pairs rotated by freqs_cis[position] (complex64).
+        freqs = first.freqs_cis[: self.codebooks].to(device)
+        self.rot_cos = freqs.real.repeat_interleave(2, dim=-1).to(torch.float32)  # (codebooks, head_dim)
+        self.rot_sin = freqs.imag.repeat_interleave(2, dim=-1).to(torch.float32)
+        # Norm weights are kept in float32 (liquid-audio normalizes in float32); they are not LoRA targets.
+        self.heads_out = [
+            (e.embedding_norm.weight.float(), e.embedding_norm.eps, e.to_logits.weight, e.embedding.weight)
+            for e in model.depth_embeddings
+        ]
+        self.audio_embedding = model.audio_embedding.embedding.weight
+        self.offsets = model.codebook_offsets.to(device)
+        self.frame = torch.zeros((self.codebooks,), dtype=torch.long, device=device)
+
+    def _rope(self, x: torch.Tensor, position: int) -> torch.Tensor:
+        # (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) on interleaved pairs, in float32 like liquid-audio.
+        pairs = x.float().view(*x.shape[:-1], self.head_dim // 2, 2)
+        swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).view(x.shape)
+        return (x.float() * self.rot_cos[position] + swapped * self.rot_sin[position]).to(x.dtype)
+
+    def frame_step(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (1, backbone hidden) → sampled codes (codebooks,), written into `self.frame`.
+
+        Applies liquid-audio's end-of-audio rule (a first code of 2048 makes the whole frame 2048)
+        and returns the next backbone input embedding (1, backbone hidden).
+        """
+        inputs = F.linear(hidden, self.model.depth_linear.weight, self.model.depth_linear.bias).view(self.codebooks, self.dim)
+        previous = torch.zeros((1, self.dim), device=self.device, dtype=self.dtype)
+        group = self.heads // self.kv_heads
+        codes = []
+        for i in range(self.codebooks):
+            x = inputs[i : i + 1] + previous
+            for layer in self.layers:
+                h = F.rms_norm(x.float(), (self.dim,), layer["norm"], layer["norm_eps"]).to(self.dtype)
+                q, k, v = F.linear(h, layer["qkv"]).split(
+                    [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+                )
+                q = F.rms_norm(q.view(self.heads, self.head_dim).float(), (self.head_dim,), layer["q_norm"], layer["qk_eps"]).to(self.dtype)
+                k = F.rms_norm(k.view(self.kv_heads, self.head_dim).float(), (self.head_dim,), layer["k_norm"], layer["qk_eps"]).to(self.dtype)
+                q, k = self._rope(q, i), self._rope(k, i)
+                layer["keys"][0, :, i] = k
+                layer["values"][0, :, i] = v.view(self.kv_heads, self.head_dim)
+                rows = q.view(1, self.kv_heads, group, self.head_dim)
+                attn = F.scaled_dot_product_attention(rows, layer["keys"][:, :, : i + 1], layer["values"][:, :, : i + 1])
+                x = x + F.linear(attn.reshape(1, self.heads * self.head_dim), layer["out"])
+                g = F.rms_norm(x.float(), (self.dim,), layer["ffn_norm"], layer["ffn_eps"]).to(self.dtype)
+                gate, up = F.linear(g, layer["w13"]).chunk(2, dim=-1)
+                x = x + F.linear(F.silu(gate) * up, layer["w2"])
+            norm_w, norm_eps, to_logits, embedding = self.heads_out[i]
+            logits = F.linear(F.rms_norm(x.float(), (self.dim,), norm_w, norm_eps).to(self.dtype), to_logits)
+            code = self.sampling.sample(logits[0])
+            codes.append(code)
+            previous = F.embedding(code, embedding)
+        frame = torch.cat(codes)
+        frame = torch.where(frame[0] == END_OF_AUDIO, torch.full_like(frame, END_OF_AUDIO), frame)
+        self.frame.copy_(frame)
+        return F.embedding(frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
