@@ -1,0 +1,669 @@
+"""Streaming audio decoders: 8-codebook audio codes -> 24 kHz PCM, one 80 ms code frame at a time.
+
+`StreamingDetokenizer` re-implements liquid-audio's `LFM2AudioDetokenizer.forward` (FusedEmbedding -> x6
+nearest upsample -> Lfm2Model with a 30-position sliding-window mask -> Linear(512, 1282) ->
+log-magnitude/angle -> "same"-padded ISTFT) as a frame-by-frame decoder whose whole per-frame step is
+plain PyTorch ops on preallocated, static-shape buffers. That makes the step capturable as ONE
+`torch.cuda.CUDAGraph` (no torch.compile / Triton: the product ships on Windows), and it makes the
+streamed output equal to the whole-utterance decode up to float rounding.
+
+Why the step looks the way it does: at batch 1 a step is bound by the number of kernels it launches
+(~2.7 us each on an H200), not by arithmetic, so the layouts below are chosen so that projections write
+straight into the state buffers and no transpose/contiguous copies are needed.
+
+State layout (all device tensors, updated in place by the step):
+
+* ``_arena`` (n_layers + 1, S, Wd) in the model dtype, S = PAST + 6 time slots, PAST = window - 1 (29).
+  Slot s holds transformer position ``p - PAST + s`` where p is the first position of the current
+  frame, so the 6 new positions are always slots PAST..S-1 (static addresses) and one shift of the
+  whole arena by 6 slots per step (2 copies through ``_arena_tmp``, overlapping ranges cannot be
+  copied in one kernel) advances every layer's state at once.
+  - conv layer l: ``_arena[l, :, :H]`` is the history of ``B*x`` (the conv input); the depthwise
+    causal conv reads the last L_cache-1 + 6 slots.
+  - attention layer l: ``_arena[l, s]`` is laid out as [q_r0 | ... | q_r{n_rep-1} | k | v], each
+    (n_kv, head_dim); the fused q|k|v projection writes the whole row of the new slots, and the rotary
+    bmm writes roped q and k back in place. Because the row is exactly (n_rep + 2) * n_kv * head_dim
+    wide, (slot, block) merge into one stride, so SDPA sees queries as (1, n_kv, 6 * (n_rep + 2), hd)
+    with no copy: the k and v blocks of the new slots ride along as extra "query" rows whose outputs
+    are ignored. That is how grouped-query attention runs without repeat_kv. Keys and values are
+    already roped at their absolute positions.
+  - the last block, column 0: additive validity of each slot (-inf for slots before the utterance
+    start, 0 after); it shifts with the keys, so the sliding-window mask is the static band
+    ``key pos in (q - window, q]`` plus this row.
+* ``_frames`` (2, 3 + 6, 1280) float32: plane 0 = window-multiplied ISTFT frames, plane 1 = the
+  window-envelope contribution (window**2) of the same frames. Rows 0..2 are the previous frame's
+  last 3 STFT frames (the overlap-add tail, zero at the utterance start), rows 3..8 the current 6. A
+  strided view of this buffer sums the overlap-add of the 6 output hops in one reduction for both
+  planes, so the envelope is carried exactly like the signal and the utterance start is handled by
+  the same code (no first-frame branch).
+* ``_pos`` (7,) int64: positions p..p+5 of the current frame, then a counter that gives the number of
+  valid samples (1440 for the first frame, 1920 after) through one clamp.
+
+Emission: after code frame n, every sample that no later frame can change is final: output samples
+[1920 n - 480, 1920 n + 1440) (the first 480 are the ISTFT "same" padding and are dropped), i.e.
+1440 samples for the first frame, 1920 for every later one, and `flush()` returns the last 480.
+The valid samples are always the LAST ``valid`` samples of the static 1920-sample PCM buffer.
+
+Fused weight copies (made once; `refresh_weights()` redoes them in place): q|k|v projection with q
+heads reordered per kv group, out_proj with its input columns reordered to match, w1|w3, the q/k head
+norm weights expanded to one (heads, head_dim) table, and the output Linear with its rows interleaved
+(log-magnitude, angle) in float32. The irfft is a float32 matrix product with a precomputed real DFT
+matrix that also applies the synthesis window. Everything else references the module's parameters.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
+    from liquid_audio.detokenizer import LFM2AudioDetokenizer
+    from liquid_audio.moshi.models.compression import MimiModel
+
+__all__ = [
+    "CODEBOOK_SIZE",
+    "FIRST_CHUNK_SAMPLES",
+    "FLUSH_SAMPLES",
+    "FRAME_SAMPLES",
+    "NUM_CODEBOOKS",
+    "SAMPLE_RATE",
+    "KernelCount",
+    "MimiStreamingDecoder",
+    "StreamingAudioDecoder",
+    "StreamingDetokenizer",
+    "count_step_kernels",
+    "make_streaming_decoder",
+]
+
+SAMPLE_RATE = 24_000
+NUM_CODEBOOKS = 8
+CODEBOOK_SIZE = 2048
+UPSAMPLE = 6  # transformer positions (= STFT frames) per code frame
+N_FFT = 1280
+HOP = 320
+WIN = 1280
+FRAME_SAMPLES = UPSAMPLE * HOP  # 1920 samples = 80 ms per code frame
+ISTFT_PAD = (WIN - HOP) // 2  # 480: "same" padding trimmed at each end of the utterance
+FIRST_CHUNK_SAMPLES = FRAME_SAMPLES - ISTFT_PAD  # 1440
+FLUSH_SAMPLES = ISTFT_PAD  # 480
+_SEGMENTS = WIN // HOP  # 4 hops per STFT frame
+_TAIL_FRAMES = _SEGMENTS - 1  # 3 STFT frames of a code frame still overlap the next code frame
+_FFT_BINS = N_FFT // 2 + 1  # 641
+_HEAD_OUT = 2 * _FFT_BINS  # 1282
+_HIDDEN = 512  # FusedEmbedding and the output Linear hard-code 512
+# Added to window**2 at sample 0 of every STFT frame in the envelope plane. It only matters where the
+# envelope is exactly 0 (the very first padded sample, trimmed anyway): 0/0 would put a NaN into the
+# static PCM buffer. Everywhere else the envelope is >= ~0.02 and adding 1e-30 is a no-op in float32.
+_ENV_FLOOR = 1e-30
+
+assert WIN % HOP == 0 and _TAIL_FRAMES <= UPSAMPLE and ISTFT_PAD < FRAME_SAMPLES
+
+
+class StreamingAudioDecoder(abc.ABC):
+    """Common interface of the streaming decoders: codes of one 80 ms frame in, final PCM out.
+
+    `step` returns a 1-D float tensor on the decoder's device holding only final samples; it may be a
+    view of a static buffer that the next `step`/`flush`/`reset` overwrites, so consume or copy it
+    first. `flush` returns whatever is still held back at the end of an utterance and starts a new
+    one; `reset` drops the current utterance (barge-in, cancel) and starts a new one.
+    """
+
+    sample_rate: int = SAMPLE_RATE
+    frame_samples: int = FRAME_SAMPLES
+
+    @abc.abstractmethod
+    def step(self, codes: Tensor) -> Tensor:
+        """Decode one code frame, `codes` int64 of shape (8,), values in [0, 2048)."""
+
+    @abc.abstractmethod
+    def flush(self) -> Tensor:
+        """End the utterance: return the samples still held back, then reset."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Start a new utterance in place (keeps buffers and any captured CUDA graph)."""
+
+
+# --------------------------------------------------------------------------- LFM2 detokenizer
+
+
+def _real_dft_synthesis_matrix(window: Tensor) -> Tensor:
+    """(1282, 1280) float32 matrix M with ``irfft(X, 1280) * window == view_as_real(X).reshape(1282) @ M``.
+
+    Rows are interleaved (Re X_k, Im X_k), matching the interleaved output Linear so the complex
+    spectrum never needs a reshuffle. irfft ignores the imaginary part of the DC and Nyquist bins,
+    so those rows are zero. Built in float64 with the phase reduced modulo N exactly (integers) so
+    the float32 matrix is correctly rounded.
+    """
+    n = torch.arange(N_FFT, dtype=torch.int64)
+    k = torch.arange(_FFT_BINS, dtype=torch.int64)
+    phase = (k[:, None] * n[None, :]) % N_FFT  # exact integer phase index
+    theta = phase.to(torch.float64) * (2.0 * math.pi / N_FFT)
+    scale = torch.full((_FFT_BINS, 1), 2.0 / N_FFT, dtype=torch.float64)
+    scale[0] = scale[-1] = 1.0 / N_FFT  # DC and Nyquist appear once in the Hermitian sum
+    re = scale * torch.cos(theta)
+    im = -scale * torch.sin(theta)
+    im[0] = 0.0
+    im[-1] = 0.0
+    m = torch.stack([re, im], dim=1).reshape(_HEAD_OUT, N_FFT)
+    return (m * window.to(torch.float64)[None, :]).to(torch.float32)
+
+
+@dataclass
+class _ConvLayer:
+    slot: int  # block index in the arena
+    op_norm_w: Tensor
+    eps: float
+    in_w: Tensor
+    in_b: Tensor | None
+    conv_w: Tensor  # (H, L_cache), a view of the module's Conv1d weight
+    conv_b: Tensor | None
+    out_w: Tensor
+    out_b: Tensor | None
+    ffn_norm_w: Tensor
+    w13: Tensor  # fused copy: cat(w1, w3)
+    w2: Tensor
+
+
+@dataclass
+class _AttnLayer:
+    slot: int
+    op_norm_w: Tensor
+    eps: float
+    qk_eps: float
+    scaling: float
+    wqkv: Tensor  # fused copy: [q heads ordered (rep, kv group) | k | v]
+    qk_norm_w: Tensor  # fused copy: (n_rep + 1, n_kv, head_dim), q_layernorm then k_layernorm weights
+    wo: Tensor  # fused copy: out_proj with input columns ordered (rep, kv group, dim)
+    ffn_norm_w: Tensor
+    w13: Tensor
+    w2: Tensor
+    src: nn.Module = field(repr=False)  # the decoder layer, for refresh_weights()
+
+
+class StreamingDetokenizer(StreamingAudioDecoder):
+    """Frame-by-frame `LFM2AudioDetokenizer` with explicit state and an optional CUDA graph.
+
+    Usage::
+
+        dec = StreamingDetokenizer(processor.audio_detokenizer)
+        dec.capture_graph()            # CUDA only, optional
+        for codes in frames:           # codes: int64 (8,) on any device
+            pcm = dec.step(codes)      # 1440 samples first, then 1920 each (a view: copy it)
+        tail = dec.flush()             # the last 480 samples; the decoder is reset
+
+    For use inside a larger graph: write codes into `codes_buffer`, run `step_graphable()` (or replay),
+    then read `pcm_buffer[FRAME_SAMPLES - valid_samples:]`; `valid_samples` is a device int64 scalar.
+
+    The transformer runs in the module's dtype (float32 or bfloat16); the output Linear, the spectrum
+    and the ISTFT always run in float32 (exp() of a bf16 log-magnitude would be off by ~0.4 %, and
+    complex bf16 does not exist).
+    """
+
+    def __init__(self, detokenizer: LFM2AudioDetokenizer) -> None:
+        lfm = detokenizer.lfm
+        cfg = lfm.config
+        emb_w = detokenizer.emb.emb.weight
+        self.device: torch.device = emb_w.device
+        self.dtype: torch.dtype = emb_w.dtype
+        self._module = detokenizer
+        hidden = int(cfg.hidden_size)
+        if hidden != _HIDDEN or detokenizer.emb.codeboooks != NUM_CODEBOOKS:
+            raise ValueError(f"expected hidden size {_HIDDEN} and {NUM_CODEBOOKS} codebooks")
+        if detokenizer.lin.out_features != _HEAD_OUT:
+            raise ValueError(f"expected a {_HEAD_OUT}-wide output Linear")
+        rope = lfm.rotary_emb
+        if "dynamic" in str(getattr(rope, "rope_type", "default")):
+            raise ValueError("dynamic RoPE depends on the sequence length and cannot be streamed")
+        self._hidden = hidden
+        self._window = int(detokenizer.sliding_window_size)
+        self._l_cache = int(cfg.conv_L_cache)
+        dev, dt = self.device, self.dtype
+
+        layers = list(lfm.layers[: cfg.num_hidden_layers])
+        attn = [layer.self_attn for layer in layers if layer.is_attention_layer]
+        if attn:
+            a0 = attn[0]
+            self._head_dim = int(a0.head_dim)
+            self._n_kv = int(a0.k_proj.out_features) // self._head_dim
+            self._n_rep = int(a0.num_key_value_groups)
+        else:
+            self._head_dim, self._n_kv, self._n_rep = 2, 1, 1
+        hd, n_kv, n_rep = self._head_dim, self._n_kv, self._n_rep
+        self._blocks = n_rep + 2  # row blocks of an attention slot: n_rep query groups, k, v
+        attn_width = self._blocks * n_kv * hd if attn else 0
+        self._past = max(self._window - 1 if attn else 0, self._l_cache - 1)
+        self._slots = self._past + UPSAMPLE
+        if self._l_cache - 1 > self._past:
+            raise ValueError("conv cache longer than the kept history")
+        width = max(hidden, attn_width)
+        n_blocks = len(layers) + 1  # + validity row
+        self._attn_width = attn_width
+
+        # ---- per-layer weights (references, plus the fused copies listed in the module docstring)
+        self._layers: list[_ConvLayer | _AttnLayer] = []
+        for i, layer in enumerate(layers):
+            if layer.is_attention_layer:
+                sa = layer.self_attn
+                self._layers.append(
+                    _AttnLayer(
+                        slot=i,
+                        op_norm_w=layer.operator_norm.weight,
+                        eps=float(layer.operator_norm.variance_epsilon),
+                        qk_eps=float(sa.q_layernorm.variance_epsilon),
+                        scaling=float(sa.scaling),
+                        wqkv=torch.empty(attn_width, hidden, device=dev, dtype=dt),
+                        qk_norm_w=torch.empty(n_rep + 1, n_kv, hd, device=dev, dtype=dt),
+                        wo=torch.empty(hidden, n_rep * n_kv * hd, device=dev, dtype=dt),
+                        ffn_norm_w=layer.ffn_norm.weight,
+                        w13=torch.empty(2 * layer.feed_forward.w1.out_features, hidden, device=dev, dtype=dt),
+                        w2=layer.feed_forward.w2.weight,
+                        src=layer,
+                    )
+                )
+                if sa.k_layernorm.variance_epsilon != sa.q_layernorm.variance_epsilon:
+                    raise ValueError("q and k layernorm eps differ; one fused head norm assumes they match")
+            else:
+                conv = layer.conv
+                self._layers.append(
+                    _ConvLayer(
+                        slot=i,
+                        op_norm_w=layer.operator_norm.weight,
+                        eps=float(layer.operator_norm.variance_epsilon),
+                        in_w=conv.in_proj.weight,
+                        in_b=conv.in_proj.bias,
+                        conv_w=conv.conv.weight[:, 0, :],
+                        conv_b=conv.conv.bias,
+                        out_w=conv.out_proj.weight,
+                        out_b=conv.out_proj.bias,
+                        ffn_norm_w=layer.ffn_norm.weight,
+                        w13=torch.empty(2 * layer.feed_forward.w1.out_features, hidden, device=dev, dtype=dt),
+                        w2=layer.feed_forward.w2.weight,
+                    )
+                )
+        self._layer_modules = layers
+        self._final_norm_w = lfm.embedding_norm.weight
+        self._final_eps = float(lfm.embedding_norm.variance_epsilon)
+        self._emb3 = emb_w.view(NUM_CODEBOOKS, CODEBOOK_SIZE, hidden)
+        self._lin_w = torch.empty(_HEAD_OUT, hidden, device=dev, dtype=torch.float32)
+        self._lin_b = torch.zeros(_HEAD_OUT, device=dev, dtype=torch.float32)
+        window = detokenizer.istft.window.detach().to(device=dev, dtype=torch.float32)
+        if detokenizer.istft.padding != "same" or window.numel() != WIN:
+            raise ValueError("expected the 'same'-padded ISTFT with a 1280-sample window")
+        self._dft = _real_dft_synthesis_matrix(window.cpu()).to(dev)
+        self.refresh_weights()
+
+        # ---- rotary: RT[t] (head_dim x head_dim) so that roped = x @ RT[t]; built once per step
+        half = hd // 2
+        inv_freq = rope.inv_freq.detach().to(device=dev, dtype=torch.float32)
+        if inv_freq.numel() != half:
+            raise ValueError("partial rotary embeddings are not supported")
+        scaling = float(getattr(rope, "attention_scaling", 1.0))
+        pc = torch.eye(hd, dtype=torch.float32) * scaling
+        ps = torch.zeros(hd, hd, dtype=torch.float32)
+        a = torch.arange(half)
+        ps[a + half, a] = -scaling  # rotate_half: out[a] -= x[a + half] * sin  (a < half)
+        ps[a, a + half] = scaling  # out[a + half] += x[a] * sin
+        self._inv_freq = inv_freq
+        self._pc = pc.view(hd, 2, half).to(dev)
+        self._ps = ps.view(hd, 2, half).to(dev)
+        self._ones = torch.ones(UPSAMPLE, half, device=dev, dtype=torch.float32)
+        self._ang = torch.empty(UPSAMPLE, half, device=dev, dtype=torch.float32)
+        self._rt = torch.empty(UPSAMPLE, hd, hd, device=dev, dtype=dt)
+
+        # ---- sliding-window mask: static band in slot coordinates + the validity row of the arena
+        rows = UPSAMPLE * self._blocks
+        t = torch.arange(UPSAMPLE)[:, None]
+        s = torch.arange(self._slots)[None, :]
+        rel = (s - self._past) - t  # key position - query position
+        band = torch.where((rel <= 0) & (rel > -self._window), 0.0, float("-inf"))
+        self._band = band.repeat_interleave(self._blocks, dim=0).to(device=dev, dtype=dt)
+        # The memory-efficient SDPA kernel wants every non-last mask stride 16-aligned, else torch pads
+        # (= extra kernels) on every call.
+        padded = -(-self._slots // 16) * 16
+        self._mask_store = torch.zeros(rows, padded, device=dev, dtype=dt)
+        self._mask = self._mask_store[:, : self._slots]
+
+        # ---- state
+        self._arena = torch.zeros(n_blocks, self._slots, width, device=dev, dtype=dt)
+        self._arena_tmp = torch.empty(n_blocks, self._past, width, device=dev, dtype=dt)
+        self._validity = self._arena[-1, :, 0]
+        rows_f = _TAIL_FRAMES + UPSAMPLE
+        self._frames = torch.zeros(2, rows_f, WIN, device=dev, dtype=torch.float32)
+        env = window.square().clone()
+        env[0] += _ENV_FLOOR
+        self._frames[1, _TAIL_FRAMES:] = env  # static: window**2 of every new frame
+        # OLA view: out[plane, b, q', s] = frames[plane, b + q', HOP * (SEG - 1 - q') + s]; summing q'
+        # gives the overlap-add of hop b including the previous frame's tail rows.
+        fs = self._frames.stride()
+        self._ola = self._frames.as_strided(
+            (2, UPSAMPLE, _SEGMENTS, HOP),
+            (fs[0], WIN, WIN - HOP, 1),
+            self._frames.storage_offset() + HOP * (_SEGMENTS - 1),
+        )
+        self._pos_init = torch.tensor([*range(UPSAMPLE), FIRST_CHUNK_SAMPLES], device=dev, dtype=torch.int64)
+        self._pos_step = torch.tensor([UPSAMPLE] * UPSAMPLE + [ISTFT_PAD], device=dev, dtype=torch.int64)
+        self._pos = self._pos_init.clone()
+        self._h = torch.empty(UPSAMPLE, hidden, device=dev, dtype=dt)
+        self._cb_index = torch.arange(NUM_CODEBOOKS, device=dev)
+        self.codes_buffer: Tensor = torch.zeros(NUM_CODEBOOKS, device=dev, dtype=torch.int64)
+        self._codes_clamped = torch.zeros(NUM_CODEBOOKS, device=dev, dtype=torch.int64)
+        self.pcm_buffer: Tensor = torch.zeros(FRAME_SAMPLES, device=dev, dtype=torch.float32)
+        self.valid_samples: Tensor = torch.zeros((), device=dev, dtype=torch.int64)
+
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._frames_done = 0
+        self.reset()
+
+    # ------------------------------------------------------------------ weights
+
+    @torch.no_grad()
+    def refresh_weights(self) -> None:
+        """Recompute the fused weight copies from the module, in place (a captured graph stays valid)."""
+        hd, n_kv, n_rep = self._head_dim, self._n_kv, self._n_rep
+        for spec, layer in zip(self._layers, self._layer_modules, strict=True):
+            ff = layer.feed_forward
+            spec.w13.copy_(torch.cat([ff.w1.weight, ff.w3.weight], dim=0))
+            if isinstance(spec, _AttnLayer):
+                sa = layer.self_attn
+                # q head h = g * n_rep + r (repeat_kv order) is stored at (r, g) so that each kv group's
+                # queries are n_rep blocks of one row (see the arena layout).
+                q = sa.q_proj.weight.view(n_kv, n_rep, hd, -1).transpose(0, 1).reshape(n_rep * n_kv * hd, -1)
+                spec.wqkv.copy_(torch.cat([q, sa.k_proj.weight, sa.v_proj.weight], dim=0))
+                spec.qk_norm_w[:n_rep].copy_(sa.q_layernorm.weight.expand(n_rep, n_kv, hd))
+                spec.qk_norm_w[n_rep].copy_(sa.k_layernorm.weight.expand(n_kv, hd))
+                wo = sa.out_proj.weight.view(-1, n_kv, n_rep, hd).transpose(1, 2).reshape(self._hidden, -1)
+                spec.wo.copy_(wo)
+        lin = self._module.lin
+        half = _FFT_BINS
+        il_w = torch.stack([lin.weight[:half], lin.weight[half:]], dim=1).reshape(_HEAD_OUT, -1)
+        self._lin_w.copy_(il_w)
+        if lin.bias is not None:
+            self._lin_b.copy_(torch.stack([lin.bias[:half], lin.bias[half:]], dim=1).reshape(-1))
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def frames_done(self) -> int:
+        """Code frames decoded since the last reset (host-side bookkeeping, no sync)."""
+        return self._frames_done
+
+    @property
+    def graph_captured(self) -> bool:
+        return self._graph is not None
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        self._arena.zero_()
+        self._validity[: self._past].fill_(float("-inf"))  # slots before the utterance start
+        self._frames[:, :_TAIL_FRAMES].zero_()  # no overlap-add tail, no envelope tail
+        self._pos.copy_(self._pos_init)
+        self.valid_samples.zero_()
+        self.pcm_buffer.zero_()
+        self._frames_done = 0
+
+    @torch.no_grad()
+    def step(self, codes: Tensor | None = None) -> Tensor:
+        """Decode one code frame; returns the final samples (a view of `pcm_buffer`).
+
+        `codes` (8,) int64 is copied into `codes_buffer` unless it already is that buffer (or None).
+        """
+        if codes is not None and codes is not self.codes_buffer:
+            self.codes_buffer.copy_(codes.reshape(NUM_CODEBOOKS), non_blocking=True)
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            self.step_graphable()
+        first = self._frames_done == 0
+        self._frames_done += 1
+        return self.pcm_buffer[ISTFT_PAD:] if first else self.pcm_buffer
+
+    @torch.no_grad()
+    def flush(self) -> Tensor:
+        """Return the last 480 samples of the utterance (none if no frame was decoded), then reset."""
+        if self._frames_done == 0:
+            out = self.pcm_buffer.new_empty(0)
+        else:
+            # Frames rows 0..2 now hold the last 3 STFT frames (and their window**2). Their overlap-add
+            # over the first 480 samples after the last emitted one, divided by their envelope,
+            # is exactly the end of the reference's trimmed ISTFT.
+            acc = self._frames.new_zeros(2, HOP * _TAIL_FRAMES)
+            for r in range(_TAIL_FRAMES):
+                start = HOP * (_TAIL_FRAMES - r)
+                acc[:, : WIN - start] += self._frames[:, r, start:]
+            out = (acc[0, :FLUSH_SAMPLES] / acc[1, :FLUSH_SAMPLES]).clone()
+        self.reset()
+        return out
+
+    def capture_graph(self, pool: Any = None) -> None:
+        """Capture `step_graphable` as one CUDA graph; `step` replays it from then on.
+
+        Warm-up runs on a side stream (as PyTorch's CUDA-graph docs require, so cuBLAS/SDPA set up
+        their workspaces outside the capture). Warm-up mutates the state, so it is snapshotted and
+        restored: capturing mid-utterance is safe.
+        """
+        if self.device.type != "cuda":
+            raise RuntimeError("CUDA graphs need a CUDA device")
+        state = self._state_tensors()
+        with torch.no_grad():
+            saved = [t.clone() for t in state]
+            side = torch.cuda.Stream(device=self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self.step_graphable()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.step_graphable()
+            for t, s in zip(state, saved, strict=True):
+                t.copy_(s)
+        self._graph = graph
+
+    def drop_graph(self) -> None:
+        self._graph = None
+
+    # ------------------------------------------------------------------ the step
+
+    def _state_tensors(self) -> list[Tensor]:
+        return [self._arena, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
+
+    def step_graphable(self) -> None:
+        """One code frame: `codes_buffer` -> `pcm_buffer` / `valid_samples`, state advanced.
+
+        Only static-shape ops on preallocated buffers, no host sync, no branching on tensor values:
+        this is the body that `capture_graph` records. Call under `torch.no_grad()`.
+        """
+        u, hd = UPSAMPLE, self._head_dim
+        # Embedding. Clamp first: an out-of-range code (e.g. the 2048 end-of-audio token) would be a
+        # device-side assert that kills the CUDA context; one tiny kernel is cheaper than that risk.
+        torch.clamp(self.codes_buffer, 0, CODEBOOK_SIZE - 1, out=self._codes_clamped)
+        rows = self._emb3[self._cb_index, self._codes_clamped]  # (8, H): one gather
+        # Mean of the 8 codebook embeddings, broadcast to the 6 upsampled positions (nearest-exact x6
+        # is plain repetition), in one reduction.
+        torch.mean(rows.expand(u, -1, -1), dim=1, out=self._h)
+
+        if self._attn_width:
+            # Rotary matrices at the absolute positions p..p+5 (float32 angles, as transformers does).
+            torch.mul(self._pos[:u, None], self._inv_freq, out=self._ang)
+            cs = torch.view_as_real(torch.polar(self._ones, self._ang))  # cos, sin in one kernel
+            rt = self._rt.view(u, hd, 2, hd // 2)
+            torch.mul(self._pc, cs[:, None, None, :, 0], out=rt)
+            rt.addcmul_(self._ps, cs[:, None, None, :, 1])
+            torch.add(self._band, self._validity, out=self._mask)
+
+        h = self._h
+        for spec in self._layers:
+            if isinstance(spec, _AttnLayer):
+                self._attention(spec, h)
+            else:
+                self._conv(spec, h)
+            hn = F.rms_norm(h, (self._hidden,), spec.ffn_norm_w, spec.eps)
+            ab = torch.mm(hn, spec.w13.t())
+            inter = ab.shape[1] // 2
+            h.addmm_(F.silu(ab[:, :inter]) * ab[:, inter:], spec.w2.t())  # residual fused into the gemm
+
+        hn = F.rms_norm(h, (self._hidden,), self._final_norm_w, self._final_eps)
+        if hn.dtype != torch.float32:
+            hn = hn.float()
+        spec_ri = torch.addmm(self._lin_b, hn, self._lin_w.t())  # (6, 1282): (log|X|, angle) pairs
+        # exp(log|X| + i angle) == polar(exp(log|X|), angle), one kernel.
+        spectrum = torch.exp(torch.view_as_complex(spec_ri.view(u, _FFT_BINS, 2)))
+        # irfft * window as one gemm, written straight into the overlap-add buffer.
+        torch.mm(torch.view_as_real(spectrum).view(u, _HEAD_OUT), self._dft, out=self._frames[0, _TAIL_FRAMES:])
+        acc = self._ola.sum(dim=2)  # (2, 6, 320): overlap-added signal and envelope
+        torch.div(acc[0], acc[1], out=self.pcm_buffer.view(u, HOP))
+
+        # Advance the state.
+        torch.clamp(self._pos[u], max=FRAME_SAMPLES, out=self.valid_samples)
+        self._pos.add_(self._pos_step)
+        self._frames[:, :_TAIL_FRAMES].copy_(self._frames[:, u : u + _TAIL_FRAMES])
+        self._arena_tmp.copy_(self._arena[:, u:])
+        self._arena[:, : self._past].copy_(self._arena_tmp)
+
+    def _conv(self, spec: _ConvLayer, h: Tensor) -> None:
+        hidden, u, past = self._hidden, UPSAMPLE, self._past
+        hn = F.rms_norm(h, (hidden,), spec.op_norm_w, spec.eps)
+        bcx = F.linear(hn, spec.in_w, spec.in_b)  # (6, 3H) = [B | C | x]
+        hist = self._arena[spec.slot, :, :hidden]
+        torch.mul(bcx[:, :hidden], bcx[:, 2 * hidden :], out=hist[past:])  # B * x into the conv history
+        taps = hist[past - (self._l_cache - 1) :].unfold(0, self._l_cache, 1)  # (6, H, L) window view
+        conv = (taps * spec.conv_w).sum(-1)
+        if spec.conv_b is not None:
+            conv = conv + spec.conv_b
+        y = bcx[:, hidden : 2 * hidden] * conv
+        h.addmm_(y, spec.out_w.t())
+        if spec.out_b is not None:
+            h.add_(spec.out_b)
+
+    def _attention(self, spec: _AttnLayer, h: Tensor) -> None:
+        u, hd, n_kv, blocks, past = UPSAMPLE, self._head_dim, self._n_kv, self._blocks, self._past
+        hn = F.rms_norm(h, (self._hidden,), spec.op_norm_w, spec.eps)
+        block = self._arena[spec.slot, :, : self._attn_width]  # (S, blocks * n_kv * hd)
+        new = block[past:]
+        torch.mm(hn, spec.wqkv.t(), out=new)
+        heads = new.view(u, blocks, n_kv, hd)
+        # Per-head RMSNorm of the whole row (contiguous; the normalised v is never read), then the q/k
+        # norm weights, then rotary as one batched matmul that writes roped q and k back in place.
+        normed = F.rms_norm(heads, (hd,), None, spec.qk_eps)
+        qk = normed[:, : blocks - 1] * spec.qk_norm_w
+        torch.bmm(qk.view(u, (blocks - 1) * n_kv, hd), self._rt, out=heads[:, : blocks - 1].view(u, -1, hd))
+        q = heads.permute(2, 0, 1, 3).reshape(1, n_kv, u * blocks, hd)  # a view: (slot, block) merge
+        kv = block.view(self._slots, blocks, n_kv, hd)
+        k = kv[:, blocks - 2].permute(1, 0, 2).unsqueeze(0)
+        v = kv[:, blocks - 1].permute(1, 0, 2).unsqueeze(0)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask, scale=spec.scaling)
+        # (1, n_kv, (t, block), hd) -> (t, block, n_kv * hd); keep the n_rep query blocks.
+        o = o[0].transpose(0, 1).reshape(u, blocks, n_kv * hd)[:, : self._n_rep].reshape(u, -1)
+        h.addmm_(o, spec.wo.t())
+
+
+# --------------------------------------------------------------------------- Mimi fallback
+
+
+class MimiStreamingDecoder(StreamingAudioDecoder):
+    """Mimi's own streaming decoder behind the same interface (for models that ship Mimi weights).
+
+    Mimi is causal at the frame level: each frame's 1920 samples are final as soon as it is decoded,
+    so `flush` has nothing to add. The streaming context is entered once and kept open (moshi's
+    `streaming` context manager), `reset` clears its state in place.
+    """
+
+    def __init__(self, mimi: MimiModel) -> None:
+        self.mimi = mimi
+        self.device: torch.device = next(mimi.parameters()).device
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(mimi.streaming(1))
+
+    @torch.no_grad()
+    def step(self, codes: Tensor) -> Tensor:
+        codes = codes.reshape(1, -1, 1).to(self.device, torch.int64)
+        return self.mimi.decode(codes)[0, 0]
+
+    @torch.no_grad()
+    def flush(self) -> Tensor:
+        self.reset()
+        return torch.empty(0, device=self.device)
+
+    def reset(self) -> None:
+        self.mimi.reset_streaming()
+
+    def close(self) -> None:
+        """Leave Mimi's streaming mode (the module is usable for batch decode again)."""
+        self._stack.close()
+
+
+def make_streaming_decoder(processor: Any) -> StreamingAudioDecoder:
+    """Pick the decoder the model folder ships: the LFM2 detokenizer if present, else Mimi.
+
+    `processor` is a `liquid_audio.LFM2AudioProcessor` (duck-typed: `detokenizer_path`,
+    `audio_detokenizer`, `mimi_weights_path`, `mimi`).
+    """
+    if getattr(processor, "detokenizer_path", None) is not None:
+        return StreamingDetokenizer(processor.audio_detokenizer)
+    if getattr(processor, "mimi_weights_path", None) is not None:
+        return MimiStreamingDecoder(processor.mimi)
+    raise ValueError("the model provides neither an audio detokenizer nor Mimi weights")
+
+
+# --------------------------------------------------------------------------- kernel counting
+
+
+@dataclass(frozen=True)
+class KernelCount:
+    """What one eager `step_graphable` launches: `total` device kernels (CUDA) or compute ops (CPU)."""
+
+    device: str
+    total: int
+    by_name: dict[str, int]
+
+
+def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
+    """Count what one eager `step_graphable` launches; the decoder's state is restored afterwards.
+
+    On CUDA: device kernels seen by torch.profiler (memcpy/memset included), i.e. the nodes a captured
+    graph replays. On CPU: the aten ops that reach the dispatcher, less pure view/metadata ops — a
+    proxy for the CUDA count (composite ops such as CPU rms_norm show up decomposed, and one CPU op can
+    be more than one CUDA kernel, e.g. cuBLAS split-K). Nothing is timed.
+    """
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    names: Counter[str] = Counter()
+
+    class _OpCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if not func._schema.is_mutable and any(r.alias_info is not None for r in func._schema.returns):
+                pass  # a view: no work
+            elif func.__name__.split(".")[0] not in ("empty", "empty_strided", "lift_fresh"):
+                names[func.__name__.split(".")[0]] += 1
+            return func(*args, **(kwargs or {}))
+
+    cuda = decoder.device.type == "cuda"
+    state = decoder._state_tensors()
+    with torch.no_grad():
+        saved = [t.clone() for t in state]
+        decoder.step_graphable()  # warm-up (lazy init) outside the count
+        if cuda:
+            torch.cuda.synchronize(decoder.device)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                decoder.step_graphable()
+                torch.cuda.synchronize(decoder.device)
+            for ev in prof.events():
+                if ev.device_type == torch.autograd.DeviceType.CUDA:
+                    names[ev.name] += 1
+        else:
+            with _OpCounter():
+                decoder.step_graphable()
+        for t, s in zip(state, saved, strict=True):
+            t.copy_(s)
+    return KernelCount("cuda" if cuda else "cpu", sum(names.values()), dict(names))
+
