@@ -308,40 +308,57 @@ class StaticDepthformer:
         swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).view(x.shape)
         return (x.float() * self.rot_cos[position] + swapped * self.rot_sin[position]).to(x.dtype)
 
+    def _codebook_logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """Codebook i's logits (1, 2049) for depthformer input x (1, dim); writes position i's keys/values."""
+        group = self.heads // self.kv_heads
+        for layer in self.layers:
+            h = F.rms_norm(x.float(), (self.dim,), layer["norm"], layer["norm_eps"]).to(self.dtype)
+            q, k, v = F.linear(h, layer["qkv"]).split(
+                [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+            )
+            q = F.rms_norm(q.view(self.heads, self.head_dim).float(), (self.head_dim,), layer["q_norm"], layer["qk_eps"]).to(self.dtype)
+            k = F.rms_norm(k.view(self.kv_heads, self.head_dim).float(), (self.head_dim,), layer["k_norm"], layer["qk_eps"]).to(self.dtype)
+            q, k = self._rope(q, i), self._rope(k, i)
+            layer["keys"][0, :, i] = k
+            layer["values"][0, :, i] = v.view(self.kv_heads, self.head_dim)
+            rows = q.view(1, self.kv_heads, group, self.head_dim)
+            attn = F.scaled_dot_product_attention(rows, layer["keys"][:, :, : i + 1], layer["values"][:, :, : i + 1])
+            x = x + F.linear(attn.reshape(1, self.heads * self.head_dim), layer["out"])
+            g = F.rms_norm(x.float(), (self.dim,), layer["ffn_norm"], layer["ffn_eps"]).to(self.dtype)
+            gate, up = F.linear(g, layer["w13"]).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer["w2"])
+        norm_w, norm_eps, to_logits, _ = self.heads_out[i]
+        return F.linear(F.rms_norm(x.float(), (self.dim,), norm_w, norm_eps).to(self.dtype), to_logits)
+
+    def _inputs(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.model.depth_linear.weight, self.model.depth_linear.bias).view(self.codebooks, self.dim)
+
     def frame_step(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (1, backbone hidden) → sampled codes (codebooks,), written into `self.frame`.
 
         Applies liquid-audio's end-of-audio rule (a first code of 2048 makes the whole frame 2048)
         and returns the next backbone input embedding (1, backbone hidden).
         """
-        inputs = F.linear(hidden, self.model.depth_linear.weight, self.model.depth_linear.bias).view(self.codebooks, self.dim)
-        previous = torch.zeros((1, self.dim), device=self.device, dtype=self.dtype)
-        group = self.heads // self.kv_heads
+        inputs = self._inputs(hidden)
+        x = inputs[0:1]
         codes = []
         for i in range(self.codebooks):
-            x = inputs[i : i + 1] + previous
-            for layer in self.layers:
-                h = F.rms_norm(x.float(), (self.dim,), layer["norm"], layer["norm_eps"]).to(self.dtype)
-                q, k, v = F.linear(h, layer["qkv"]).split(
-                    [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
-                )
-                q = F.rms_norm(q.view(self.heads, self.head_dim).float(), (self.head_dim,), layer["q_norm"], layer["qk_eps"]).to(self.dtype)
-                k = F.rms_norm(k.view(self.kv_heads, self.head_dim).float(), (self.head_dim,), layer["k_norm"], layer["qk_eps"]).to(self.dtype)
-                q, k = self._rope(q, i), self._rope(k, i)
-                layer["keys"][0, :, i] = k
-                layer["values"][0, :, i] = v.view(self.kv_heads, self.head_dim)
-                rows = q.view(1, self.kv_heads, group, self.head_dim)
-                attn = F.scaled_dot_product_attention(rows, layer["keys"][:, :, : i + 1], layer["values"][:, :, : i + 1])
-                x = x + F.linear(attn.reshape(1, self.heads * self.head_dim), layer["out"])
-                g = F.rms_norm(x.float(), (self.dim,), layer["ffn_norm"], layer["ffn_eps"]).to(self.dtype)
-                gate, up = F.linear(g, layer["w13"]).chunk(2, dim=-1)
-                x = x + F.linear(F.silu(gate) * up, layer["w2"])
-            norm_w, norm_eps, to_logits, embedding = self.heads_out[i]
-            logits = F.linear(F.rms_norm(x.float(), (self.dim,), norm_w, norm_eps).to(self.dtype), to_logits)
-            code = self.sampling.sample(logits[0])
+            code = self.sampling.sample(self._codebook_logits(i, x)[0])
             codes.append(code)
-            previous = F.embedding(code, embedding)
+            if i + 1 < self.codebooks:
+                x = inputs[i + 1 : i + 2] + F.embedding(code, self.heads_out[i][3])
         frame = torch.cat(codes)
         frame = torch.where(frame[0] == END_OF_AUDIO, torch.full_like(frame, END_OF_AUDIO), frame)
         self.frame.copy_(frame)
         return F.embedding(frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
+
+    def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        """Logits (codebooks, 2049) of every codebook given the previous codebooks' true codes."""
+        inputs = self._inputs(hidden)
+        x = inputs[0:1]
+        logits = []
+        for i in range(self.codebooks):
+            logits.append(self._codebook_logits(i, x)[0])
+            if i + 1 < self.codebooks:
+                x = inputs[i + 1 : i + 2] + F.embedding(codes[i : i + 1], self.heads_out[i][3])
+        return torch.stack(logits)
