@@ -1,52 +1,108 @@
-"""Audio codes → 24 kHz PCM, frame by frame, for whichever decoder the model folder ships.
+"""Audio codes → 24 kHz PCM, frame by frame, without stalling the generation loop.
 
 The LFM2 detokenizer (audio_detokenizer/) is preferred; a folder with only the Mimi checkpoint
-uses Mimi's own streaming decoder. Both stream with their state carried from frame to frame
-(`engine.realtime.streaming_decoder`), so playback starts after the first frame.
+uses Mimi's own streaming decoder (both in `engine.realtime.streaming_decoder`).
+
+On CUDA the decoder's per-frame graph runs on a side stream, concurrently with the next backbone
+step, and its PCM is copied into pinned host memory asynchronously: `submit()` never waits, and
+`poll()` hands over the chunks whose copies have finished. The generation loop's single
+host-device sync (reading the sampled tokens) therefore stays the only one. On the CPU the same
+calls simply compute at once.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections import deque
 
 import numpy as np
 import torch
 
 from engine.loading import LoadedModel
 
-
-class AudioDecoder(Protocol):
-    def step(self, codes: torch.Tensor) -> np.ndarray: ...
-    def flush(self) -> np.ndarray: ...
-    def reset(self) -> None: ...
+FRAME_SAMPLES = 1920
 
 
-class _NumpyOutput:
-    """Adapts a streaming decoder that returns device tensors to float32 numpy chunks."""
+class PipelinedDecoder:
+    """Streams PCM out of a `StreamingAudioDecoder` (step/flush/reset) through a ring of pinned buffers."""
 
-    def __init__(self, decoder: object) -> None:
-        self._decoder = decoder
-
-    def step(self, codes: torch.Tensor) -> np.ndarray:
-        return _to_numpy(self._decoder.step(codes))  # type: ignore[attr-defined]
-
-    def flush(self) -> np.ndarray:
-        return _to_numpy(self._decoder.flush())  # type: ignore[attr-defined]
+    def __init__(self, decoder: object, device: torch.device, *, ring: int = 16) -> None:
+        self.decoder = decoder
+        self.device = device
+        self.on_cuda = device.type == "cuda"
+        self._ring = [torch.zeros(FRAME_SAMPLES, dtype=torch.float32, pin_memory=self.on_cuda) for _ in range(ring)]
+        self._events = [torch.cuda.Event() if self.on_cuda else None for _ in range(ring)]
+        self._side = torch.cuda.Stream(device) if self.on_cuda else None
+        self._codes_free = torch.cuda.Event() if self.on_cuda else None
+        self._pending: deque[tuple[int, int]] = deque()  # (ring slot, sample count)
+        self._submitted = 0
 
     def reset(self) -> None:
-        self._decoder.reset()  # type: ignore[attr-defined]
+        self.synchronize()
+        self._pending.clear()
+        self._submitted = 0
+        self.decoder.reset()  # type: ignore[attr-defined]
+
+    def submit(self, codes: torch.Tensor) -> None:
+        """Queue one frame (8 codes, on the model's device or the CPU) for decoding."""
+        slot = self._submitted % len(self._ring)
+        if len(self._pending) == len(self._ring):  # the host is a whole ring behind: wait for the oldest
+            oldest, _ = self._pending[0]
+            if self._events[oldest] is not None:
+                self._events[oldest].synchronize()
+        codes_buffer = getattr(self.decoder, "codes_buffer", None)
+        if self._side is None or codes_buffer is None:
+            pcm = self.decoder.step(codes)  # type: ignore[attr-defined]
+            self._ring[slot][: pcm.numel()].copy_(pcm, non_blocking=self.on_cuda)
+            if self._events[slot] is not None:
+                self._events[slot].record()
+        else:
+            main = torch.cuda.current_stream(self.device)
+            main.wait_event(self._codes_free)  # the previous frame's codes have been read
+            codes_buffer.copy_(codes.reshape(-1), non_blocking=True)  # on the main stream, before the next head
+            self._side.wait_stream(main)
+            with torch.cuda.stream(self._side):
+                pcm = self.decoder.step(None)  # type: ignore[attr-defined]
+                self._codes_free.record(self._side)
+                self._ring[slot][: pcm.numel()].copy_(pcm, non_blocking=True)
+                self._events[slot].record(self._side)
+        self._pending.append((slot, pcm.numel()))
+        self._submitted += 1
+
+    def poll(self) -> list[np.ndarray]:
+        """The chunks whose PCM has reached the host, in order; never blocks."""
+        ready = []
+        while self._pending:
+            slot, count = self._pending[0]
+            event = self._events[slot]
+            if event is not None and not event.query():
+                break
+            self._pending.popleft()
+            ready.append(self._ring[slot][:count].numpy().copy())
+        return ready
+
+    def synchronize(self) -> None:
+        for slot, _ in self._pending:
+            event = self._events[slot]
+            if event is not None:
+                event.synchronize()
+
+    def drain(self) -> list[np.ndarray]:
+        """All remaining chunks plus the utterance's tail; the decoder is ready for the next one."""
+        self.synchronize()
+        chunks = self.poll()
+        if self._submitted:
+            if self._side is not None:
+                torch.cuda.current_stream(self.device).wait_stream(self._side)
+            tail = self.decoder.flush()  # type: ignore[attr-defined]
+            chunks.append(tail.detach().to(device="cpu", dtype=torch.float32).numpy().copy())
+        self._submitted = 0
+        return chunks
 
 
-def _to_numpy(pcm: torch.Tensor) -> np.ndarray:
-    return pcm.detach().reshape(-1).to(device="cpu", dtype=torch.float32).numpy()
+def make_audio_decoder(loaded: LoadedModel, *, use_cuda_graphs: bool) -> PipelinedDecoder:
+    from engine.realtime.streaming_decoder import StreamingDetokenizer, make_streaming_decoder
 
-
-def make_audio_decoder(loaded: LoadedModel, *, use_cuda_graphs: bool) -> AudioDecoder:
-    from engine.realtime.streaming_decoder import MimiStreamingDecoder, StreamingDetokenizer
-
-    if loaded.uses_mimi:
-        return _NumpyOutput(MimiStreamingDecoder(loaded.processor.mimi))
-    decoder = StreamingDetokenizer(loaded.processor.audio_detokenizer)
-    if use_cuda_graphs and loaded.device.type == "cuda":
+    decoder = make_streaming_decoder(loaded.processor)
+    if use_cuda_graphs and loaded.device.type == "cuda" and isinstance(decoder, StreamingDetokenizer):
         decoder.capture_graph()
-    return _NumpyOutput(decoder)
+    return PipelinedDecoder(decoder, loaded.device)

@@ -130,7 +130,18 @@ def reply_file(
     )
 
 
+def quiet_library_logs() -> None:
+    """transformers warns about optional CUDA kernels on every load; the CLI prints its own summary."""
+    import warnings
+
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+
+
 def run_reply(args: argparse.Namespace) -> int:
+    quiet_library_logs()
     try:
         summary = reply_file(
             Path(args.input),

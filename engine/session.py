@@ -18,7 +18,7 @@ import numpy as np
 import platformdirs
 import torch
 
-from engine.audio_decoding import AudioDecoder, make_audio_decoder
+from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
 from engine.conversation import AudioOutPiece, Conversation, TextPiece
 from engine.errors import AudioInputError, GpuMemoryError, LoraError
 from engine.generation import (
@@ -72,7 +72,7 @@ class TurnStats:
     first_audio_frame_s: float | None = None
     first_pcm_s: float | None = None
     generation_s: float = 0.0
-    decode_s: float = 0.0
+    decode_s: float = 0.0  # host time spent decoding audio (on CUDA: launching it; it overlaps generation)
     frames: int = 0
     audio_seconds: float = 0.0
     text: str = ""
@@ -124,7 +124,7 @@ class ChatSession:
         self,
         loaded: LoadedModel,
         backend: StepBackend,
-        decoder: AudioDecoder,
+        decoder: PipelinedDecoder,
         *,
         context_tokens: int,
         fallback_reason: str | None,
@@ -326,13 +326,20 @@ class ChatSession:
         tokenizer = loaded.processor.text
         self.decoder.reset()
         end: TurnEnd | None = None
+
+        def audio_out(chunks: list[np.ndarray]) -> Iterator[AudioPieceOut]:
+            for pcm in chunks:
+                if stats.first_pcm_s is None:
+                    stats.first_pcm_s = time.perf_counter() - started
+                stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
+                yield AudioPieceOut(pcm, 1)
+
         for event in interleaved_decode(self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel):
-            now = time.perf_counter() - started
             if isinstance(event, GeneratedText):
                 turn.pieces.append(TextPiece([event.token]))
                 stats.token_ids.append(event.token)
                 if stats.first_text_s is None:
-                    stats.first_text_s = now
+                    stats.first_text_s = time.perf_counter() - started
                 previous = tokenizer.decode(text_ids, skip_special_tokens=True)
                 text_ids.append(event.token)
                 delta = tokenizer.decode(text_ids, skip_special_tokens=True)[len(previous):]
@@ -343,22 +350,18 @@ class ChatSession:
                 if event.is_end_of_audio:
                     continue
                 if stats.first_audio_frame_s is None:
-                    stats.first_audio_frame_s = now
+                    stats.first_audio_frame_s = time.perf_counter() - started
                 decode_started = time.perf_counter()
-                pcm = self.decoder.step(event.device_codes if event.device_codes is not None else event.codes)
+                self.decoder.submit(event.device_codes if event.device_codes is not None else event.codes)
                 stats.decode_s += time.perf_counter() - decode_started
                 stats.frames += 1
-                if pcm.size:
-                    if stats.first_pcm_s is None:
-                        stats.first_pcm_s = time.perf_counter() - started
-                    stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
-                    yield AudioPieceOut(pcm, 1)
             else:
                 end = event
-        tail = self.decoder.flush()
-        if tail.size:
-            stats.audio_seconds += tail.size / SAMPLE_RATE_OUT
-            yield AudioPieceOut(tail, 0)
+            yield from audio_out(self.decoder.poll())
+        decode_started = time.perf_counter()
+        tail = self.decoder.drain()
+        stats.decode_s += time.perf_counter() - decode_started
+        yield from audio_out(tail)
         conversation.close_assistant_turn()
         stats.generation_s = time.perf_counter() - prefill_done
         stats.text = tokenizer.decode(text_ids, skip_special_tokens=True)
