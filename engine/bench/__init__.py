@@ -1,0 +1,490 @@
+"""`voicechat bench`: eager vs recipe vs engine, side by side, in one run, on the full-size model.
+
+Workload (all modes): the interleave schedule read from the config (6:9 for -JP); turn 1 is 20
+system text tokens + 4 s of user audio; each turn generates 12 interleaved blocks (108 frames) with
+the stop tokens suppressed, so every mode produces exactly the same number of frames; five turns
+(time to first audio is reported for turns 1 and 5); audio and text sampled with top_k=4,
+temperature 1.0, and again greedy.
+
+Modes:
+- eager: liquid-audio's `generate_interleaved`, unchanged (re-prefills the whole history each turn);
+- recipe: the published method (engine.bench.recipe): liquid-audio's loop with the depthformer frame
+  and the backbone step over transformers' StaticCache captured as CUDA graphs;
+- engine: this product's ChatSession (static cache across turns, three captured step graphs, the
+  streaming decoder graph on a side stream).
+eager and recipe decode each frame with liquid-audio's detokenizer as it arrives (one call per
+frame, as a streaming app built on them would); the engine streams with its decoder graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from engine.protocol import SamplingSettings
+
+FRAME_SECONDS = 0.08
+SYSTEM_TOKENS = 20
+USER_SECONDS = 4.0
+BLOCKS = 12
+TURNS = 5
+CONTEXT = 4096
+
+
+@dataclass
+class Workload:
+    system_ids: list[int]
+    takes: list[np.ndarray]  # 16 kHz float32
+    n_text: int
+    n_audio: int
+
+    @property
+    def max_new_tokens(self) -> int:
+        return BLOCKS * (self.n_text + self.n_audio)
+
+    @property
+    def frames(self) -> int:
+        return BLOCKS * self.n_audio
+
+
+def _sync() -> None:
+    torch.cuda.synchronize()
+
+
+def _median_ms(fn, *, repeats: int = 30, inner: int = 10) -> float:
+    """Median over `repeats` of the mean time of `inner` back-to-back calls, timed with CUDA events."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / inner)
+    return statistics.median(times)
+
+
+def _copy_bandwidth_gbs() -> float:
+    """Achievable device memory bandwidth: a 2 GiB device-to-device copy, bytes read + written."""
+    a = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()
+    b = torch.empty_like(a)
+    ms = _median_ms(lambda: b.copy_(a), repeats=10, inner=5)
+    del a, b
+    return 2 * 2**31 / (ms / 1e3) / 1e9
+
+
+def _bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _stage_bytes(loaded) -> dict[str, int]:
+    model = loaded.model
+    backbone = _bytes(p for name, p in model.lfm.named_parameters() if not name.startswith("embed_tokens"))
+    text_head = model.lfm.embed_tokens.weight.numel() * model.lfm.embed_tokens.weight.element_size()
+    depth_stack = _bytes(model.depthformer.parameters())
+    depth_heads = sum(e.to_logits.weight.numel() * e.to_logits.weight.element_size() for e in model.depth_embeddings)
+    depth_linear = _bytes(model.depth_linear.parameters())
+    detok = loaded.processor.audio_detokenizer
+    decoder = _bytes(p for name, p in detok.named_parameters() if not name.startswith("emb.") and not name.startswith("lfm.embed_tokens"))
+    return {
+        "backbone_step": backbone,
+        "text_head": text_head,
+        "depthformer_frame": loaded.codebooks * depth_stack + depth_heads + depth_linear,
+        "decoder_frame": decoder,
+    }
+
+
+def make_workload(loaded, seed: int = 0) -> Workload:
+    generator = np.random.default_rng(seed)
+    vocab = loaded.model.lfm.config.vocab_size
+    system_ids = [int(x) for x in generator.integers(1000, vocab, SYSTEM_TOKENS)]
+    takes = [(0.1 * generator.standard_normal(int(USER_SECONDS * 16000))).astype(np.float32) for _ in range(TURNS)]
+    return Workload(system_ids, takes, loaded.interleaved_n_text, loaded.interleaved_n_audio)
+
+
+def _new_conversation(loaded, workload: Workload):
+    from engine.conversation import Conversation, TextPiece, Turn
+
+    conversation = Conversation(loaded.processor.text, codebooks=loaded.codebooks)
+    conversation.turns.append(Turn("system", [TextPiece(workload.system_ids)]))
+    return conversation
+
+
+def _mel(loaded, wave: np.ndarray) -> torch.Tensor:
+    tensor = torch.from_numpy(wave)[None].to(loaded.device)
+    mel, _ = loaded.processor.audio(tensor, torch.tensor([tensor.shape[1]], device=loaded.device))
+    return mel[0].float()
+
+
+# --------------------------------------------------------------------------- eager and recipe
+
+
+def _run_liquid_style(loaded, workload: Workload, sampling: SamplingSettings, generate) -> list[dict[str, float]]:
+    """Turns through a liquid-audio-style generator (full re-prefill each turn), decoding every frame."""
+    from engine.conversation import AudioOutPiece, TextPiece
+
+    processor = loaded.processor
+    conversation = _new_conversation(loaded, workload)
+    turns = []
+    for wave in workload.takes:
+        _sync()
+        started = time.perf_counter()
+        conversation.add_audio_turn("user", _mel(loaded, wave))
+        turn = conversation.open_assistant_turn()
+        inputs = conversation.span(0, loaded.device).as_kwargs()
+        first_pcm = None
+        decode_s = 0.0
+        frames = 0
+        samples = 0
+        for token in generate(inputs):
+            if token.numel() == 1:
+                turn.pieces.append(TextPiece([int(token)]))
+                continue
+            turn.pieces.append(AudioOutPiece(token.cpu()))
+            if token[0] == 2048:
+                continue
+            frames += 1
+            decode_started = time.perf_counter()
+            pcm = processor.decode(token[None, :, None]).float().cpu()
+            decode_s += time.perf_counter() - decode_started
+            samples += pcm.shape[-1]
+            if first_pcm is None:
+                first_pcm = time.perf_counter() - started
+        _sync()
+        total = time.perf_counter() - started
+        conversation.close_assistant_turn()
+        audio = frames * FRAME_SECONDS
+        turns.append(
+            {
+                "frames": frames,
+                "ttfa_ms": (first_pcm or float("nan")) * 1e3,
+                "total_s": total,
+                "rtf": total / audio,
+                "rtf_without_decoding": (total - decode_s) / audio,
+                "ms_per_frame": total / frames * 1e3,
+                "context_positions": conversation.positions,
+            }
+        )
+    return turns
+
+
+def run_eager(loaded, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
+    from engine.generation import liquid_sampling_args
+
+    model = loaded.model
+    audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
+    text_t, text_k = liquid_sampling_args(sampling, audio=False)
+
+    def generate(inputs):
+        return model.generate_interleaved(
+            **inputs, max_new_tokens=workload.max_new_tokens,
+            text_temperature=text_t, text_top_k=text_k, audio_temperature=audio_t, audio_top_k=audio_k,
+        )
+
+    torch.cuda.reset_peak_memory_stats()
+    with torch.inference_mode():
+        turns = _run_liquid_style(loaded, workload, sampling, generate)
+        components = _liquid_components(loaded, sampling, backbone=None)
+    return {"turns": turns, "components_ms": components, "capture_s": 0.0, "peak_vram_gb": torch.cuda.max_memory_allocated() / 1e9}
+
+
+def _liquid_components(loaded, sampling: SamplingSettings, backbone) -> dict[str, float]:
+    from engine.generation import liquid_sampling_args
+
+    model = loaded.model
+    audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
+    hidden = torch.randn(model.lfm.config.hidden_size, device=loaded.device, dtype=loaded.dtype)
+    codes = torch.randint(0, 2048, (1, 8, 1), device=loaded.device)
+    result = {
+        "depthformer_frame": _median_ms(lambda: model._sample_audio_frame(hidden, temperature=audio_t, top_k=audio_k), repeats=10, inner=3),
+        "decoder_frame": _median_ms(lambda: loaded.processor.decode(codes), repeats=10, inner=3),
+    }
+    if backbone is None:
+        prompt = torch.randn(1, 100, model.lfm.config.hidden_size, device=loaded.device, dtype=loaded.dtype)
+        cache = model.lfm(inputs_embeds=prompt, use_cache=True).cache
+        step = prompt[:, :1]
+        result["backbone_step"] = _median_ms(lambda: model.lfm(inputs_embeds=step, cache=cache, use_cache=True), repeats=10, inner=3)
+    else:
+        result["backbone_step"] = backbone()
+    return result
+
+
+def run_recipe(loaded, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
+    from engine.bench.recipe import RecipeGenerator
+    from engine.generation import liquid_sampling_args
+
+    audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
+    text_t, text_k = liquid_sampling_args(sampling, audio=False)
+    torch.cuda.reset_peak_memory_stats()
+    recipe = RecipeGenerator(
+        loaded.model, max_cache_len=CONTEXT, audio_temperature=audio_t, audio_top_k=audio_k,
+        text_temperature=text_t, text_top_k=text_k,
+    )
+    recipe.capture()
+
+    def generate(inputs):
+        return recipe.generate(inputs, n_text=workload.n_text, n_audio=workload.n_audio, max_new_tokens=workload.max_new_tokens)
+
+    with torch.inference_mode():
+        turns = _run_liquid_style(loaded, workload, sampling, generate)
+
+        def backbone() -> float:
+            if recipe.backbone_graph is None:
+                return float("nan")
+            return _median_ms(recipe.backbone_graph.replay)
+
+        components = _liquid_components(loaded, sampling, backbone=backbone)
+        components["depthformer_frame"] = _median_ms(recipe.depth_graph.replay)
+    result = {
+        "turns": turns,
+        "components_ms": components,
+        "capture_s": recipe.capture_seconds,
+        "peak_vram_gb": torch.cuda.max_memory_allocated() / 1e9,
+        "backbone_capture_error": recipe.backbone_capture_error,
+    }
+    del recipe
+    torch.cuda.empty_cache()
+    return result
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class EngineBench:
+    """Built once: the graphs are captured a single time and reused for every sampling mode."""
+
+    def __init__(self, loaded) -> None:
+        from engine.audio_decoding import make_audio_decoder
+        from engine.realtime.backend import GraphedBackend
+        from engine.session import ChatSession
+
+        torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        self.backend = GraphedBackend(loaded, context_tokens=CONTEXT)
+        self.decoder = make_audio_decoder(loaded, use_cuda_graphs=True)
+        _sync()
+        self.capture_s = time.perf_counter() - started
+        self.session = ChatSession(
+            loaded, self.backend, self.decoder, context_tokens=CONTEXT, fallback_reason=None, graphs_ready=True, model_id=None
+        )
+        self.loaded = loaded
+
+    def run(self, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
+        from engine.session import TurnDone
+
+        session = self.session
+        session.reset()
+        session.conversation = _new_conversation(self.loaded, workload)
+        turns = []
+        for wave in workload.takes:
+            _sync()
+            stats = None
+            for output in session.respond(wave, sampling, max_new_tokens=workload.max_new_tokens, max_take_seconds=60):
+                if isinstance(output, TurnDone):
+                    stats = output.stats
+            assert stats is not None and stats.frames == workload.frames, stats
+            total = stats.prefill_done_s + stats.generation_s
+            audio = stats.frames * FRAME_SECONDS
+            turns.append(
+                {
+                    "frames": stats.frames,
+                    "ttfa_ms": stats.first_pcm_s * 1e3,
+                    "audio_encoded_ms": stats.audio_encoded_s * 1e3,
+                    "prefill_done_ms": stats.prefill_done_s * 1e3,
+                    "first_text_ms": stats.first_text_s * 1e3,
+                    "first_audio_frame_ms": stats.first_audio_frame_s * 1e3,
+                    "total_s": total,
+                    "rtf": total / audio,
+                    "rtf_after_prefill": stats.generation_s / audio,
+                    "ms_per_frame": total / stats.frames * 1e3,
+                    "context_positions": session.context_used,
+                }
+            )
+        return {
+            "turns": turns,
+            "components_ms": self.components(),
+            "capture_s": self.capture_s,
+            "peak_vram_gb": torch.cuda.max_memory_allocated() / 1e9,
+        }
+
+    @torch.inference_mode()
+    def components(self) -> dict[str, float]:
+        backend = self.backend
+        saved = backend.backbone.snapshot()
+        backbone = _median_ms(backend.graphs["decode"].replay)
+        backend.backbone.restore(saved)
+        decoder = self.decoder.decoder
+        decoder.reset()
+        decoder_ms = _median_ms(decoder._graph.replay, repeats=20, inner=5)
+        decoder.reset()
+        return {
+            "backbone_step": backbone,
+            "text_head": _median_ms(backend.graphs["text_head"].replay),
+            "depthformer_frame": _median_ms(backend.graphs["audio_head"].replay),
+            "decoder_frame": decoder_ms,
+        }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _environment() -> dict[str, Any]:
+    import transformers
+
+    commit = os.environ.get("VOICECHAT_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
+    driver = "unknown"
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return {
+        "gpu": torch.cuda.get_device_name(),
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+
+
+def _summary(mode: dict[str, Any]) -> dict[str, float]:
+    turns = mode["turns"]
+    key = "rtf"
+    return {
+        "ms_per_frame": statistics.median(t["ms_per_frame"] for t in turns),
+        "rtf": statistics.median(t[key] for t in turns),
+        "ttfa_turn1_ms": turns[0]["ttfa_ms"],
+        "ttfa_turn5_ms": turns[-1]["ttfa_ms"],
+        **{f"{k}_ms": v for k, v in mode["components_ms"].items()},
+        "capture_s": mode["capture_s"],
+        "peak_vram_gb": mode["peak_vram_gb"],
+    }
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    env = results["environment"]
+    floors = results["floors_ms"]
+    lines = [
+        "# Benchmark: eager vs recipe vs engine",
+        "",
+        f"GPU {env['gpu']} (driver {env['driver']}, CUDA {env['cuda']}), torch {env['torch']}, "
+        f"transformers {env['transformers']}, Python {env['python']}, commit `{env['commit'][:12]}`, {env['date']}.",
+        f"Full-size random weights from the reference config; schedule {results['workload']['schedule']}; "
+        f"turn 1 = {SYSTEM_TOKENS} system tokens + {USER_SECONDS:g} s of audio; {BLOCKS} blocks = "
+        f"{results['workload']['frames']} frames per turn, {TURNS} turns; stop tokens suppressed; context {CONTEXT}.",
+        f"Measured copy bandwidth {results['copy_bandwidth_gbs']:.0f} GB/s (read + write).",
+        "",
+    ]
+    columns = [
+        ("ms/frame", "ms_per_frame", "{:.2f}"), ("RTF (incl. decoding)", "rtf", "{:.3f}"),
+        ("backbone step ms", "backbone_step_ms", "{:.3f}"), ("depthformer frame ms", "depthformer_frame_ms", "{:.3f}"),
+        ("decoder frame ms", "decoder_frame_ms", "{:.3f}"), ("TTFA turn 1 ms", "ttfa_turn1_ms", "{:.1f}"),
+        ("TTFA turn 5 ms", "ttfa_turn5_ms", "{:.1f}"), ("capture s", "capture_s", "{:.2f}"), ("peak VRAM GB", "peak_vram_gb", "{:.2f}"),
+    ]
+    for sampling, modes in results["summary"].items():
+        lines += [f"## {sampling}", "", "| mode | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+        for mode, summary in modes.items():
+            cells = [fmt.format(summary[key]) if key in summary else "n/a" for _, key, fmt in columns]
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+        lines.append(
+            "| bandwidth floor | {:.2f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | | | | |".format(
+                floors["frame"], floors["rtf"], floors["backbone_step"], floors["depthformer_frame"], floors["decoder_frame"]
+            )
+        )
+        lines.append("")
+    lines += ["## Notes", "", *results.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from engine.bench.random_model import random_full_size_model
+    from engine.oneshot import quiet_library_logs
+
+    quiet_library_logs()
+    if not torch.cuda.is_available():
+        print("error: the benchmark needs a CUDA GPU")
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if args.model:
+        from engine.loading import load_model
+        from engine.bench.random_model import suppress_stop_tokens
+
+        loaded = load_model(args.model, device="cuda")
+        suppress_stop_tokens(loaded.model)
+    else:
+        loaded = random_full_size_model()
+    workload = make_workload(loaded)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bandwidth = _copy_bandwidth_gbs()
+    stage_bytes = _stage_bytes(loaded)
+    floors = {k: v / (bandwidth * 1e9) * 1e3 for k, v in stage_bytes.items()}
+    n_text, n_audio = workload.n_text, workload.n_audio
+    block = n_text * (floors["backbone_step"] + floors["text_head"]) + n_audio * (
+        floors["backbone_step"] + floors["depthformer_frame"] + floors["decoder_frame"]
+    )
+    floors["frame"] = block / n_audio
+    floors["rtf"] = block / (n_audio * FRAME_SECONDS * 1e3)
+    results: dict[str, Any] = {
+        "environment": _environment(),
+        "workload": {"schedule": f"{n_text}:{n_audio}", "frames": workload.frames, "turns": TURNS, "max_new_tokens": workload.max_new_tokens},
+        "copy_bandwidth_gbs": bandwidth,
+        "stage_bytes": stage_bytes,
+        "floors_ms": floors,
+        "modes": {},
+        "summary": {},
+        "notes": [],
+    }
+    samplings = {
+        "sampled (top_k=4, temperature 1.0)": SamplingSettings(False, 1.0, 4, 1.0, 4),
+        "greedy": SamplingSettings(greedy=True),
+    }
+    engine = EngineBench(loaded) if "engine" in modes else None
+    for label, sampling in samplings.items():
+        results["modes"][label] = {}
+        for mode in modes:
+            print(f"[bench] {label}: {mode}", flush=True)
+            if mode == "engine":
+                data = engine.run(workload, sampling)
+            elif mode == "recipe":
+                data = run_recipe(loaded, workload, sampling)
+            else:
+                data = run_eager(loaded, workload, sampling)
+            results["modes"][label][mode] = data
+        results["summary"][label] = {mode: _summary(data) for mode, data in results["modes"][label].items()}
+    recipe_error = next(
+        (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
+    )
+    if recipe_error:
+        results["notes"].append(f"recipe: the backbone graph over StaticCache could not be captured ({recipe_error}); it ran eagerly.")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(results, indent=2))
+    (out / "bench.md").write_text(_markdown(results))
+    print(_markdown(results))
+    return 0

@@ -1,0 +1,74 @@
+"""The full-size model with random weights, for speed and memory measurements.
+
+Built from the reference config (bench/lfm2.5-audio-1.5b-jp.config.json) straight on the GPU:
+the cost of a step does not depend on the weight values. The stop tokens are suppressed in the
+weights (their output rows are zero, so their logit is 0 while the top random logits are several
+standard deviations above it): every mode then produces the same number of frames, and no mode
+needs extra masking code in its loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.generation import END_OF_AUDIO, IM_END, TEXT_END
+from engine.loading import LoadedModel
+from engine.model_store import build_model_from_config
+
+REFERENCE_CONFIG = Path(__file__).resolve().parents[2] / "bench" / "lfm2.5-audio-1.5b-jp.config.json"
+
+
+def suppress_stop_tokens(model: torch.nn.Module) -> None:
+    with torch.no_grad():
+        model.lfm.embed_tokens.weight[IM_END].zero_()
+        model.lfm.embed_tokens.weight[TEXT_END].zero_()
+        model.depth_embeddings[0].to_logits.weight[END_OF_AUDIO].zero_()
+
+
+def random_full_size_model(
+    config_path: Path = REFERENCE_CONFIG, *, device: str = "cuda", seed: int = 0, stop_tokens: bool = False
+) -> LoadedModel:
+    from liquid_audio import LFM2AudioProcessor
+    from liquid_audio.detokenizer import LFM2AudioDetokenizer
+    from liquid_audio.processor import PreprocessorConfig
+    from transformers import Lfm2Config
+
+    from engine.tiny_checkpoint import write_tokenizer
+
+    config: dict[str, Any] = json.loads(Path(config_path).read_text())
+    detok_config = config.pop("audio_detokenizer")
+    torch.manual_seed(seed)
+    model = build_model_from_config(copy.deepcopy(config), device=device, dtype=torch.bfloat16).eval()
+    if not stop_tokens:
+        suppress_stop_tokens(model)
+
+    tokenizer_dir = Path(tempfile.mkdtemp(prefix="voicechat-bench-tokenizer-"))
+    write_tokenizer(tokenizer_dir)
+    processor = LFM2AudioProcessor(
+        text_tokenizer_path=str(tokenizer_dir),
+        audio_processor_config=PreprocessorConfig(**config["preprocessor"]),
+        name="random full-size",
+    ).to(device)
+    lfm_config = Lfm2Config(**{k: v for k, v in detok_config.items() if k != "model_type"})
+    lfm_config.layer_types = ["full_attention" if t == "sliding_attention" else t for t in lfm_config.layer_types]
+    with torch.device(device):
+        detokenizer = LFM2AudioDetokenizer(lfm_config)
+    processor._audio_detokenizer = detokenizer.to(dtype=torch.bfloat16).eval()
+    processor.detokenizer_path = "<random>"
+    return LoadedModel(
+        model=model,
+        processor=processor,
+        folder=Path(config_path).parent,
+        name="random full-size",
+        device=torch.device(device),
+        dtype=torch.bfloat16,
+        interleaved_n_text=int(config["interleaved_n_text"]),
+        interleaved_n_audio=int(config["interleaved_n_audio"]),
+        codebooks=int(config["codebooks"]),
+    )

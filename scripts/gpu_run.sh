@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call on the GPU machine: the `gpu` tests, then the benchmark.
+# The machine has torch but not liquid-audio & co.: they travel as wheels in .whl/ (see README).
+# Results land in $OUT (the device tool brings them back) and in bench/results/ when run locally.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-bench/results}"
+mkdir -p "$OUT"
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PWD"
+fi
+export VOICECHAT_COMMIT="${VOICECHAT_COMMIT:-$(cat .commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+mode="${1:-all}"
+if [ "$mode" = all ] || [ "$mode" = tests ]; then
+    python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" --timeout 900 tests/test_gpu_engine.py tests/test_streaming_decoder.py 2>&1 | tee "$OUT/gpu_tests.log"
+fi
+if [ "$mode" = all ] || [ "$mode" = bench ]; then
+    python3 -m app bench --out "$OUT" 2>&1 | tee "$OUT/bench.log"
+fi
