@@ -1,0 +1,726 @@
+"""What the self-test checks and what a bug report needs: versions, GPU, driver, audio, model.
+
+`collect_diagnostics()` never raises: every probe records its own error in the report, because the
+report is most needed exactly when something is broken (no driver, no PortAudio, no model).
+`run_selftest()` adds one real turn through the pipeline, writes the report next to the logs and
+returns the process exit code.
+
+Plain Python + torch; no Qt here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import datetime as _dt
+import importlib.metadata
+import json
+import logging
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import platformdirs
+
+from engine import logs
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "VoiceChat"
+DEFAULT_MODEL_REPO = "LiquidAI/LFM2.5-Audio-1.5B-JP"
+REPORT_SCHEMA = 1
+
+# Oldest driver branch that runs CUDA 12.x builds through minor-version compatibility (NVIDIA's
+# "CUDA Compatibility" guide: CUDA 12.x needs >= 525, CUDA 13.x needs >= 580).
+MIN_DRIVER_BRANCH_FOR_CUDA_MAJOR: dict[int, int] = {11: 450, 12: 525, 13: 580}
+
+OK = "ok"
+WARNING = "warning"
+ERROR = "error"
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def default_model_store(app_name: str = APP_NAME) -> Path:
+    """Where the app keeps downloaded models: a Hugging Face cache under the user data dir."""
+    return Path(platformdirs.user_data_dir(app_name, app_name)) / "models"
+
+
+def _check(name: str, status: str, message: str) -> dict[str, str]:
+    return {"name": name, "status": status, "message": message}
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _parse_version(text: str | None) -> tuple[int, ...] | None:
+    """'12.8' -> (12, 8); '572.16' -> (572, 16); None or junk -> None."""
+    if not text:
+        return None
+    parts: list[int] = []
+    for piece in text.strip().split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts) or None
+
+
+def _hidden_window_flags() -> int:
+    # The installed app has no console; without this flag every nvidia-smi call would flash a
+    # console window on Windows.
+    return getattr(subprocess, "CREATE_NO_WINDOW", 0)
+
+
+# --------------------------------------------------------------------------- NVIDIA driver
+
+
+def parse_nvidia_smi_csv(text: str) -> list[dict[str, Any]]:
+    """Parse `nvidia-smi --query-gpu=name,driver_version,memory.total,memory.free
+    --format=csv,noheader,nounits` (memory in MiB) into one dict per GPU."""
+    gpus: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        # GPU names contain no commas; split from the right so that one would not break it.
+        fields = [field.strip() for field in line.rsplit(",", 3)]
+        if len(fields) != 4:
+            continue
+        name, driver, total_mib, free_mib = fields
+        gpus.append(
+            {
+                "name": name,
+                "driver_version": driver,
+                "total_vram_bytes": int(float(total_mib) * 1024 * 1024) if _is_number(total_mib) else None,
+                "free_vram_bytes": int(float(free_mib) * 1024 * 1024) if _is_number(free_mib) else None,
+            }
+        )
+    return gpus
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def query_nvidia_smi(timeout_s: float = 10.0) -> dict[str, Any]:
+    """GPUs and driver version as nvidia-smi reports them; works even when torch cannot use CUDA."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None and sys.platform == "win32":
+        # The driver installs it into System32, which a stripped PATH may lack.
+        candidate = Path(r"C:\Windows\System32\nvidia-smi.exe")
+        exe = str(candidate) if candidate.is_file() else None
+    if exe is None:
+        return {"available": False, "error": "nvidia-smi not found", "gpus": []}
+    try:
+        completed = subprocess.run(
+            [
+                exe,
+                "--query-gpu=name,driver_version,memory.total,memory.free",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            creationflags=_hidden_window_flags(),
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"available": False, "error": _error_text(exc), "gpus": []}
+    if completed.returncode != 0:
+        detail = (completed.stderr or completed.stdout).strip()
+        return {"available": False, "error": f"nvidia-smi exit {completed.returncode}: {detail}", "gpus": []}
+    return {"available": True, "error": None, "gpus": parse_nvidia_smi_csv(completed.stdout), "path": exe}
+
+
+def query_driver_cuda_version() -> tuple[int, int] | None:
+    """The newest CUDA version the installed driver supports, from cuDriverGetVersion().
+
+    Read straight from the driver library (nvcuda.dll / libcuda.so.1), so it is known even when
+    the driver is too old for torch to initialise CUDA. None when there is no NVIDIA driver.
+    """
+    names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so"]
+    found = ctypes.util.find_library("cuda")
+    if found and found not in names:
+        names.append(found)
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        try:
+            status = lib.cuDriverGetVersion(ctypes.byref(version))
+        except AttributeError:
+            continue
+        if status == 0 and version.value > 0:
+            return version.value // 1000, (version.value % 1000) // 10
+    return None
+
+
+def assess_driver(
+    *,
+    torch_cuda: str | None,
+    driver_cuda: tuple[int, int] | None,
+    driver_version: str | None,
+    gpu_seen: bool,
+    cuda_available: bool,
+    cuda_init_error: str | None = None,
+) -> tuple[str, str, str]:
+    """Decide whether the NVIDIA driver can run this torch build: (status, severity, message).
+
+    status is one of ok, minor_compat, too_old, cpu_build, no_gpu, init_failed.
+    """
+    needed = _parse_version(torch_cuda)
+    shown_driver = driver_version or "unknown"
+    if needed is None:
+        if gpu_seen:
+            return (
+                "cpu_build",
+                ERROR,
+                "This build contains the CPU-only torch, so the NVIDIA GPU cannot be used "
+                "(packaging error: the installer must be built with the CUDA torch).",
+            )
+        return "cpu_build", WARNING, "CPU-only torch build and no NVIDIA GPU: the app runs on the CPU (slow)."
+    needed_text = ".".join(str(p) for p in needed[:2])
+    if not gpu_seen:
+        # A driver without a GPU (left over after a GPU swap) is no error: there is nothing to fix.
+        found = "an NVIDIA driver but no NVIDIA GPU" if driver_cuda is not None else "no NVIDIA driver or GPU"
+        return (
+            "no_gpu",
+            WARNING,
+            f"Found {found}: the app runs on the CPU, which is too slow for real-time speech.",
+        )
+    if driver_cuda is not None:
+        have_text = f"{driver_cuda[0]}.{driver_cuda[1]}"
+        min_branch = MIN_DRIVER_BRANCH_FOR_CUDA_MAJOR.get(needed[0])
+        driver_branch = _parse_version(driver_version)
+        branch_too_old = min_branch is not None and driver_branch is not None and driver_branch[0] < min_branch
+        if driver_cuda[0] < needed[0] or branch_too_old:
+            branch_hint = f" (driver {min_branch} or newer)" if min_branch is not None else ""
+            return (
+                "too_old",
+                ERROR,
+                f"The NVIDIA driver {shown_driver} is too old: it supports CUDA {have_text}, but this app "
+                f"needs CUDA {needed_text}{branch_hint}. Update the driver from nvidia.com or GeForce Experience / "
+                "NVIDIA App, then restart Windows.",
+            )
+        if not cuda_available:
+            return (
+                "init_failed",
+                ERROR,
+                f"The NVIDIA driver {shown_driver} (CUDA {have_text}) is installed but CUDA could not be "
+                f"initialised: {cuda_init_error or 'unknown reason'}. Reinstall or update the driver and restart.",
+            )
+        if driver_cuda < (needed[0], needed[1] if len(needed) > 1 else 0):
+            return (
+                "minor_compat",
+                WARNING,
+                f"The NVIDIA driver {shown_driver} supports CUDA {have_text}, older than this app's CUDA "
+                f"{needed_text}. It works through CUDA minor-version compatibility, but a driver update is recommended.",
+            )
+        return "ok", OK, f"NVIDIA driver {shown_driver} supports CUDA {have_text}; this app needs CUDA {needed_text}."
+    # A GPU is listed by nvidia-smi but the driver library did not answer.
+    if cuda_available:
+        return "ok", OK, f"CUDA works (driver {shown_driver}); the driver's CUDA version could not be read."
+    return (
+        "init_failed",
+        ERROR,
+        f"An NVIDIA GPU is present but CUDA could not be initialised: {cuda_init_error or 'unknown reason'}. "
+        "Install or update the NVIDIA driver and restart.",
+    )
+
+
+# --------------------------------------------------------------------------- probes
+
+
+def _probe_torch() -> dict[str, Any]:
+    info: dict[str, Any] = {"version": None, "cuda_build": None, "cudnn": None, "cuda_available": False}
+    try:
+        import torch
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        info["error"] = _error_text(exc)
+        return info
+    info["version"] = torch.__version__
+    info["cuda_build"] = torch.version.cuda
+    # torch explains why CUDA is unusable (e.g. "driver too old") only through a warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            info["cuda_available"] = bool(torch.cuda.is_available())
+        except Exception as exc:  # noqa: BLE001
+            info["cuda_init_error"] = _error_text(exc)
+    reasons = [str(w.message) for w in caught]
+    if reasons and not info["cuda_available"]:
+        info["cuda_init_error"] = " ".join(reasons)
+    with contextlib.suppress(Exception):
+        info["cudnn"] = torch.backends.cudnn.version()
+    gpus: list[dict[str, Any]] = []
+    if info["cuda_available"]:
+        try:
+            arch_list = list(torch.cuda.get_arch_list())
+            info["arch_list"] = arch_list
+            for index in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(index)
+                free, total = torch.cuda.mem_get_info(index)
+                sm = f"sm_{props.major}{props.minor}"
+                gpus.append(
+                    {
+                        "index": index,
+                        "name": props.name,
+                        "total_vram_bytes": int(total),
+                        "free_vram_bytes": int(free),
+                        "compute_capability": f"{props.major}.{props.minor}",
+                        # A GPU newer than every architecture the build was compiled for fails
+                        # on the first kernel launch, long after is_available() said yes.
+                        "supported_by_torch_build": (not arch_list) or sm in arch_list,
+                    }
+                )
+        except Exception as exc:  # noqa: BLE001
+            info["gpu_error"] = _error_text(exc)
+    info["gpus"] = gpus
+    return info
+
+
+def _probe_audio() -> dict[str, Any]:
+    info: dict[str, Any] = {"portaudio": None, "devices": [], "default_input": None, "default_output": None}
+    try:
+        import sounddevice as sd  # raises OSError when the PortAudio library is missing
+    except Exception as exc:  # noqa: BLE001
+        info["error"] = _error_text(exc)
+        return info
+    try:
+        info["portaudio"] = sd.get_portaudio_version()[1]
+        hostapis = sd.query_hostapis()
+        devices = []
+        for index, device in enumerate(sd.query_devices()):
+            devices.append(
+                {
+                    "index": index,
+                    "name": device["name"],
+                    "hostapi": hostapis[device["hostapi"]]["name"],
+                    "max_input_channels": int(device["max_input_channels"]),
+                    "max_output_channels": int(device["max_output_channels"]),
+                    "default_samplerate": float(device["default_samplerate"]),
+                }
+            )
+        info["devices"] = devices
+        default_in, default_out = sd.default.device
+        by_index = {d["index"]: d["name"] for d in devices}
+        info["default_input"] = by_index.get(default_in)
+        info["default_output"] = by_index.get(default_out)
+    except Exception as exc:  # noqa: BLE001
+        info["error"] = _error_text(exc)
+    return info
+
+
+def _repo_folder_name(repo_id: str) -> str:
+    try:
+        from huggingface_hub.file_download import repo_folder_name
+
+        return repo_folder_name(repo_id=repo_id, repo_type="model")
+    except Exception:  # noqa: BLE001 - fall back to the documented cache layout
+        return "models--" + repo_id.replace("/", "--")
+
+
+def find_cached_model(repo_id: str, store: Path) -> dict[str, Any]:
+    """Look for a complete snapshot of `repo_id` in the Hugging Face cache at `store`.
+
+    Accepts both `store/models--org--name` (store used as cache_dir) and `store/hub/...` (store
+    used as HF_HOME). A snapshot counts when it has config.json and at least one .safetensors file;
+    leftover `*.incomplete` blobs mean an interrupted download.
+    """
+    result: dict[str, Any] = {"repo_id": repo_id, "store": str(store), "present": False, "snapshot": None}
+    folder = _repo_folder_name(repo_id)
+    for cache_dir in (store, store / "hub"):
+        repo_dir = cache_dir / folder
+        snapshots = repo_dir / "snapshots"
+        if not snapshots.is_dir():
+            continue
+        preferred: list[Path] = []
+        ref = repo_dir / "refs" / "main"
+        if ref.is_file():
+            preferred.append(snapshots / ref.read_text(encoding="utf-8").strip())
+        candidates = preferred + sorted(p for p in snapshots.iterdir() if p.is_dir() and p not in preferred)
+        incomplete = sorted((repo_dir / "blobs").glob("*.incomplete")) if (repo_dir / "blobs").is_dir() else []
+        for snapshot in candidates:
+            weights = sorted(snapshot.glob("*.safetensors"))
+            if (snapshot / "config.json").is_file() and weights:
+                files = [p for p in snapshot.rglob("*") if p.is_file()]
+                result.update(
+                    present=True,
+                    snapshot=str(snapshot),
+                    files=len(files),
+                    # Snapshot entries are symlinks (or copies on Windows without symlink rights);
+                    # stat() follows the link to the blob, so this is the real size.
+                    size_bytes=sum(p.stat().st_size for p in files),
+                    weights=[p.name for p in weights],
+                )
+                break
+        if incomplete:
+            result["incomplete_downloads"] = len(incomplete)
+        if result["present"] or incomplete:
+            return result
+    return result
+
+
+def _app_version() -> str:
+    try:
+        return importlib.metadata.version("voicechat")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def collect_diagnostics(
+    *,
+    model_repo: str = DEFAULT_MODEL_REPO,
+    model_store: Path | None = None,
+    app_name: str = APP_NAME,
+) -> dict[str, Any]:
+    """Everything a bug report needs, as JSON-ready values. Never raises."""
+    store = model_store if model_store is not None else default_model_store(app_name)
+    report: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "app": {
+            "name": app_name,
+            "version": _app_version(),
+            "frozen": bool(getattr(sys, "frozen", False)),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "version": platform.version(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "python_build": sys.version,
+        },
+        "paths": {
+            "log_file": str(logs.current_log_path()) if logs.current_log_path() else None,
+            "log_dir": str(logs.default_log_dir(app_name)),
+            "data_dir": platformdirs.user_data_dir(app_name, app_name),
+            "config_dir": platformdirs.user_config_dir(app_name, app_name),
+        },
+    }
+    checks: list[dict[str, str]] = []
+
+    torch_info = _probe_torch()
+    report["torch"] = {k: v for k, v in torch_info.items() if k != "gpus"}
+    if "error" in torch_info:
+        checks.append(_check("torch", ERROR, f"torch could not be imported: {torch_info['error']}"))
+
+    smi = query_nvidia_smi()
+    driver_cuda = query_driver_cuda_version()
+    driver_version = smi["gpus"][0]["driver_version"] if smi["gpus"] else None
+    gpus = torch_info.get("gpus") or []
+    if not gpus and smi["gpus"]:
+        # torch cannot see the GPU (old driver, CPU build): still report what nvidia-smi sees.
+        gpus = [{"index": i, **{k: v for k, v in g.items() if k != "driver_version"}} for i, g in enumerate(smi["gpus"])]
+    report["gpus"] = gpus
+    status, severity, message = assess_driver(
+        torch_cuda=torch_info.get("cuda_build"),
+        driver_cuda=driver_cuda,
+        driver_version=driver_version,
+        gpu_seen=bool(gpus) or smi["available"],
+        cuda_available=bool(torch_info.get("cuda_available")),
+        cuda_init_error=torch_info.get("cuda_init_error"),
+    )
+    report["driver"] = {
+        "driver_version": driver_version,
+        "driver_cuda": f"{driver_cuda[0]}.{driver_cuda[1]}" if driver_cuda else None,
+        "nvidia_smi": smi.get("path") if smi["available"] else smi["error"],
+        "status": status,
+        "message": message,
+    }
+    checks.append(_check("driver", severity, message))
+    for gpu in gpus:
+        if gpu.get("supported_by_torch_build") is False:
+            checks.append(
+                _check(
+                    "gpu_arch",
+                    ERROR,
+                    f"{gpu['name']} (compute capability {gpu['compute_capability']}) is not supported by this "
+                    f"torch build (built for {', '.join(torch_info.get('arch_list', []))}).",
+                )
+            )
+
+    audio = _probe_audio()
+    report["audio"] = audio
+    if "error" in audio:
+        checks.append(_check("audio", WARNING, f"Audio devices could not be listed: {audio['error']}"))
+    else:
+        inputs = [d for d in audio["devices"] if d["max_input_channels"] > 0]
+        outputs = [d for d in audio["devices"] if d["max_output_channels"] > 0]
+        if inputs and outputs:
+            checks.append(_check("audio", OK, f"{len(inputs)} input and {len(outputs)} output devices."))
+        else:
+            checks.append(
+                _check(
+                    "audio",
+                    WARNING,
+                    f"{len(inputs)} input and {len(outputs)} output devices: connect a microphone and speakers/headphones.",
+                )
+            )
+
+    try:
+        model = find_cached_model(model_repo, store)
+    except Exception as exc:  # noqa: BLE001
+        model = {"repo_id": model_repo, "store": str(store), "present": False, "error": _error_text(exc)}
+    report["model"] = model
+    if model["present"]:
+        checks.append(_check("model", OK, f"{model_repo} is downloaded ({model['snapshot']})."))
+    elif model.get("incomplete_downloads"):
+        checks.append(_check("model", WARNING, f"{model_repo}: an earlier download was interrupted; it resumes on the next start."))
+    else:
+        checks.append(_check("model", WARNING, f"{model_repo} is not downloaded yet; the app downloads it on first start."))
+
+    report["checks"] = checks
+    return report
+
+
+def _jsonable(value: Any) -> Any:
+    """Best-effort conversion of a run_turn() result (may hold numpy/torch scalars, paths) to JSON."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    item = getattr(value, "item", None)
+    if callable(item):
+        with contextlib.suppress(Exception):
+            return _jsonable(item())
+    return str(value)
+
+
+def _format_bytes(count: int | None) -> str:
+    return "unknown" if count is None else f"{count / 1024**3:.1f} GiB"
+
+
+def format_report_text(report: dict[str, Any]) -> str:
+    """The human-readable version of the report (the .txt the user can paste into an issue)."""
+    lines: list[str] = [f"{report['app']['name']} diagnostics ({report['generated_at']})", ""]
+
+    def section(title: str, rows: Iterable[tuple[str, Any]]) -> None:
+        lines.append(f"[{title}]")
+        lines.extend(f"  {key}: {value}" for key, value in rows)
+        lines.append("")
+
+    app = report["app"]
+    plat = report["platform"]
+    section(
+        "app",
+        [("version", app["version"]), ("frozen", app["frozen"]), ("executable", app["executable"])],
+    )
+    section(
+        "system",
+        [
+            ("os", f"{plat['system']} {plat['release']} ({plat['version']}) {plat['machine']}"),
+            ("python", plat["python"]),
+        ],
+    )
+    torch_info = report.get("torch", {})
+    section(
+        "torch",
+        [
+            ("version", torch_info.get("version")),
+            ("cuda build", torch_info.get("cuda_build")),
+            ("cudnn", torch_info.get("cudnn")),
+            ("cuda available", torch_info.get("cuda_available")),
+        ]
+        + ([("cuda init error", torch_info["cuda_init_error"])] if torch_info.get("cuda_init_error") else [])
+        + ([("error", torch_info["error"])] if torch_info.get("error") else []),
+    )
+    driver = report.get("driver", {})
+    section(
+        "driver",
+        [
+            ("version", driver.get("driver_version")),
+            ("supports cuda", driver.get("driver_cuda")),
+            ("status", driver.get("status")),
+            ("message", driver.get("message")),
+        ],
+    )
+    gpu_rows: list[tuple[str, Any]] = []
+    for gpu in report.get("gpus", []):
+        gpu_rows.append(
+            (
+                f"gpu {gpu.get('index')}",
+                f"{gpu.get('name')}, VRAM {_format_bytes(gpu.get('total_vram_bytes'))} total / "
+                f"{_format_bytes(gpu.get('free_vram_bytes'))} free, compute capability "
+                f"{gpu.get('compute_capability', 'unknown')}",
+            )
+        )
+    section("gpus", gpu_rows or [("gpu", "none found")])
+    audio = report.get("audio", {})
+    audio_rows: list[tuple[str, Any]] = [
+        ("portaudio", audio.get("portaudio")),
+        ("default input", audio.get("default_input")),
+        ("default output", audio.get("default_output")),
+    ]
+    if audio.get("error"):
+        audio_rows.append(("error", audio["error"]))
+    for device in audio.get("devices", []):
+        audio_rows.append(
+            (
+                f"device {device['index']}",
+                f"{device['name']} [{device['hostapi']}] in={device['max_input_channels']} "
+                f"out={device['max_output_channels']} {device['default_samplerate']:.0f} Hz",
+            )
+        )
+    section("audio", audio_rows)
+    model = report.get("model", {})
+    section(
+        "model",
+        [
+            ("repo", model.get("repo_id")),
+            ("store", model.get("store")),
+            ("present", model.get("present")),
+            ("snapshot", model.get("snapshot")),
+            ("size", _format_bytes(model.get("size_bytes")) if model.get("size_bytes") is not None else None),
+        ],
+    )
+    if "turn" in report:
+        turn = report["turn"]
+        rows: list[tuple[str, Any]] = [("ok", turn["ok"]), ("seconds", f"{turn['seconds']:.2f}")]
+        if turn.get("error"):
+            rows.append(("error", turn["error"]))
+        for key, value in (turn.get("result") or {}).items():
+            rows.append((key, value))
+        section("self-test turn", rows)
+    section("paths", list(report.get("paths", {}).items()))
+    section("checks", [(c["name"], f"{c['status'].upper()}: {c['message']}") for c in report.get("checks", [])])
+    if report.get("turn", {}).get("traceback"):
+        lines.append("[turn traceback]")
+        lines.append(report["turn"]["traceback"].rstrip("\n"))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_diagnostics(report: dict[str, Any], path: Path | None = None) -> Path:
+    """Write the report as JSON plus a readable .txt beside it; returns the JSON file's path.
+
+    Default location: the log dir, named with the time so that older reports are kept.
+    """
+    if path is None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        log_file = logs.current_log_path()
+        directory = log_file.parent if log_file is not None else logs.default_log_dir(report["app"]["name"])
+        path = directory / f"diagnostics-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    path.with_suffix(".txt").write_text(format_report_text(report) + "\n", encoding="utf-8")
+    return path
+
+
+def format_summary(report: dict[str, Any], report_path: Path | None) -> str:
+    """A few lines for the console (or a dialog): one line per check and where the report is."""
+    lines = []
+    for check in report.get("checks", []):
+        lines.append(f"[{check['status'].upper():7}] {check['name']}: {check['message']}")
+    failed = any(c["status"] == ERROR for c in report.get("checks", []))
+    lines.append(f"Self-test {'FAILED' if failed else 'passed'}.")
+    if report_path is not None:
+        lines.append(f"Diagnostics: {report_path.with_suffix('.txt')}")
+        lines.append(f"             {report_path}")
+    log_file = report.get("paths", {}).get("log_file")
+    if log_file:
+        lines.append(f"Log:         {log_file}")
+    return "\n".join(lines)
+
+
+def _run_with_timeout(run_turn: Callable[[], dict[str, Any]], timeout_s: float | None) -> dict[str, Any]:
+    if timeout_s is None:
+        return run_turn()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = run_turn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the calling thread
+            outcome["error"] = exc
+
+    # A daemon thread: a turn stuck in a driver call must not keep the process from exiting.
+    worker = threading.Thread(target=target, name="selftest-turn", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise TimeoutError(f"the self-test turn did not finish within {timeout_s:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def run_selftest(
+    run_turn: Callable[[], dict[str, Any]],
+    *,
+    report_path: Path | None = None,
+    timeout_s: float | None = 600.0,
+    out: IO[str] | None = None,
+    collect: Callable[[], dict[str, Any]] = collect_diagnostics,
+) -> int:
+    """Diagnostics plus one real turn; writes the report, prints a summary, returns 0 or 1.
+
+    `run_turn` performs one tiny-model turn through the whole pipeline and returns a dict of what
+    it measured (text, audio seconds, timings...). With a timeout it runs in a worker thread, so it
+    must not create Qt widgets. The result is 1 when the turn fails (exception, timeout or a
+    non-dict result) or any check reports an error (e.g. a driver too old for the torch build).
+    """
+    report = collect()
+    checks: list[dict[str, str]] = report.setdefault("checks", [])
+    started = time.perf_counter()
+    try:
+        result = _run_with_timeout(run_turn, timeout_s)
+        if not isinstance(result, dict):
+            raise TypeError(f"run_turn() returned {type(result).__name__}, expected dict")
+    except Exception as exc:  # noqa: BLE001 - a failing turn is the result, not a crash
+        elapsed = time.perf_counter() - started
+        logger.exception("self-test turn failed")
+        report["turn"] = {
+            "ok": False,
+            "seconds": elapsed,
+            "error": _error_text(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        checks.append(_check("turn", ERROR, f"The test turn failed: {_error_text(exc)}"))
+    else:
+        elapsed = time.perf_counter() - started
+        report["turn"] = {"ok": True, "seconds": elapsed, "result": _jsonable(result)}
+        checks.append(_check("turn", OK, f"One test turn ran through the full pipeline in {elapsed:.1f} s."))
+
+    exit_code = 1 if any(c["status"] == ERROR for c in checks) else 0
+    report["exit_code"] = exit_code
+    written: Path | None = None
+    try:
+        written = write_diagnostics(report, report_path)
+    except OSError as exc:
+        logger.exception("could not write the diagnostics report")
+        checks.append(_check("report", ERROR, f"The diagnostics file could not be written: {_error_text(exc)}"))
+        exit_code = 1
+    summary = format_summary(report, written)
+    logger.info("self-test summary (exit %d):\n%s", exit_code, summary)
+    stream = out if out is not None else sys.stdout
+    if stream is not None:  # None in a windowed app without an attached console
+        try:
+            print(summary, file=stream, flush=True)
+        except (OSError, UnicodeError):
+            logger.warning("could not print the self-test summary", exc_info=True)
+    return exit_code
