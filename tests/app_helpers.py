@@ -73,3 +73,117 @@ def make_window(tmp_path: Path, *, settings: Settings | None = None, language: s
 
 def commands_of(window: MainWindow, kind: type) -> list[p.Command]:
     return [c for c in window.bridge.sent if isinstance(c, kind)]
+
+
+# ------------------------------------------------------------------------------- real audio devices
+
+
+class MicFeeder(threading.Thread):
+    """Feeds the ALSA test microphone (tests/alsa_env.py) like a real microphone: a tone, in real time.
+
+    The capture stream reads its FIFO as fast as data arrives, so feeding at the wall-clock pace makes
+    the recorder's stream time follow the wall clock, as with a sound card. Each feed is a whole number
+    of the recorder's blocks and is written only when the previous one was consumed (alsa_env's rules).
+    """
+
+    def __init__(self, env: object, *, frequency: float = 440.0, amplitude: float = 0.3,
+                 block_s: float = 0.01, feed_blocks: int = 5) -> None:
+        super().__init__(daemon=True, name="mic-feeder")
+        from engine.audio.devices import find_device
+
+        self.env = env
+        self.rate = int(round(find_device(None, "input").default_samplerate))
+        self.block = max(1, round(self.rate * block_s))
+        self.frames_per_feed = self.block * feed_blocks
+        self.frequency = frequency
+        self.amplitude = amplitude
+        self.stop_event = threading.Event()
+        self.frames_fed = 0
+
+    def run(self) -> None:
+        import fcntl
+        import termios
+        import time
+
+        import numpy as np
+
+        fd = self.env._mic_fd  # type: ignore[attr-defined]
+        started = time.monotonic()
+        phase = 0
+        while not self.stop_event.is_set():
+            due = started + self.frames_fed / self.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(min(delay, 0.02))
+                continue
+            pending = np.zeros(1, dtype=np.int32)
+            fcntl.ioctl(fd, termios.FIONREAD, pending)
+            if pending[0] > 0:  # the stream has not taken the previous feed yet
+                time.sleep(0.002)
+                continue
+            t = (np.arange(self.frames_per_feed) + phase) / self.rate
+            tone = (self.amplitude * np.sin(2 * np.pi * self.frequency * t)).astype(np.float32)
+            phase += self.frames_per_feed
+            self.env.feed_mic(tone, block=self.block)  # type: ignore[attr-defined]
+            self.frames_fed += self.frames_per_feed
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(5)
+
+
+def make_voice_adapter(model_dir: Path, folder: Path, *, seed: int = 1) -> Path:
+    """A real PEFT LoRA adapter for the model in `model_dir` (random, non-zero weights)."""
+    import copy
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from engine.loading import load_model
+
+    model = load_model(model_dir, device="cpu").model
+    torch.manual_seed(seed)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "w1"], init_lora_weights=False)
+    get_peft_model(copy.deepcopy(model), config).save_pretrained(str(folder))
+    return folder
+
+
+class SpeakerTap(threading.Thread):
+    """Reads what the player writes to the ALSA test speaker (`vc_test_speaker`), so a test can check
+    that real samples reached the output stream. The FIFO is drained continuously, so playback is not
+    held up (it runs as fast as it is read)."""
+
+    def __init__(self, env: object) -> None:
+        super().__init__(daemon=True, name="speaker-tap")
+        self.env = env
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.frames = 0
+        self.loud_frames = 0  # frames with a sample above -40 dBFS: not silence padding
+        self.peak = 0.0
+        self._rest = b""
+
+    def run(self) -> None:
+        import select
+
+        import numpy as np
+
+        fd = self.env._speaker_fd  # type: ignore[attr-defined]
+        while not self.stop_event.is_set():
+            ready, _, _ = select.select([fd], [], [], 0.01)
+            if not ready:
+                continue
+            data = self._rest + os.read(fd, 1 << 16)
+            usable = len(data) - len(data) % 8  # whole float32 stereo frames
+            self._rest = data[usable:]
+            block = np.frombuffer(data[:usable], dtype="<f4").reshape(-1, 2)
+            with self.lock:
+                self.frames += len(block)
+                if len(block):
+                    loudness = np.abs(block).max(axis=1)
+                    self.loud_frames += int((loudness > 0.01).sum())
+                    self.peak = max(self.peak, float(loudness.max()))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(5)
