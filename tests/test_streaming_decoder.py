@@ -263,6 +263,21 @@ def test_count_step_kernels_restores_state(tiny: nn.Module) -> None:
     assert rel_max_err(torch.cat(chunks), whole_decode(tiny, codes)) < FP32_BOUND
 
 
+def test_refresh_weights_follows_module_changes() -> None:
+    detok = build_detokenizer(["conv", "sliding_attention"], intermediate_size=128, seed=14)
+    dec = StreamingDetokenizer(detok)
+    codes = random_codes(6, seed=15)
+    with torch.no_grad():  # e.g. a new checkpoint loaded in place: fused copies must follow
+        for p in detok.parameters():
+            p.mul_(0.9).add_(0.05)
+    stale = torch.cat(stream(dec, codes))
+    dec.refresh_weights()
+    fresh = torch.cat(stream(dec, codes))
+    ref = whole_decode(detok, codes)
+    assert rel_max_err(stale, ref) > 100 * FP32_BOUND  # copies are snapshots, as documented
+    assert rel_max_err(fresh, ref) < FP32_BOUND
+
+
 def test_capture_graph_refuses_cpu(tiny: nn.Module) -> None:
     with pytest.raises(RuntimeError):
         StreamingDetokenizer(tiny).capture_graph()
@@ -347,9 +362,9 @@ def test_cuda_float32_streamed_vs_whole(full_cuda: nn.Module) -> None:
     assert [c.numel() for c in chunks] == [FIRST_CHUNK_SAMPLES] + [FRAME_SAMPLES] * 24 + [FLUSH_SAMPLES]
     err = rel_max_err(torch.cat(chunks), ref)
     print(f"cuda float32 streamed vs whole: max abs err / RMS = {err:.2e}")
-    # cuDNN may run the reference's depthwise conv with TF32 (allowed by default for convolutions),
-    # hence a looser bound than on CPU.
-    assert err < 1e-3
+    # Slightly looser than on CPU: the reference's cuDNN conv may use TF32 (allowed by default for
+    # convolutions) and the GPU reductions sum in another order.
+    assert err < 2e-4  # measured 2.6e-5 on an H200
 
 
 @gpu
@@ -370,10 +385,15 @@ def test_cuda_bfloat16_streamed_vs_whole(full_cuda: nn.Module) -> None:
 @gpu
 @needs_cuda
 def test_cuda_kernel_count_per_frame(full_cuda: nn.Module) -> None:
-    """Regression guard on launches per frame (the step is launch-bound at batch 1). Not timed."""
-    count = count_step_kernels(StreamingDetokenizer(full_cuda))
-    print(f"kernels per frame: {count.total}")
-    for name, n in sorted(count.by_name.items(), key=lambda kv: -kv[1]):
-        print(f"  {n:3d}  {name[:110]}")
-    assert count.device == "cuda"
-    assert count.total <= 140
+    """Regression guard on launches per frame (the step is launch-bound at batch 1). Not timed.
+
+    Measured on an H200 with torch 2.11: 128 (float32, 17 of them cuBLAS split-K reductions) and 113
+    (bfloat16); the margin absorbs other cuBLAS heuristics.
+    """
+    for model, limit in ((full_cuda, 140), (copy.deepcopy(full_cuda).to(torch.bfloat16), 122)):
+        count = count_step_kernels(StreamingDetokenizer(model))
+        print(f"kernels per frame ({model.lin.weight.dtype}): {count.total}")
+        for name, n in sorted(count.by_name.items(), key=lambda kv: -kv[1]):
+            print(f"  {n:3d}  {name[:110]}")
+        assert count.device == "cuda"
+        assert count.total <= limit

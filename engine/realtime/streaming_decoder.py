@@ -13,13 +13,16 @@ straight into the state buffers and no transpose/contiguous copies are needed.
 
 State layout (all device tensors, updated in place by the step):
 
-* ``_arena`` (n_layers + 1, S, Wd) in the model dtype, S = PAST + 6 time slots, PAST = window - 1 (29).
-  Slot s holds transformer position ``p - PAST + s`` where p is the first position of the current
-  frame, so the 6 new positions are always slots PAST..S-1 (static addresses) and one shift of the
-  whole arena by 6 slots per step (2 copies through ``_arena_tmp``, overlapping ranges cannot be
-  copied in one kernel) advances every layer's state at once.
-  - conv layer l: ``_arena[l, :, :H]`` is the history of ``B*x`` (the conv input); the depthwise
-    causal conv reads the last L_cache-1 + 6 slots.
+* ``_conv_hist`` (n_conv, L-1 + 6, L * H) in the model dtype, L = conv_L_cache (3): slot s holds time
+  ``p - (L-1) + s``, as the L products ``w_k * B * x`` (k = 0..L-1) of the depthwise conv taps. The conv
+  weights are folded into a fused in_proj copy ([w_0*B | .. | w_{L-1}*B | C | x]), so one multiply
+  writes all taps of the 6 new slots and the causal conv is one reduction over a strided view
+  (tap k of output t lives at slot t + k); one copy moves the last L-1 slots to the front.
+* ``_arena`` (n_attn + 1, S, (n_rep + 2) * n_kv * head_dim) in the model dtype, S = PAST + 6 slots,
+  PAST = window - 1 (29). Slot s holds transformer position ``p - PAST + s`` where p is the first
+  position of the current frame, so the 6 new positions are always slots PAST..S-1 (static
+  addresses) and one shift of the whole arena by 6 slots per step (2 copies through ``_arena_tmp``:
+  overlapping ranges cannot be copied in one kernel) advances every attention layer at once.
   - attention layer l: ``_arena[l, s]`` is laid out as [q_r0 | ... | q_r{n_rep-1} | k | v], each
     (n_kv, head_dim); the fused q|k|v projection writes the whole row of the new slots, and the rotary
     bmm writes roped q and k back in place. Because the row is exactly (n_rep + 2) * n_kv * head_dim
@@ -44,10 +47,15 @@ Emission: after code frame n, every sample that no later frame can change is fin
 1440 samples for the first frame, 1920 for every later one, and `flush()` returns the last 480.
 The valid samples are always the LAST ``valid`` samples of the static 1920-sample PCM buffer.
 
+Measured on an H200 (torch 2.11, full-size random weights, one code frame, graph replay): bfloat16
+transformer 113 kernels / ~390 us; float32 128 kernels / ~500 us (cuBLAS picks split-K SIMT kernels
+for the M=6 float32 GEMMs, 17 of the 128 are split-K reductions). Eager: ~2.7-3 ms (launch-bound).
+Either is < 1 % of the 80 ms a frame lasts. `count_step_kernels` re-measures.
+
 Fused weight copies (made once; `refresh_weights()` redoes them in place): q|k|v projection with q
 heads reordered per kv group, out_proj with its input columns reordered to match, w1|w3, the q/k head
 norm weights expanded to one (heads, head_dim) table, and the output Linear with its rows interleaved
-(log-magnitude, angle) in float32. The irfft is a float32 matrix product with a precomputed real DFT
+(log-magnitude, angle) in float32, and in_proj of the conv layers with the conv taps folded in. The irfft is a float32 matrix product with a precomputed real DFT
 matrix that also applies the synthesis window. Everything else references the module's parameters.
 """
 
@@ -63,6 +71,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
@@ -103,6 +112,8 @@ _HIDDEN = 512  # FusedEmbedding and the output Linear hard-code 512
 # envelope is exactly 0 (the very first padded sample, trimmed anyway): 0/0 would put a NaN into the
 # static PCM buffer. Everywhere else the envelope is >= ~0.02 and adding 1e-30 is a no-op in float32.
 _ENV_FLOOR = 1e-30
+
+_SDPA_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 assert WIN % HOP == 0 and _TAIL_FRAMES <= UPSAMPLE and ISTFT_PAD < FRAME_SAMPLES
 
@@ -162,15 +173,15 @@ class _ConvLayer:
     slot: int  # block index in the arena
     op_norm_w: Tensor
     eps: float
-    in_w: Tensor
-    in_b: Tensor | None
-    conv_w: Tensor  # (H, L_cache), a view of the module's Conv1d weight
+    in_w: Tensor  # fused copy: [w_0 * W_B | ... | w_{L-1} * W_B | W_C | W_x], (L + 2) * H rows
+    in_b: Tensor | None  # fused copy of the bias the same way
     conv_b: Tensor | None
     out_w: Tensor
     out_b: Tensor | None
     ffn_norm_w: Tensor
     w13: Tensor  # fused copy: cat(w1, w3)
     w2: Tensor
+    src: nn.Module = field(repr=False)
 
 
 @dataclass
@@ -240,22 +251,21 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         hd, n_kv, n_rep = self._head_dim, self._n_kv, self._n_rep
         self._blocks = n_rep + 2  # row blocks of an attention slot: n_rep query groups, k, v
         attn_width = self._blocks * n_kv * hd if attn else 0
-        self._past = max(self._window - 1 if attn else 0, self._l_cache - 1)
+        self._past = self._window - 1
         self._slots = self._past + UPSAMPLE
-        if self._l_cache - 1 > self._past:
-            raise ValueError("conv cache longer than the kept history")
-        width = max(hidden, attn_width)
-        n_blocks = len(layers) + 1  # + validity row
+        if not 1 <= self._l_cache <= UPSAMPLE + 1:
+            raise ValueError("conv_L_cache must be in 1..7 (the state shift assumes L - 1 <= 6)")
         self._attn_width = attn_width
+        n_conv = len(layers) - len(attn)
 
         # ---- per-layer weights (references, plus the fused copies listed in the module docstring)
         self._layers: list[_ConvLayer | _AttnLayer] = []
-        for i, layer in enumerate(layers):
+        for layer in layers:
             if layer.is_attention_layer:
                 sa = layer.self_attn
                 self._layers.append(
                     _AttnLayer(
-                        slot=i,
+                        slot=sum(isinstance(x, _AttnLayer) for x in self._layers),
                         op_norm_w=layer.operator_norm.weight,
                         eps=float(layer.operator_norm.variance_epsilon),
                         qk_eps=float(sa.q_layernorm.variance_epsilon),
@@ -273,20 +283,23 @@ class StreamingDetokenizer(StreamingAudioDecoder):
                     raise ValueError("q and k layernorm eps differ; one fused head norm assumes they match")
             else:
                 conv = layer.conv
+                if conv.conv.weight.shape[-1] != self._l_cache:
+                    raise ValueError("conv kernel size differs from conv_L_cache")
+                rows_in = (self._l_cache + 2) * hidden
                 self._layers.append(
                     _ConvLayer(
-                        slot=i,
+                        slot=sum(isinstance(x, _ConvLayer) for x in self._layers),
                         op_norm_w=layer.operator_norm.weight,
                         eps=float(layer.operator_norm.variance_epsilon),
-                        in_w=conv.in_proj.weight,
-                        in_b=conv.in_proj.bias,
-                        conv_w=conv.conv.weight[:, 0, :],
+                        in_w=torch.empty(rows_in, hidden, device=dev, dtype=dt),
+                        in_b=None if conv.in_proj.bias is None else torch.empty(rows_in, device=dev, dtype=dt),
                         conv_b=conv.conv.bias,
                         out_w=conv.out_proj.weight,
                         out_b=conv.out_proj.bias,
                         ffn_norm_w=layer.ffn_norm.weight,
                         w13=torch.empty(2 * layer.feed_forward.w1.out_features, hidden, device=dev, dtype=dt),
                         w2=layer.feed_forward.w2.weight,
+                        src=layer,
                     )
                 )
         self._layer_modules = layers
@@ -333,9 +346,18 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         self._mask = self._mask_store[:, : self._slots]
 
         # ---- state
-        self._arena = torch.zeros(n_blocks, self._slots, width, device=dev, dtype=dt)
-        self._arena_tmp = torch.empty(n_blocks, self._past, width, device=dev, dtype=dt)
+        # Attention arena (+ validity block); a 1-wide dummy when there is no attention layer.
+        self._arena = torch.zeros(len(attn) + 1, self._slots, max(attn_width, 1), device=dev, dtype=dt)
+        self._arena_tmp = torch.empty(len(attn) + 1, self._past, max(attn_width, 1), device=dev, dtype=dt)
         self._validity = self._arena[-1, :, 0]
+        lc = self._l_cache
+        self._conv_hist = torch.zeros(n_conv, lc - 1 + UPSAMPLE, lc * hidden, device=dev, dtype=dt)
+        cs_ = self._conv_hist.stride()
+        # taps[i][t, c, k] = w_k * B * x at slot t + k of conv layer i (see the module docstring)
+        self._conv_taps = [
+            self._conv_hist[i].as_strided((UPSAMPLE, hidden, lc), (cs_[1], 1, cs_[1] + hidden))
+            for i in range(n_conv)
+        ]
         rows_f = _TAIL_FRAMES + UPSAMPLE
         self._frames = torch.zeros(2, rows_f, WIN, device=dev, dtype=torch.float32)
         env = window.square().clone()
@@ -372,7 +394,16 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         for spec, layer in zip(self._layers, self._layer_modules, strict=True):
             ff = layer.feed_forward
             spec.w13.copy_(torch.cat([ff.w1.weight, ff.w3.weight], dim=0))
-            if isinstance(spec, _AttnLayer):
+            if isinstance(spec, _ConvLayer):
+                conv, hidden = layer.conv, self._hidden
+                w_b, w_c, w_x = conv.in_proj.weight.split(hidden, dim=0)
+                taps = conv.conv.weight[:, 0, :]  # (H, L)
+                # w_k * (W_B h + b_B) == (w_k[:, None] * W_B) h + w_k * b_B: the taps ride on the projection.
+                spec.in_w.copy_(torch.cat([taps[:, k, None] * w_b for k in range(self._l_cache)] + [w_c, w_x]))
+                if spec.in_b is not None:
+                    b_b, b_c, b_x = conv.in_proj.bias.split(hidden)
+                    spec.in_b.copy_(torch.cat([taps[:, k] * b_b for k in range(self._l_cache)] + [b_c, b_x]))
+            else:
                 sa = layer.self_attn
                 # q head h = g * n_rep + r (repeat_kv order) is stored at (r, g) so that each kv group's
                 # queries are n_rep blocks of one row (see the arena layout).
@@ -403,6 +434,7 @@ class StreamingDetokenizer(StreamingAudioDecoder):
     @torch.no_grad()
     def reset(self) -> None:
         self._arena.zero_()
+        self._conv_hist.zero_()  # the reference's causal conv zero-pads the start
         self._validity[: self._past].fill_(float("-inf"))  # slots before the utterance start
         self._frames[:, :_TAIL_FRAMES].zero_()  # no overlap-add tail, no envelope tail
         self._pos.copy_(self._pos_init)
@@ -474,13 +506,15 @@ class StreamingDetokenizer(StreamingAudioDecoder):
     # ------------------------------------------------------------------ the step
 
     def _state_tensors(self) -> list[Tensor]:
-        return [self._arena, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
+        return [self._arena, self._conv_hist, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
 
+    @torch.no_grad()
     def step_graphable(self) -> None:
         """One code frame: `codes_buffer` -> `pcm_buffer` / `valid_samples`, state advanced.
 
         Only static-shape ops on preallocated buffers, no host sync, no branching on tensor values:
-        this is the body that `capture_graph` records. Call under `torch.no_grad()`.
+        this is the body that `capture_graph` records (and that a caller may record inside its own
+        graph). Python-side bookkeeping (`frames_done`) is left to `step`.
         """
         u, hd = UPSAMPLE, self._head_dim
         # Embedding. Clamp first: an out-of-range code (e.g. the 2048 end-of-audio token) would be a
@@ -526,20 +560,23 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         torch.clamp(self._pos[u], max=FRAME_SAMPLES, out=self.valid_samples)
         self._pos.add_(self._pos_step)
         self._frames[:, :_TAIL_FRAMES].copy_(self._frames[:, u : u + _TAIL_FRAMES])
-        self._arena_tmp.copy_(self._arena[:, u:])
-        self._arena[:, : self._past].copy_(self._arena_tmp)
+        if self._attn_width:
+            self._arena_tmp.copy_(self._arena[:, u:])
+            self._arena[:, : self._past].copy_(self._arena_tmp)
+        if self._conv_hist.shape[0] and self._l_cache > 1:
+            self._conv_hist[:, : self._l_cache - 1].copy_(self._conv_hist[:, u:])
 
     def _conv(self, spec: _ConvLayer, h: Tensor) -> None:
-        hidden, u, past = self._hidden, UPSAMPLE, self._past
+        hidden, u, lc = self._hidden, UPSAMPLE, self._l_cache
         hn = F.rms_norm(h, (hidden,), spec.op_norm_w, spec.eps)
-        bcx = F.linear(hn, spec.in_w, spec.in_b)  # (6, 3H) = [B | C | x]
-        hist = self._arena[spec.slot, :, :hidden]
-        torch.mul(bcx[:, :hidden], bcx[:, 2 * hidden :], out=hist[past:])  # B * x into the conv history
-        taps = hist[past - (self._l_cache - 1) :].unfold(0, self._l_cache, 1)  # (6, H, L) window view
-        conv = (taps * spec.conv_w).sum(-1)
+        proj = F.linear(hn, spec.in_w, spec.in_b)  # (6, (L + 2) H) = [w_0 B | .. | w_{L-1} B | C | x]
+        x = proj[:, (lc + 1) * hidden :]
+        new = self._conv_hist[spec.slot, lc - 1 :].view(u, lc, hidden)
+        torch.mul(proj[:, : lc * hidden].view(u, lc, hidden), x[:, None, :], out=new)  # every tap of B*x
+        conv = self._conv_taps[spec.slot].sum(-1)  # causal depthwise conv = sum of the taps
         if spec.conv_b is not None:
             conv = conv + spec.conv_b
-        y = bcx[:, hidden : 2 * hidden] * conv
+        y = proj[:, lc * hidden : (lc + 1) * hidden] * conv
         h.addmm_(y, spec.out_w.t())
         if spec.out_b is not None:
             h.add_(spec.out_b)
@@ -560,7 +597,10 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         kv = block.view(self._slots, blocks, n_kv, hd)
         k = kv[:, blocks - 2].permute(1, 0, 2).unsqueeze(0)
         v = kv[:, blocks - 1].permute(1, 0, 2).unsqueeze(0)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask, scale=spec.scaling)
+        # Memory-efficient kernel (or CPU flash): one launch. torch >= 2.10 would otherwise pick cuDNN
+        # attention here, which adds a memset per call.
+        with sdpa_kernel(_SDPA_BACKENDS):
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask, scale=spec.scaling)
         # (1, n_kv, (t, block), hd) -> (t, block, n_kv * hd); keep the n_rep query blocks.
         o = o[0].transpose(0, 1).reshape(u, blocks, n_kv * hd)[:, : self._n_rep].reshape(u, -1)
         h.addmm_(o, spec.wo.t())
