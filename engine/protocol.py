@@ -221,6 +221,7 @@ class TurnMetrics:
     frames: int
     text: str
     cancelled: bool = False
+    underruns: int = 0  # times playback ran dry during this answer (the player's count)
 
 
 @dataclass(frozen=True)

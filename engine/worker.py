@@ -86,7 +86,8 @@ class _ActiveTurn:
     cancelled: bool = False
     failed: bool = False  # respond() raised; the error is reported by the dispatcher
     last_rtf_t: float = 0.0
-    playback_mark: Any = None  # what the player returned for the first enqueue (see _first_audible)
+    utterance_id: int | None = None  # the player's utterance for this answer (None: no output device)
+    underruns_before: int = 0
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,11 @@ class EngineWorker:
         self._set_state(p.EngineState.LOADING)
         source: str | None = None
         if not command.demo:
-            resolved = self._resolve_source(command)
+            try:
+                resolved = self._resolve_source(command)
+            except BaseException:
+                self._set_state(p.EngineState.NO_MODEL)  # before the error, so the window knows why
+                raise
             if resolved is None:
                 self._set_state(p.EngineState.NO_MODEL)
                 return
@@ -559,6 +564,10 @@ class EngineWorker:
         player = self._need_player()
         turn = _ActiveTurn(self._new_id(), release_t, time.monotonic(), threading.Event(), self.sampling.greedy)
         self.turn = turn
+        # None when the speaker cannot be opened: the player has said why, and the answer is still
+        # generated and kept (replay/export once the device is back).
+        turn.utterance_id = player.begin_utterance()
+        turn.underruns_before = player.underruns
         self._set_state(p.EngineState.THINKING)
         self._post(p.AssistantTurnStarted(turn.turn_id, greedy=turn.greedy))
         turn.respond_t = time.monotonic()
@@ -592,11 +601,11 @@ class EngineWorker:
         turn.samples += len(pcm)
         if turn.cancel.is_set():
             return  # kept for the record, but a barge-in means nothing more is played
-        mark = player.enqueue(pcm)
+        if turn.utterance_id is not None:
+            player.enqueue(pcm)
         now = time.monotonic()
         if turn.first_enqueue_t is None:
             turn.first_enqueue_t = now
-            turn.playback_mark = mark
             if self.state is p.EngineState.THINKING:
                 self._set_state(p.EngineState.SPEAKING)
         audio_s = turn.samples / ANSWER_RATE
@@ -647,6 +656,8 @@ class EngineWorker:
         record = TurnRecord(turn.turn_id, "assistant", pcm, ANSWER_RATE, text=text, cancelled=cancelled,
                             greedy=turn.greedy)
         self.records.append(record)
+        if not cancelled and self.player is not None and turn.utterance_id is not None:
+            self.player.mark_end_of_stream()  # lets the rest drain without counting as an underrun
         self._post(p.AssistantTurnFinished(turn.turn_id, text, record.duration_s, cancelled))
         if turn.stats is not None and turn.stats.rtf is not None and not cancelled:
             self._post(p.LiveRtf(turn.turn_id, float(turn.stats.rtf), turn.frames))
@@ -664,7 +675,9 @@ class EngineWorker:
         self._maybe_send_metrics()
 
     def _playback_finished(self) -> bool:
-        return self.player is None or not self.player.active
+        player = self.player
+        # A stream that died (unplugged) never drains: count that as finished, the player reported it.
+        return player is None or not player.is_open or not player.is_speaking
 
     def _finish_playback(self, interrupted: bool = False) -> None:
         turn = self.turn
@@ -677,9 +690,12 @@ class EngineWorker:
 
     def _first_audible(self, turn: _ActiveTurn) -> float | None:
         """Monotonic time at which the first sample of the answer reached the speaker, if known."""
-        if self.player is None or turn.playback_mark is None:
+        if self.player is None or turn.utterance_id is None:
             return None
-        return self.player.audible_time(turn.playback_mark)
+        stats = self.player.utterance_stats()
+        if stats is None or stats.uid != turn.utterance_id:
+            return None
+        return stats.first_audible_monotonic
 
     def _maybe_send_metrics(self) -> None:
         turn = self.turn
@@ -711,6 +727,7 @@ class EngineWorker:
             frames=int(stats.frames) if stats else 0,
             text=turn.text,
             cancelled=turn.cancelled,
+            underruns=max(0, self.player.underruns - turn.underruns_before) if self.player is not None else 0,
         )
         for record in reversed(self.records):
             if record.turn_id == turn.turn_id:
@@ -743,7 +760,10 @@ class EngineWorker:
             return  # never play into a running take
         self._barge_in()
         player = self._need_player()
+        if player.begin_utterance() is None:
+            return  # no output device; the player has posted why
         player.enqueue(_resample(record.pcm, record.sample_rate, ANSWER_RATE))
+        player.mark_end_of_stream()
         self.replaying = record.turn_id
         self._set_state(p.EngineState.SPEAKING)
 
