@@ -308,6 +308,11 @@ class MainWindow(QMainWindow):
         """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
         old, self.settings = self.settings, new
         self._save_settings()
+        if new.system_prompt != old.system_prompt and (self.transcript.user_items or self.transcript.assistant_items):
+            # The engine starts a new conversation with a new prompt (the prompt is the start of the
+            # model's context), so the window does too, and says so.
+            self.transcript.clear()
+            self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
         if (new.sampling, new.system_prompt, new.max_answer_seconds) != (
                 old.sampling, old.system_prompt, old.max_answer_seconds):
             self.bridge.send(ApplySettings(new.sampling, new.system_prompt, new.max_answer_seconds))
@@ -428,6 +433,8 @@ class MainWindow(QMainWindow):
             return self.tr("Capturing CUDA graphs")
         if stage == "build_demo":
             return self.tr("Building the demo model")
+        if stage == "ready":
+            return self.tr("Model ready")
         return self.tr("Starting (%1)").replace("%1", stage)
 
     def _on_progress(self, event: Progress) -> None:

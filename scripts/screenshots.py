@@ -129,7 +129,10 @@ def render(out: Path, language: str, live: bool) -> list[Path]:
 
     app = create_app(["screenshots"])
     install_translator(app, language)
-    settings = Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP", lora="/home/user/voices/alice-voice")
+    if live:  # the demo model, short answers, no voice (there is no voice folder on a test machine)
+        settings = Settings(demo=True, max_answer_seconds=4.0)
+    else:
+        settings = Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP", lora="/home/user/voices/alice-voice")
     tmp = Path(tempfile.mkdtemp(prefix="voicechat-shots-"))
     bridge = EngineBridge() if live else EngineBridge(_NoEngine)
     window = MainWindow(bridge, LoadResult(settings), tmp / "settings.json")

@@ -194,6 +194,24 @@ def test_barge_in_stops_the_answer_and_records_the_next_take(engine: Engine) -> 
     assert engine.errors(start) == []
 
 
+def test_cancel_stops_the_answer_and_returns_to_idle(engine: Engine) -> None:
+    engine.send(p.ApplySettings(p.SamplingSettings(), None, 60.0))
+    start = len(engine.seen)
+    engine.send(p.StartTake())
+    time.sleep(0.3)
+    engine.send(p.EndTake())
+    engine.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), after=start)
+    engine.send(p.Cancel())  # the window's "stop answer" (Esc)
+    finished = engine.wait_for(lambda e: isinstance(e, p.AssistantTurnFinished), after=start)
+    assert finished.cancelled and finished.duration_s < 30
+    engine.wait_state(p.EngineState.IDLE, after=start)
+    assert engine.of(p.TurnMetrics, start)[0].cancelled
+    # The conversation goes on normally afterwards.
+    engine.send(p.ApplySettings(p.SamplingSettings(), None, 1.0))
+    do_turn(engine, 0.3)
+    assert engine.errors(start) == []
+
+
 def test_settings_reach_the_next_turn(engine: Engine) -> None:
     engine.send(p.ApplySettings(p.SamplingSettings(greedy=True), None, 1.0))
     start, _ = do_turn(engine, 0.3)

@@ -43,6 +43,29 @@
     </message>
   </context>
   <context>
+    <name>CrashReporter</name>
+    <message>
+      <source>VoiceChat - unexpected error</source>
+      <translation>VoiceChat - 予期しないエラー</translation>
+    </message>
+    <message>
+      <source>An unexpected error occurred.</source>
+      <translation>予期しないエラーが発生しました。</translation>
+    </message>
+    <message>
+      <source>Details were written to the log file:</source>
+      <translation>詳細はログファイルに書き込まれました：</translation>
+    </message>
+    <message>
+      <source>Please attach it when you report the problem.</source>
+      <translation>問題を報告するときに添付してください。</translation>
+    </message>
+    <message>
+      <source>Open log folder</source>
+      <translation>ログフォルダーを開く</translation>
+    </message>
+  </context>
+  <context>
     <name>FirstRunDialog</name>
     <message>
       <location filename="../first_run.py" line="41" />
@@ -274,153 +297,163 @@
       <translation>WAV 音声 (*.wav)</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="326" />
+      <location filename="../main_window.py" line="315" />
+      <source>The new system prompt starts a new conversation.</source>
+      <translation>新しいシステムプロンプトで新しい会話を始めます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="331" />
       <source>The language changes the next time VoiceChat starts.</source>
       <translation>表示言語は次回の起動時に切り替わります。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="334" />
+      <location filename="../main_window.py" line="339" />
       <source>The engine was restarted; earlier turns cannot be replayed or exported, and the model does not remember them.</source>
       <translation>エンジンを再起動しました。これより前のターンは再生・エクスポートできず、モデルも覚えていません。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="386" />
+      <location filename="../main_window.py" line="391" />
       <source>The context was full: the %1 oldest turns were dropped from the model's memory (they stay in this transcript and in exports).</source>
       <translation>コンテキストがいっぱいになったため、古い %1 ターンをモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="405" />
+      <location filename="../main_window.py" line="410" />
       <source>Download cancelled. It resumes where it stopped next time.</source>
       <translation>ダウンロードをキャンセルしました。次回は中断したところから再開します。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="408" />
+      <location filename="../main_window.py" line="413" />
       <source>Conversation exported: %1</source>
       <translation>会話をエクスポートしました：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="415" />
+      <location filename="../main_window.py" line="420" />
       <source>That take was too short (%1 s): hold the button while you speak.</source>
       <translation>録音が短すぎます（%1 秒）。話している間ボタンを押し続けてください。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="417" />
+      <location filename="../main_window.py" line="422" />
       <source>That take was too long and was cut at %1 s.</source>
       <translation>録音が長すぎるため %1 秒で切りました。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="422" />
+      <location filename="../main_window.py" line="427" />
       <source>Downloading the model</source>
       <translation>モデルをダウンロード中</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="424" />
+      <location filename="../main_window.py" line="429" />
       <source>Loading weights</source>
       <translation>重みを読み込み中</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="426" />
+      <location filename="../main_window.py" line="431" />
       <source>Merging the voice</source>
       <translation>声を合成中</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="428" />
+      <location filename="../main_window.py" line="433" />
       <source>Capturing CUDA graphs</source>
       <translation>CUDA グラフを作成中</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="430" />
+      <location filename="../main_window.py" line="435" />
       <source>Building the demo model</source>
       <translation>デモモデルを作成中</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="431" />
+      <location filename="../main_window.py" line="437" />
+      <source>Model ready</source>
+      <translation>モデルの準備完了</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="438" />
       <source>Starting (%1)</source>
       <translation>準備中（%1）</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="450" />
+      <location filename="../main_window.py" line="457" />
       <source>Model</source>
       <translation>モデル</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="451" />
+      <location filename="../main_window.py" line="458" />
       <source>Voice</source>
       <translation>声</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="452" />
+      <location filename="../main_window.py" line="459" />
       <source>Audio device</source>
       <translation>オーディオデバイス</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="453" />
+      <location filename="../main_window.py" line="460" />
       <source>Recording</source>
       <translation>録音</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="454" />
+      <location filename="../main_window.py" line="461" />
       <source>GPU memory</source>
       <translation>GPU メモリ</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="455" />
+      <location filename="../main_window.py" line="462" />
       <source>Settings</source>
       <translation>設定</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="456" />
+      <location filename="../main_window.py" line="463" />
       <source>Export</source>
       <translation>エクスポート</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="458" />
+      <location filename="../main_window.py" line="465" />
       <source>Internal error</source>
       <translation>内部エラー</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="462" />
-      <location filename="../main_window.py" line="477" />
+      <location filename="../main_window.py" line="469" />
+      <location filename="../main_window.py" line="484" />
       <source>Restart engine</source>
       <translation>エンジンを再起動</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="475" />
+      <location filename="../main_window.py" line="482" />
       <source>Engine stopped</source>
       <translation>エンジン停止</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="476" />
+      <location filename="../main_window.py" line="483" />
       <source>The engine stopped: %1</source>
       <translation>エンジンが停止しました：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="486" />
+      <location filename="../main_window.py" line="493" />
       <source>VRAM %1</source>
       <translation>VRAM %1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="490" />
+      <location filename="../main_window.py" line="497" />
       <source>CUDA graphs ready</source>
       <translation>CUDA グラフ準備完了</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="493" />
+      <location filename="../main_window.py" line="500" />
       <source>No CUDA graphs: %1</source>
       <translation>CUDA グラフなし：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="495" />
+      <location filename="../main_window.py" line="502" />
       <source>Model: %1</source>
       <translation>モデル：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="496" />
+      <location filename="../main_window.py" line="503" />
       <source>Voice: %1</source>
       <translation>声：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="496" />
+      <location filename="../main_window.py" line="503" />
       <source>default</source>
       <translation>標準</translation>
     </message>
@@ -705,7 +738,7 @@
     <name>TranscriptView</name>
     <message>
       <location filename="../widgets/transcript.py" line="121" />
-      <location filename="../widgets/transcript.py" line="184" />
+      <location filename="../widgets/transcript.py" line="186" />
       <source>Hold the button (or the push-to-talk key) and speak.</source>
       <translation>ボタン（またはプッシュトゥトークのキー）を押したまま話してください。</translation>
     </message>
@@ -729,34 +762,6 @@
       <location filename="../widgets/transcript.py" line="34" />
       <source>▶ Replay</source>
       <translation>▶ 再生</translation>
-    </message>
-  </context>
-  <context>
-    <name>CrashReporter</name>
-    <message>
-      <location filename="../crash.py" line="0" />
-      <source>VoiceChat - unexpected error</source>
-      <translation>VoiceChat - 予期しないエラー</translation>
-    </message>
-    <message>
-      <location filename="../crash.py" line="0" />
-      <source>An unexpected error occurred.</source>
-      <translation>予期しないエラーが発生しました。</translation>
-    </message>
-    <message>
-      <location filename="../crash.py" line="0" />
-      <source>Details were written to the log file:</source>
-      <translation>詳細はログファイルに書き込まれました：</translation>
-    </message>
-    <message>
-      <location filename="../crash.py" line="0" />
-      <source>Please attach it when you report the problem.</source>
-      <translation>問題を報告するときに添付してください。</translation>
-    </message>
-    <message>
-      <location filename="../crash.py" line="0" />
-      <source>Open log folder</source>
-      <translation>ログフォルダーを開く</translation>
     </message>
   </context>
 </TS>
