@@ -189,6 +189,9 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
     # On the meta device only parameters go there: liquid-audio computes some buffers with .item().
     with init_on_device(device, include_buffers=device.type != "meta"):
         model = LFM2AudioModel(conf)
+    if device.type != "meta":
+        # Like liquid-audio's from_pretrained: some tensors are made with legacy constructors on the CPU.
+        model = model.to(device=device)
     if dtype is not None:
         model = model.to(dtype=dtype)
     return model

