@@ -31,7 +31,6 @@ AppPublisher={#AppPublisher}
 PrivilegesRequired=lowest
 PrivilegesRequiredOverridesAllowed=dialog
 DefaultDirName={autopf}\{#AppName}
-DefaultGroupName={#AppName}
 DisableProgramGroupPage=yes
 ; The bundle is 64-bit only (CUDA torch); x64compatible also admits Arm64 Windows 11 via emulation.
 ArchitecturesAllowed=x64compatible

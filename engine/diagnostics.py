@@ -669,6 +669,18 @@ def _run_with_timeout(run_turn: Callable[[], dict[str, Any]], timeout_s: float |
     return outcome["result"]
 
 
+def selftest_main(run_turn: Callable[[], dict[str, Any]], *, timeout_s: float | None = 600.0) -> int:
+    """`VoiceChat --selftest` in one call: console, log file, excepthook, then run_selftest().
+
+    For app/cli.py. The excepthook gets no dialog: nobody may be there to close it, and a
+    self-test must always end with an exit code.
+    """
+    logs.attach_parent_console()
+    logs.setup_logging()
+    logs.install_excepthook(None)
+    return run_selftest(run_turn, timeout_s=timeout_s)
+
+
 def run_selftest(
     run_turn: Callable[[], dict[str, Any]],
     *,

@@ -355,6 +355,28 @@ def test_selftest_survives_a_missing_stdout(tmp_path: Path, monkeypatch: pytest.
     assert (tmp_path / "d.txt").is_file()
 
 
+def test_selftest_main_writes_into_the_platform_log_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_hooks: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # platformdirs reads XDG_STATE_HOME on Linux: the log dir moves into the temp dir.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    was_enabled = faulthandler.is_enabled()
+    try:
+        code = diagnostics.selftest_main(_stft_turn, timeout_s=60)
+        log_dir = logs.default_log_dir()
+        assert log_dir.is_relative_to(tmp_path)
+        assert logs.current_log_path() == log_dir / logs.LOG_FILE_NAME
+        reports = sorted(log_dir.glob("diagnostics-*.json"))
+        assert code == 0 and len(reports) == 1
+        assert "self-test summary (exit 0)" in _read(log_dir / logs.LOG_FILE_NAME)
+        assert str(reports[0].with_suffix(".txt")) in capsys.readouterr().out
+    finally:
+        logs.shutdown_logging()
+        if was_enabled:
+            faulthandler.enable(file=sys.__stderr__, all_threads=True)
+
+
 # --------------------------------------------------------------------------- logs
 
 
