@@ -95,9 +95,10 @@ def load_model(
         model = LFM2AudioModel.from_pretrained(folder, dtype=dtype, device=device).eval()
         processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
         if processor.detokenizer_path is not None:
+            # Built now (not lazily mid-conversation), in float32 like liquid-audio does: its
+            # torch.polar has no bf16 kernel, and the decoder is small.
             with _cuda_calls_go_to(device):
-                detokenizer = processor.audio_detokenizer
-            detokenizer.to(dtype=torch.float32 if device.type == "cpu" else dtype)
+                processor.audio_detokenizer  # noqa: B018 (the property builds and caches the module)
     except torch.OutOfMemoryError as error:
         _free_cuda_memory()
         raise GpuMemoryError(

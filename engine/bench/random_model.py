@@ -78,7 +78,7 @@ def random_full_size_model(
     lfm_config.layer_types = ["full_attention" if t == "sliding_attention" else t for t in lfm_config.layer_types]
     with torch.device(device):
         detokenizer = LFM2AudioDetokenizer(lfm_config)
-    processor._audio_detokenizer = detokenizer.to(dtype=torch.bfloat16).eval()
+    processor._audio_detokenizer = detokenizer.eval()  # float32, as liquid-audio loads it
     processor.detokenizer_path = "<random>"
     return LoadedModel(
         model=model,
