@@ -115,9 +115,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: float) -> tuple[int, int]:
-    """(checked, agreeing) over rows whose reference top-2 margin exceeds `margin`."""
+    """(checked, agreeing) over rows whose reference top-2 gap exceeds `margin` × the logits' std."""
     top2 = reference.float().topk(2, dim=-1)
-    clear = (top2.values[..., 0] - top2.values[..., 1]) > margin
+    clear = (top2.values[..., 0] - top2.values[..., 1]) > margin * reference.float().std(dim=-1)
     agree = ours.float().argmax(-1) == top2.indices[..., 0]
     return int(clear.sum()), int((agree & clear).sum())
 

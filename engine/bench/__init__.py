@@ -469,13 +469,22 @@ def run_bench(args: argparse.Namespace) -> int:
         results["modes"][label] = {}
         for mode in modes:
             print(f"[bench] {label}: {mode}", flush=True)
-            if mode == "engine":
-                data = engine.run(workload, sampling)
-            elif mode == "recipe":
-                data = run_recipe(loaded, workload, sampling)
-            else:
-                data = run_eager(loaded, workload, sampling)
+            try:
+                if mode == "engine":
+                    data = engine.run(workload, sampling)
+                elif mode == "recipe":
+                    data = run_recipe(loaded, workload, sampling)
+                else:
+                    data = run_eager(loaded, workload, sampling)
+            except Exception as error:  # one broken mode must not lose the others' numbers
+                import traceback
+
+                traceback.print_exc()
+                results["notes"].append(f"{mode} ({label}) failed: {type(error).__name__}: {error}")
+                torch.cuda.synchronize()
+                continue
             results["modes"][label][mode] = data
+            print(json.dumps(_summary(data)), flush=True)
         results["summary"][label] = {mode: _summary(data) for mode, data in results["modes"][label].items()}
     recipe_error = next(
         (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
