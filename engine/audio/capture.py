@@ -1,0 +1,520 @@
+"""Push-to-talk capture: an always-open input stream, a pre-roll ring, and takes delivered as 16 kHz mono.
+
+Threads and who owns what
+-------------------------
+* The PortAudio callback (`_on_audio`) owns all stream-time state: the history ring, the frame counter and the
+  active take. It downmixes each block into preallocated buffers, notices press/release requests and hands
+  finished takes to the worker through a `queue.SimpleQueue` (non-blocking put, no lock shared with the
+  engine). It never logs, never waits, and allocates nothing per block beyond what sounddevice itself does.
+* Callers (the engine thread) only call `open`/`press`/`release`/`close`/`select_device`. `press` and
+  `release` just bump counters that the callback reads at the start of its next block, so a press takes effect
+  at most one block (10 ms) later, on an exact stream frame.
+* A worker thread resamples the take to 16 kHz while it is being recorded (so little is left to do at
+  release), delivers finished takes, publishes input levels at `level_interval_s`, and reports a stream that
+  died (unplugged device). `on_take` and `on_event` are called on that worker thread.
+
+Pre-roll and tail are counted in stream frames, never wall time: the take is the audio from `preroll_s` before
+the frame where the press landed to `tail_s` after the frame where the release landed.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import sounddevice as sd
+
+from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, open_error, stream_extra_settings
+from engine.audio.resample import StreamingResampler, resample
+from engine.protocol import EngineError, Event, InputLevel, TakeRejected
+
+MODEL_SAMPLE_RATE = 16_000
+# A sample this close to full scale means the analogue side or the converter clipped.
+CLIP_LEVEL = 0.999
+# Takes waiting for the worker plus the one being recorded. Two is enough: the worker converts a take in well
+# under the time it takes the user to record the next one; if not, the press is refused with an event.
+_TAKE_BUFFERS = 2
+_LEVEL_SLOTS = 256
+
+
+@dataclass(frozen=True)
+class CapturedTake:
+    """One finished take, ready for the model."""
+
+    take_id: int
+    audio: np.ndarray  # float32 mono at `sample_rate`
+    sample_rate: int
+    pressed_s: float  # from press to release (or to the cap)
+    preroll_s: float  # audio kept from before the press (less right after the stream opened)
+    tail_s: float  # audio kept after the release
+    truncated: bool  # cut at the maximum take length while still pressed
+    device_rate: int
+    # Stream-frame positions (device rate, counted from when the stream opened), for diagnostics and tests.
+    start_frame: int
+    press_frame: int
+    release_frame: int | None  # None when the cap ended the take
+    end_frame: int
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+class _ActiveTake:
+    """Mutable take state. Written only by the audio callback; read by the worker (append-only fields)."""
+
+    __slots__ = ("take_id", "rate", "buffer", "pool", "start_frame", "press_frame", "release_frame", "end_frame",
+                 "filled", "outcome")
+
+    def __init__(self, take_id: int, rate: int, buffer: np.ndarray, pool: queue.SimpleQueue, start_frame: int,
+                 press_frame: int) -> None:
+        self.take_id = take_id
+        self.rate = rate  # the stream's rate; the worker may still convert this take after a reopen
+        self.buffer = buffer
+        self.pool = pool
+        self.start_frame = start_frame
+        self.press_frame = press_frame
+        self.release_frame: int | None = None
+        self.end_frame: int | None = None
+        self.filled = 0  # frames of `buffer` holding audio, published after the data is written
+        self.outcome = ""  # "complete" | "too_long" | "too_short" | "interrupted"
+
+
+class PushToTalkRecorder:
+    """Push-to-talk recorder on one input device (see the module docstring for the threading contract)."""
+
+    def __init__(
+        self,
+        device: str | None = None,
+        *,
+        samplerate: int | None = None,
+        preroll_s: float = 0.3,
+        tail_s: float = 0.15,
+        min_take_s: float = 0.1,
+        max_take_s: float = 60.0,
+        block_s: float = 0.01,
+        level_interval_s: float = 0.05,
+        on_take: Callable[[CapturedTake], None] | None = None,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        """`device`: a name from `list_devices()` (None: system default). `samplerate`: None opens the device at
+        its native rate. Takes are delivered to `on_take` (default: the `takes` queue); events (InputLevel,
+        TakeRejected, EngineError) to `on_event` (default: the `events` queue)."""
+        self.device_name = device
+        self.requested_samplerate = samplerate
+        self.preroll_s = preroll_s
+        self.tail_s = tail_s
+        self.min_take_s = min_take_s
+        self.max_take_s = max_take_s
+        self.block_s = block_s
+        self.level_interval_s = level_interval_s
+        self.takes: queue.Queue[CapturedTake] = queue.Queue()
+        self.events: queue.Queue[Event] = queue.Queue()
+        self._on_take = on_take or self.takes.put
+        self._on_event = on_event or self.events.put
+
+        self._stream: sd.InputStream | None = None
+        self._device: AudioDevice | None = None
+        self._stream_lock = threading.Lock()  # serialises open/close between engine and worker; never in callback
+        self._closing_stream = False
+        self._stream_died = False
+        self._callback_error: str | None = None
+
+        # Requests from the engine thread: monotonically increasing counters, read by the callback.
+        self._press_requests = 0
+        self._release_requests = 0
+
+        self._finished: queue.SimpleQueue[_ActiveTake | None] = queue.SimpleQueue()  # None only wakes the worker
+        self._stop_worker = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._take_counter = 0
+        self._init_stream_state(rate=16_000, channels=1)
+
+    # ------------------------------------------------------------------ public API (engine thread)
+
+    @property
+    def samplerate(self) -> int:
+        """Rate of the open stream (device native rate unless overridden)."""
+        return self._rate
+
+    @property
+    def device(self) -> AudioDevice | None:
+        return self._device
+
+    @property
+    def block_frames(self) -> int:
+        """Frames per callback block (fixed, `block_s` at the stream rate)."""
+        return self._blocksize
+
+    @property
+    def frames_captured(self) -> int:
+        """Frames delivered by the stream since it was (re)opened."""
+        return self._frames_captured
+
+    @property
+    def is_open(self) -> bool:
+        stream = self._stream
+        return stream is not None and stream.active and not self._stream_died
+
+    @property
+    def is_recording(self) -> bool:
+        """True from the press until the take is finished (including its tail)."""
+        return self._active is not None or self._press_requests != self._handled_presses
+
+    @property
+    def overflows(self) -> int:
+        """Blocks PortAudio flagged as input overflow (audio lost because the callback ran late)."""
+        return self._overflows
+
+    def open(self) -> bool:
+        """Open and start the input stream if it is not running. On failure an EngineError(kind="audio_device")
+        is emitted and False returned; the next `press()` tries again."""
+        self._ensure_worker()
+        with self._stream_lock:
+            if self.is_open:
+                return True
+            self._close_stream_locked()
+            try:
+                device = find_device(self.device_name, "input")
+                rate = int(self.requested_samplerate or round(device.default_samplerate))
+                channels = max(1, min(2, device.max_input_channels))
+                self._init_stream_state(rate, channels)
+                stream = sd.InputStream(
+                    device=device.index,
+                    samplerate=rate,
+                    channels=channels,
+                    dtype="float32",
+                    blocksize=self._blocksize,
+                    latency="low",
+                    extra_settings=stream_extra_settings(device),
+                    callback=self._on_audio,
+                    finished_callback=self._on_stream_finished,
+                )
+            except AudioDeviceError as exc:
+                self._report_device_error(exc)
+                return False
+            except (sd.PortAudioError, ValueError) as exc:
+                self._report_device_error(open_error(self.device_name, "input", exc))
+                return False
+            try:
+                self._closing_stream = False
+                self._stream_died = False
+                stream.start()
+            except sd.PortAudioError as exc:
+                stream.close(ignore_errors=True)
+                self._report_device_error(open_error(self.device_name, "input", exc))
+                return False
+            self._stream = stream
+            self._device = device
+            return True
+
+    def select_device(self, device: str | None) -> bool:
+        """Switch to another input device (closing the current stream) and open it."""
+        with self._stream_lock:
+            self._close_stream_locked()
+        self.device_name = device
+        return self.open()
+
+    def press(self) -> bool:
+        """Push-to-talk pressed: start a take (with pre-roll). Reopens the stream if it died or never opened.
+        Returns False (after emitting an EngineError) if no stream could be opened."""
+        if not self.is_open and not self.open():
+            return False
+        self._press_requests += 1
+        return True
+
+    def release(self) -> None:
+        """Push-to-talk released: the take ends `tail_s` later (in stream frames) and is delivered."""
+        self._release_requests += 1
+
+    def close(self) -> None:
+        """Stop the stream and the worker. Safe to call more than once."""
+        with self._stream_lock:
+            self._close_stream_locked()
+        worker = self._worker
+        if worker is not None:
+            self._stop_worker.set()
+            self._finished.put(None)
+            worker.join(timeout=5)
+            self._worker = None
+            self._stop_worker.clear()
+
+    def __enter__(self) -> PushToTalkRecorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ stream management
+
+    def _init_stream_state(self, rate: int, channels: int) -> None:
+        """Fresh preallocated buffers for a stream at `rate` (called before the stream exists)."""
+        self._rate = rate
+        self._channels = channels
+        self._blocksize = max(1, round(rate * self.block_s))
+        max_block = max(self._blocksize, 8192)
+        self._mono = np.zeros(max_block, dtype=np.float32)
+        self._abs = np.zeros((max_block, channels), dtype=np.float32)
+        self._preroll_frames = round(self.preroll_s * rate)
+        self._tail_frames = round(self.tail_s * rate)
+        self._min_take_frames = round(self.min_take_s * rate)
+        self._max_take_frames = max(1, round(self.max_take_s * rate))
+        # The history ring only has to reach back one pre-roll plus a block of press latency.
+        self._history = np.zeros(self._preroll_frames + 4 * max_block, dtype=np.float32)
+        self._frames_captured = 0
+        self._overflows = 0
+        # Take buffers are allocated once per stream; the worker puts each back once the take is converted.
+        self._pool: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+        for _ in range(_TAKE_BUFFERS):
+            self._pool.put(np.zeros(self._max_take_frames, dtype=np.float32))
+        self._active: _ActiveTake | None = None
+        # Requests made before this stream existed are void: a stream starts idle.
+        self._handled_presses = self._press_requests
+        self._handled_releases = self._release_requests
+        self._refused_presses = 0
+        # Level ring: one slot per block; the worker reads slots [read, written).
+        self._level_sumsq = np.zeros(_LEVEL_SLOTS, dtype=np.float64)
+        self._level_frames = np.zeros(_LEVEL_SLOTS, dtype=np.int64)
+        self._level_peak = np.zeros(_LEVEL_SLOTS, dtype=np.float32)
+        self._level_written = 0
+        self._level_read = 0
+
+    def _close_stream_locked(self) -> None:
+        stream = self._stream
+        self._stream = None
+        if stream is None:
+            return
+        self._closing_stream = True
+        try:
+            # abort, not stop: there is nothing to drain on input, and stop() waits for the device.
+            stream.abort(ignore_errors=True)
+            stream.close(ignore_errors=True)
+        finally:
+            # A take cut off by closing the stream is handed to the worker like any other.
+            if self._active is not None:
+                self._finish(self._active, "interrupted")
+
+    def _on_stream_finished(self) -> None:
+        # PortAudio calls this when the stream stops; if we did not stop it, the device went away.
+        if not self._closing_stream:
+            self._stream_died = True
+
+    def _report_device_error(self, exc: AudioDeviceError) -> None:
+        self._on_event(EngineError(kind="audio_device", message=exc.user_message, details=exc.details))
+
+    # ------------------------------------------------------------------ audio callback (PortAudio thread)
+
+    def _on_audio(self, indata: np.ndarray, frames: int, time_info: object, status: sd.CallbackFlags) -> None:
+        try:
+            self._process_block(indata, frames, status)
+        except Exception as exc:  # never let an exception escape into PortAudio; the worker reports it
+            if self._callback_error is None:
+                self._callback_error = repr(exc)
+
+    def _process_block(self, indata: np.ndarray, frames: int, status: sd.CallbackFlags) -> None:
+        if status.input_overflow:
+            self._overflows += 1
+        if frames > len(self._mono):  # PortAudio honours our fixed blocksize; this is only a safety net
+            self._mono = np.zeros(frames, dtype=np.float32)
+            self._abs = np.zeros((frames, self._channels), dtype=np.float32)
+        block_start = self._frames_captured
+        mono = self._mono[:frames]
+        if self._channels == 1:
+            mono[:] = indata[:, 0]
+        else:
+            np.sum(indata, axis=1, out=mono)
+            mono *= np.float32(1.0 / self._channels)
+
+        # Level of the raw channels (a downmix could hide one clipped channel).
+        magnitude = self._abs[:frames]
+        np.abs(indata, out=magnitude)
+        slot = self._level_written % _LEVEL_SLOTS
+        self._level_peak[slot] = magnitude.max() if frames else 0.0
+        self._level_sumsq[slot] = float(np.dot(mono, mono))
+        self._level_frames[slot] = frames
+        self._level_written += 1
+
+        # Press/release requests take effect at the first frame of this block.
+        presses = self._press_requests
+        if presses != self._handled_presses:
+            self._handled_presses = presses
+            if self._active is not None:  # pressed again during the tail: finish that take now
+                self._finish(self._active, "complete")
+            self._begin_take(block_start)
+        releases = self._release_requests
+        if releases != self._handled_releases:
+            self._handled_releases = releases
+            take = self._active
+            if take is not None and take.release_frame is None:
+                take.release_frame = block_start
+                if block_start - take.press_frame < self._min_take_frames:
+                    self._finish(take, "too_short")
+                else:
+                    take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
+
+        self._write_history(mono, block_start)
+
+        take = self._active
+        if take is not None:
+            limit = take.end_frame if take.end_frame is not None else take.start_frame + len(take.buffer)
+            count = min(frames, limit - block_start)
+            if count > 0:
+                take.buffer[take.filled : take.filled + count] = mono[:count]
+                take.filled += count
+            if block_start + frames >= limit:
+                self._finish(take, "complete" if take.release_frame is not None else "too_long")
+
+        self._frames_captured = block_start + frames
+
+    def _write_history(self, mono: np.ndarray, block_start: int) -> None:
+        size = len(self._history)
+        pos = block_start % size
+        first = min(len(mono), size - pos)
+        self._history[pos : pos + first] = mono[:first]
+        if first < len(mono):
+            self._history[: len(mono) - first] = mono[first:]
+
+    def _begin_take(self, press_frame: int) -> None:
+        try:
+            buffer = self._pool.get_nowait()
+        except queue.Empty:
+            self._refused_presses += 1
+            return
+        preroll = min(self._preroll_frames, press_frame, len(buffer))
+        start = press_frame - preroll
+        size = len(self._history)
+        pos = start % size
+        first = min(preroll, size - pos)
+        buffer[:first] = self._history[pos : pos + first]
+        if first < preroll:
+            buffer[first:preroll] = self._history[: preroll - first]
+        self._take_counter += 1
+        take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame)
+        take.filled = preroll
+        self._active = take
+
+    def _finish(self, take: _ActiveTake, outcome: str) -> None:
+        take.outcome = outcome
+        if take.end_frame is None or take.end_frame > take.start_frame + take.filled:
+            take.end_frame = take.start_frame + take.filled
+        self._active = None
+        self._finished.put(take)
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None or not self._worker.is_alive():
+            self._worker = threading.Thread(target=self._worker_loop, name="ptt-capture", daemon=True)
+            self._worker.start()
+
+    def _worker_loop(self) -> None:
+        converting: tuple[int, StreamingResampler, int] | None = None  # (take_id, resampler, frames consumed)
+        pieces: list[np.ndarray] = []
+        last_level = time.monotonic()
+        reported_refusals = 0
+        while True:
+            try:
+                item = self._finished.get(timeout=self.level_interval_s)
+            except queue.Empty:
+                item = None
+            if self._stop_worker.is_set() and item is None:
+                return
+            if item is not None:
+                if converting is not None and converting[0] == item.take_id:
+                    self._deliver(item, converting[1], converting[2], pieces)
+                else:
+                    self._deliver(item, None, 0, [])
+                converting, pieces = None, []
+            # Convert the take being recorded as it grows, so release only waits for the last few blocks.
+            active = self._active
+            if active is not None and active.rate != MODEL_SAMPLE_RATE:
+                if converting is None or converting[0] != active.take_id:
+                    converting, pieces = (active.take_id, StreamingResampler(active.rate, MODEL_SAMPLE_RATE), 0), []
+                filled = active.filled
+                if filled > converting[2]:
+                    pieces.append(converting[1].process(active.buffer[converting[2] : filled]))
+                    converting = (converting[0], converting[1], filled)
+            now = time.monotonic()
+            if now - last_level >= self.level_interval_s:
+                last_level = now
+                level = self._read_level()
+                if level is not None:
+                    self._on_event(level)
+            if self._refused_presses > reported_refusals:
+                reported_refusals = self._refused_presses
+                self._on_event(EngineError(kind="take", message="The previous take is still being processed; "
+                                                                 "press again in a moment."))
+            self._check_stream_health()
+
+    def _deliver(self, take: _ActiveTake, resampler: StreamingResampler | None, consumed: int,
+                 pieces: list[np.ndarray]) -> None:
+        rate = take.rate
+        try:
+            pressed_end = take.release_frame if take.release_frame is not None else take.end_frame
+            pressed_s = (pressed_end - take.press_frame) / rate
+            if take.outcome == "too_short" or (take.outcome == "interrupted" and
+                                               pressed_s < self.min_take_s):
+                self._on_event(TakeRejected(reason="too_short", duration_s=pressed_s))
+                return
+            device_audio = take.buffer[: take.filled]
+            if rate == MODEL_SAMPLE_RATE:
+                audio = device_audio.copy()
+            elif resampler is not None:
+                pieces.append(resampler.process(device_audio[consumed:]))
+                pieces.append(resampler.flush())
+                audio = np.concatenate(pieces)
+            else:
+                audio = resample(device_audio, rate, MODEL_SAMPLE_RATE)
+            truncated = take.outcome == "too_long"
+            tail_frames = 0 if take.release_frame is None else max(0, take.end_frame - take.release_frame)
+            captured = CapturedTake(
+                take_id=take.take_id,
+                audio=audio,
+                sample_rate=MODEL_SAMPLE_RATE,
+                pressed_s=pressed_s,
+                preroll_s=(take.press_frame - take.start_frame) / rate,
+                tail_s=tail_frames / rate,
+                truncated=truncated,
+                device_rate=rate,
+                start_frame=take.start_frame,
+                press_frame=take.press_frame,
+                release_frame=take.release_frame,
+                end_frame=take.end_frame,
+            )
+            if truncated:
+                self._on_event(TakeRejected(reason="too_long", duration_s=captured.duration_s))
+            self._on_take(captured)
+        finally:
+            take.pool.put(take.buffer)
+
+    def _read_level(self) -> InputLevel | None:
+        written = self._level_written
+        start = max(self._level_read, written - _LEVEL_SLOTS + 1)
+        if written <= start:
+            return None
+        slots = np.arange(start, written) % _LEVEL_SLOTS
+        self._level_read = written
+        frames = int(self._level_frames[slots].sum())
+        rms = float(np.sqrt(self._level_sumsq[slots].sum() / frames)) if frames else 0.0
+        peak = float(self._level_peak[slots].max())
+        return InputLevel(rms=rms, peak=peak, clipping=peak >= CLIP_LEVEL)
+
+    def _check_stream_health(self) -> None:
+        if self._callback_error is not None:
+            message, self._callback_error = self._callback_error, None
+            self._on_event(EngineError(kind="internal", message="Audio capture failed.", details=message))
+        if self._stream_died and self._stream is not None:
+            with self._stream_lock:
+                if not self._stream_died or self._stream is None:
+                    return
+                self._close_stream_locked()
+            name = self.device_name or "(system default)"
+            self._on_event(EngineError(
+                kind="audio_device",
+                message=f'The microphone "{name}" stopped delivering audio (unplugged?). '
+                        f"It will be reopened on the next push-to-talk.",
+            ))

@@ -1,0 +1,163 @@
+"""Audio device listing and selection by name, on top of sounddevice/PortAudio.
+
+Devices are chosen by *name* (that is what the settings file stores): PortAudio indices change whenever a
+device is plugged in or PortAudio is re-initialised. On Windows one physical device shows up once per host API
+(MME, DirectSound, WASAPI, WDM-KS); WASAPI is preferred because it has the lowest shared-mode latency and,
+with auto-convert, accepts any sample rate / channel count. All Windows-specific code is in
+`_preferred_host_api` and `stream_extra_settings`.
+
+Note: PortAudio scans devices once, when sounddevice is imported. `rescan_devices()` re-scans (for a device
+plugged in later); it closes every open stream, so callers close theirs first and reopen them after.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sounddevice as sd
+
+DeviceKind = Literal["input", "output"]
+
+_WASAPI_HOST_API = "Windows WASAPI"
+
+
+class AudioError(Exception):
+    """An audio problem the user has to be told about. `user_message` is ready to show in the window."""
+
+    def __init__(self, user_message: str, *, details: str = "") -> None:
+        super().__init__(user_message)
+        self.user_message = user_message
+        self.details = details
+
+
+class AudioDeviceError(AudioError):
+    """A device is missing, busy, unplugged or refuses the requested format. The message names the device."""
+
+    def __init__(self, user_message: str, *, device_name: str | None, kind: DeviceKind, details: str = "") -> None:
+        super().__init__(user_message, details=details)
+        self.device_name = device_name
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class AudioDevice:
+    name: str
+    index: int
+    host_api: str
+    max_input_channels: int
+    max_output_channels: int
+    default_samplerate: float
+
+    def channels(self, kind: DeviceKind) -> int:
+        return self.max_input_channels if kind == "input" else self.max_output_channels
+
+    @property
+    def label(self) -> str:
+        """What a device menu shows: the name, plus the host API so duplicates on Windows are distinguishable."""
+        return f"{self.name} ({self.host_api})"
+
+
+def _describe(kind: DeviceKind) -> str:
+    return "microphone" if kind == "input" else "speaker"
+
+
+def list_devices(kind: DeviceKind | None = None) -> list[AudioDevice]:
+    """All devices PortAudio knows (optionally only those with input or output channels)."""
+    host_apis = sd.query_hostapis()
+    devices = []
+    for info in sd.query_devices():
+        device = AudioDevice(
+            name=str(info["name"]),
+            index=int(info["index"]),
+            host_api=str(host_apis[info["hostapi"]]["name"]),
+            max_input_channels=int(info["max_input_channels"]),
+            max_output_channels=int(info["max_output_channels"]),
+            default_samplerate=float(info["default_samplerate"]),
+        )
+        if kind is None or device.channels(kind) > 0:
+            devices.append(device)
+    return devices
+
+
+def _preferred_host_api() -> str | None:
+    """The host API whose devices win when a name appears under several. Only Windows has a preference."""
+    if sys.platform == "win32":
+        return _WASAPI_HOST_API
+    return None
+
+
+def _default_device_index(kind: DeviceKind) -> int | None:
+    """The system default device: the preferred host API's default when it has one, else PortAudio's."""
+    preferred = _preferred_host_api()
+    if preferred is not None:
+        for api in sd.query_hostapis():
+            if api["name"] == preferred:
+                index = api["default_input_device" if kind == "input" else "default_output_device"]
+                if index >= 0:
+                    return int(index)
+    try:
+        info = sd.query_devices(kind=kind)
+    except sd.PortAudioError:
+        return None
+    return int(info["index"]) if info is not None else None
+
+
+def find_device(name: str | None, kind: DeviceKind) -> AudioDevice:
+    """The device called `name` (None: the system default) that can `kind`; raises AudioDeviceError if none.
+
+    An exact name match wins over a case-insensitive one; among equal names the preferred host API wins
+    (WASAPI on Windows), then the lowest index, so the choice is stable across runs.
+    """
+    candidates = list_devices(kind)
+    if name is None:
+        index = _default_device_index(kind)
+        for device in candidates:
+            if device.index == index:
+                return device
+        if candidates:
+            return candidates[0]
+        raise AudioDeviceError(
+            f"No {_describe(kind)} was found. Connect one and try again.", device_name=None, kind=kind
+        )
+    preferred = _preferred_host_api()
+    for matches in (
+        [d for d in candidates if d.name == name],
+        [d for d in candidates if d.name.casefold() == name.casefold()],
+    ):
+        if matches:
+            return min(matches, key=lambda d: (d.host_api != preferred, d.index))
+    available = ", ".join(sorted({d.name for d in candidates})) or "none"
+    raise AudioDeviceError(
+        f'The {_describe(kind)} "{name}" was not found. It may have been unplugged. Available: {available}.',
+        device_name=name,
+        kind=kind,
+    )
+
+
+def stream_extra_settings(device: AudioDevice) -> Any:
+    """Host-API specific stream settings: WASAPI shared mode with auto-convert, so PortAudio lets Windows
+    convert rate and channel count instead of failing when we ask for the device's mix format loosely."""
+    if device.host_api == _WASAPI_HOST_API and hasattr(sd, "WasapiSettings"):
+        return sd.WasapiSettings(exclusive=False, auto_convert=True)
+    return None
+
+
+def open_error(device_name: str | None, kind: DeviceKind, exc: BaseException) -> AudioDeviceError:
+    """Turn a PortAudio failure to open/start a stream into a message that names the device and says why."""
+    shown = f'"{device_name}"' if device_name else "(system default)"
+    return AudioDeviceError(
+        f"The {_describe(kind)} {shown} could not be opened: it may be unplugged, in use by another "
+        f"application, or not support the format. ({exc})",
+        device_name=device_name,
+        kind=kind,
+        details=repr(exc),
+    )
+
+
+def rescan_devices() -> None:
+    """Re-initialise PortAudio so newly plugged devices appear. Every open stream becomes invalid."""
+    # sounddevice has no public re-scan; its maintainer recommends this pair (python-sounddevice issue #125).
+    sd._terminate()
+    sd._initialize()

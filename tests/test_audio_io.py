@@ -1,0 +1,459 @@
+"""Audio I/O against real PortAudio streams on ALSA (no mocks): see tests/alsa_env.py for the environment.
+
+Nothing here is paced in real time, so the tests assert on content and counts only. Waits are on stream
+counters (frames captured / played); their timeouts only stop a hang and never decide a result.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+if not sys.platform.startswith("linux"):
+    pytest.skip("the audio tests drive ALSA through an asoundrc (Linux only)", allow_module_level=True)
+
+import sounddevice as sd  # noqa: E402  (PortAudio missing? install Debian's libportaudio2)
+
+sys.path.insert(0, str(Path(__file__).parent))
+import alsa_env  # noqa: E402
+
+from engine.audio import (  # noqa: E402
+    AudioDeviceError,
+    AudioIO,
+    PushToTalkRecorder,
+    StreamingPlayer,
+    StreamingResampler,
+    find_device,
+    list_devices,
+    load_device_choice,
+    resample,
+)
+from engine.protocol import EngineError, InputLevel, TakeRejected  # noqa: E402
+
+# sounddevice 0.5.6 reshapes each callback buffer with `arr.shape = ...`, deprecated in numpy 2.5: noise here.
+pytestmark = pytest.mark.filterwarnings("ignore:Setting the shape on a NumPy array:DeprecationWarning")
+
+HANG_GUARD_S = 20.0
+SPEAKER = "vc_test_speaker"
+
+
+# --------------------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def alsa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[alsa_env.AlsaTestEnv]:
+    env = alsa_env.install(tmp_path_factory.mktemp("alsa"))
+    try:
+        yield env
+    finally:
+        env.uninstall()
+
+
+@pytest.fixture
+def closing(alsa: alsa_env.AlsaTestEnv) -> Iterator[Callable[[Any], Any]]:
+    """Register recorders/players/AudioIOs to close after the test, with the speaker FIFO drained so a playback
+    stream blocked on it can stop. Leftover FIFO data is dropped before and after each test."""
+    alsa.drain_mic()
+    alsa.drain_speaker()
+    opened: list[Any] = []
+    yield lambda thing: opened.append(thing) or thing
+    with alsa.speaker_running(), alsa.mic_running():
+        for thing in reversed(opened):
+            thing.close()
+    alsa.drain_mic()
+    alsa.drain_speaker()
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stream stalled waiting for {what}")
+        time.sleep(0.001)
+
+
+def wait_frames(recorder: PushToTalkRecorder, frames: int) -> None:
+    """Wait until the recorder has consumed everything fed so far (the stream then parks on the empty FIFO)."""
+    wait_until(lambda: recorder.frames_captured >= frames, f"{frames} captured frames")
+    assert recorder.frames_captured == frames, "the stream read past what was fed"
+
+
+def next_event(events: Any, kind: type, *, where: Callable[[Any], bool] = lambda e: True) -> Any:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        try:
+            event = events.get(timeout=0.05)
+        except Exception:  # noqa: BLE001 - queue.Empty
+            continue
+        if isinstance(event, kind) and where(event):
+            return event
+    raise AssertionError(f"no {kind.__name__} event arrived")
+
+
+def tone(freq: float, seconds: float, rate: int, amplitude: float = 0.5) -> np.ndarray:
+    n = round(seconds * rate)
+    return (amplitude * np.sin(2 * np.pi * freq * np.arange(n) / rate)).astype(np.float32)
+
+
+def dominant_frequency(signal: np.ndarray, rate: int) -> float:
+    """Peak of the windowed spectrum, refined by parabolic interpolation (sub-bin accuracy)."""
+    spectrum = np.abs(np.fft.rfft(signal * np.hanning(len(signal))))
+    k = int(np.argmax(spectrum[1:-1])) + 1
+    a, b, c = np.log(spectrum[k - 1 : k + 2] + 1e-20)
+    shift = 0.5 * (a - c) / (a - 2 * b + c)
+    return (k + shift) * rate / len(signal)
+
+
+def make_recorder(closing: Callable[[Any], Any], device: str | None = "default", **options: Any) -> PushToTalkRecorder:
+    return closing(PushToTalkRecorder(device, **options))
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def test_lists_devices_with_host_api_and_rate(alsa: alsa_env.AlsaTestEnv) -> None:
+    devices = {d.name: d for d in list_devices()}
+    assert {"default", SPEAKER, "vc_test_mic"} <= devices.keys()
+    default = devices["default"]
+    assert default.host_api == "ALSA"
+    assert default.max_input_channels > 0 and default.max_output_channels > 0
+    assert default.default_samplerate > 0
+    assert find_device("default", "input") == default
+    assert find_device("DEFAULT", "output") == default  # case-insensitive fallback
+    assert find_device(None, "input").max_input_channels > 0
+
+
+def test_unknown_device_gives_error_naming_it_and_app_keeps_running(closing: Callable[[Any], Any]) -> None:
+    with pytest.raises(AudioDeviceError) as raised:
+        find_device("Imaginary USB Mic", "input")
+    assert "Imaginary USB Mic" in raised.value.user_message
+
+    recorder = make_recorder(closing, "Imaginary USB Mic")
+    assert recorder.open() is False
+    error = next_event(recorder.events, EngineError)
+    assert error.kind == "audio_device" and "Imaginary USB Mic" in error.message and not error.fatal
+    assert recorder.press() is False  # the next take retries, fails again, and says so again
+    assert "Imaginary USB Mic" in next_event(recorder.events, EngineError).message
+
+    player_events: list[Any] = []
+    player = closing(StreamingPlayer("Imaginary Speaker", on_event=player_events.append))
+    assert player.begin_utterance() is None
+    assert player.enqueue(np.zeros(2400, np.float32)) is False
+    assert [e.kind for e in player_events] == ["audio_device"] and "Imaginary Speaker" in player_events[0].message
+
+    # Once a device that exists is chosen, the same objects work.
+    assert recorder.select_device("default") is True
+    assert player.select_device(SPEAKER) is True
+
+
+def test_unplugged_device_reports_error_and_next_take_reopens(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
+) -> None:
+    alsa.unplug()  # still listed (PortAudio scanned it), but opening it fails like an unplugged USB mic
+    try:
+        assert "vc_test_unplugged_mic" in {d.name for d in list_devices("input")}
+        recorder = make_recorder(closing, "vc_test_unplugged_mic")
+        assert recorder.open() is False
+        error = next_event(recorder.events, EngineError)
+        assert error.kind == "audio_device" and "vc_test_unplugged_mic" in error.message
+    finally:
+        alsa.replug()
+    assert recorder.press() is True  # reopened on the push-to-talk press
+    block = recorder.block_frames
+    alsa.feed_mic(tone(440, 0.5, recorder.samplerate), block=block)
+    wait_frames(recorder, round(0.5 * recorder.samplerate))
+    recorder.release()
+    alsa.feed_mic(np.zeros(block * 30, np.float32), block=block)
+    take = recorder.takes.get(timeout=HANG_GUARD_S)
+    assert take.pressed_s == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- capture
+
+
+@pytest.mark.parametrize("rate", [None, 48_000], ids=["native-44k1", "48k"])
+def test_take_has_preroll_before_press_and_tail_after_release(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], rate: int | None
+) -> None:
+    recorder = make_recorder(closing, samplerate=rate, preroll_s=0.3, tail_s=0.15)
+    assert recorder.open()
+    fs, block = recorder.samplerate, recorder.block_frames
+    assert fs == (rate or 44_100)
+    before, pressed, after = tone(300, 1.0, fs), tone(1000, 1.0, fs), tone(2500, 0.5, fs)
+    source = np.concatenate((before, pressed, after))
+
+    alsa.feed_mic(before, block=block)
+    wait_frames(recorder, len(before))
+    recorder.press()
+    alsa.feed_mic(pressed, block=block)
+    wait_frames(recorder, len(before) + len(pressed))
+    recorder.release()
+    alsa.feed_mic(after, block=block)
+    take = recorder.takes.get(timeout=HANG_GUARD_S)
+
+    preroll, tail = round(0.3 * fs), round(0.15 * fs)
+    assert (take.press_frame, take.release_frame) == (len(before), len(before) + len(pressed))
+    assert (take.start_frame, take.end_frame) == (len(before) - preroll, len(before) + len(pressed) + tail)
+    assert take.sample_rate == 16_000 and take.audio.dtype == np.float32
+    assert take.preroll_s == pytest.approx(0.3) and take.tail_s == pytest.approx(0.15)
+    assert take.pressed_s == pytest.approx(1.0) and not take.truncated
+    # Exactly the stream's audio from 0.3 s before the press to 0.15 s after the release, at 16 kHz.
+    expected = resample(source[take.start_frame : take.end_frame], fs, 16_000)
+    np.testing.assert_allclose(take.audio, expected, atol=1e-6)
+    # ...which means: the pre-roll is the 300 Hz heard before the press, the tail the 2.5 kHz after release.
+    audio = take.audio
+    assert dominant_frequency(audio[200:4600], 16_000) == pytest.approx(300, abs=10)
+    assert dominant_frequency(audio[5000:20000], 16_000) == pytest.approx(1000, abs=10)
+    assert dominant_frequency(audio[-2200:-200], 16_000) == pytest.approx(2500, abs=15)
+    assert len(audio) == pytest.approx(16_000 * 1.45, abs=1)
+
+
+@pytest.mark.parametrize("rate", [44_100, 48_000])
+def test_capture_resamples_1khz_to_16k_and_downmixes(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], rate: int
+) -> None:
+    recorder = make_recorder(closing, samplerate=rate, preroll_s=0.0, tail_s=0.0)
+    assert recorder.open()
+    block = recorder.block_frames
+    recorder.press()
+    left = tone(1000, 2.0, rate, amplitude=0.6)
+    alsa.feed_mic(left, 0.5 * left, block=block)  # mono is the mean of the two channels: amplitude 0.45
+    wait_frames(recorder, len(left))
+    recorder.release()
+    alsa.feed_mic(np.zeros(block, np.float32), block=block)  # one more block for the release to land on
+    take = recorder.takes.get(timeout=HANG_GUARD_S)
+    assert take.device_rate == rate and take.sample_rate == 16_000
+    assert len(take.audio) == 32_000
+    assert dominant_frequency(take.audio, 16_000) == pytest.approx(1000, abs=10)
+    assert np.max(np.abs(take.audio[1000:-1000])) == pytest.approx(0.45, abs=0.005)
+
+
+def test_too_short_take_is_dropped_with_event(alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]) -> None:
+    recorder = make_recorder(closing, samplerate=48_000, min_take_s=0.1)
+    assert recorder.open()
+    block = recorder.block_frames
+    alsa.feed_mic(tone(440, 0.5, 48_000), block=block)
+    wait_frames(recorder, 24_000)
+    recorder.press()
+    alsa.feed_mic(tone(440, 0.05, 48_000), block=block)  # held for 50 ms
+    wait_frames(recorder, 26_400)
+    recorder.release()
+    alsa.feed_mic(np.zeros(24_000, np.float32), block=block)
+    rejected = next_event(recorder.events, TakeRejected)
+    assert rejected.reason == "too_short" and rejected.duration_s == pytest.approx(0.05)
+    wait_frames(recorder, 50_400)
+    assert recorder.takes.empty() and not recorder.is_recording
+
+    # The recorder is still usable: a proper take afterwards is delivered.
+    recorder.press()
+    alsa.feed_mic(tone(440, 0.2, 48_000), block=block)
+    wait_frames(recorder, 60_000)
+    recorder.release()
+    alsa.feed_mic(np.zeros(9_600, np.float32), block=block)
+    assert recorder.takes.get(timeout=HANG_GUARD_S).pressed_s == pytest.approx(0.2)
+
+
+def test_too_long_take_is_cut_at_the_cap_and_still_delivered(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
+) -> None:
+    recorder = make_recorder(closing, samplerate=48_000, max_take_s=1.0, preroll_s=0.3)
+    assert recorder.open()
+    block = recorder.block_frames
+    source = np.concatenate((tone(300, 0.5, 48_000), tone(1000, 1.5, 48_000)))
+    alsa.feed_mic(source[:24_000], block=block)
+    wait_frames(recorder, 24_000)
+    recorder.press()
+    alsa.feed_mic(source[24_000:], block=block)  # held for 1.5 s, longer than the 1 s cap
+    take = recorder.takes.get(timeout=HANG_GUARD_S)
+    rejected = next_event(recorder.events, TakeRejected)
+    assert rejected.reason == "too_long" and rejected.duration_s == pytest.approx(1.0)
+    assert take.truncated and take.release_frame is None
+    assert len(take.audio) == 16_000  # the cap includes the pre-roll
+    np.testing.assert_allclose(take.audio, resample(source[9_600:57_600], 48_000, 16_000), atol=1e-6)
+    wait_frames(recorder, len(source))
+    recorder.release()  # the user lets go later: nothing more happens
+    alsa.feed_mic(np.zeros(9_600, np.float32), block=block)
+    wait_frames(recorder, len(source) + 9_600)
+    time.sleep(0.1)  # give a wrongly produced take/event a chance to show up (not a timing assertion)
+    assert recorder.takes.empty()
+    assert not any(isinstance(e, TakeRejected) for e in list(recorder.events.queue))
+
+
+def test_input_level_reports_rms_peak_and_clipping(alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]) -> None:
+    recorder = make_recorder(closing, samplerate=48_000, level_interval_s=0.01)
+    assert recorder.open()
+    block = recorder.block_frames
+    alsa.feed_mic(tone(1000, 0.5, 48_000, amplitude=0.5), block=block)
+    wait_frames(recorder, 24_000)
+    level = next_event(recorder.events, InputLevel)
+    assert level.rms == pytest.approx(0.5 / np.sqrt(2), abs=0.005)
+    assert level.peak == pytest.approx(0.5, abs=0.005) and not level.clipping
+
+    square = np.where(tone(1000, 0.2, 48_000) >= 0, 1.0, -1.0).astype(np.float32)
+    alsa.feed_mic(square, block=block)
+    level = next_event(recorder.events, InputLevel, where=lambda e: e.peak > 0.9)
+    assert level.clipping and level.peak == pytest.approx(1.0)
+
+
+# --------------------------------------------------------------------------- playback
+
+
+def test_resampler_chunked_output_equals_one_shot() -> None:
+    rng = np.random.default_rng(7)
+    signal = rng.standard_normal(30_011) * 0.1
+    for src, dst in [(24_000, 48_000), (24_000, 44_100), (48_000, 16_000), (44_100, 16_000), (24_000, 24_000)]:
+        whole = resample(signal, src, dst)
+        assert len(whole) == -(-len(signal) * dst // src)
+        resampler = StreamingResampler(src, dst)
+        pieces, start = [], 0
+        while start < len(signal):
+            size = int(rng.integers(1, 2_500))
+            pieces.append(resampler.process(signal[start : start + size]))
+            start += size
+        pieces.append(resampler.flush())
+        np.testing.assert_allclose(np.concatenate(pieces), whole, atol=1e-6, err_msg=f"{src}->{dst}")
+
+
+@pytest.mark.parametrize("rate", [None, 48_000], ids=["native-44k1", "48k"])
+def test_playback_is_gap_free_and_keeps_frequency(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], rate: int | None
+) -> None:
+    # A 1 s safety margin is more than the speaker FIFO holds, so the stream stalls on the FIFO before the
+    # speech starts, and every chunk is queued before any is played: no underrun can hide a gap.
+    player = closing(StreamingPlayer(SPEAKER, samplerate=rate, safety_margin_s=1.0))
+    assert player.begin_utterance() == 1
+    fs = player.samplerate
+    speech = (0.5 * np.cos(2 * np.pi * 1000 * np.arange(24_000) / 24_000)).astype(np.float32)
+    rng = np.random.default_rng(3)
+    start = 0
+    while start < len(speech):  # irregular chunks, like the model's frames
+        size = int(rng.integers(200, 4_000))
+        assert player.enqueue(speech[start : start + size])
+        start += size
+    player.mark_end_of_stream()
+    assert player.output_latency_s is not None and player.output_latency_s > 0
+
+    expected = resample(speech, 24_000, fs)
+    out = alsa.read_speaker(3 * fs)
+    assert np.array_equal(out[:, 0], out[:, 1])  # mono on both channels
+    heard = out[:, 0]
+    first = int(np.flatnonzero(np.abs(heard) > 1e-4)[0])
+    lead = int(np.flatnonzero(np.abs(expected) > 1e-4)[0])
+    played = heard[first - lead : first - lead + len(expected)]
+    np.testing.assert_allclose(played, expected, atol=1e-6)  # sample-exact: no gap, no click, no repeat
+    assert not np.any(heard[first - lead + len(expected) :])  # silence after the end
+    assert dominant_frequency(played, fs) == pytest.approx(1000, abs=10)
+
+    stats = player.utterance_stats()
+    assert stats is not None and stats.started and stats.drained
+    assert stats.underruns == 0 and player.underruns == 0
+    assert stats.first_audible_frame is not None and stats.first_audible_monotonic is not None
+    assert not player.is_speaking
+
+
+def test_underruns_are_counted_when_the_buffer_starves(closing: Callable[[Any], Any]) -> None:
+    events: list[Any] = []
+    # `default` plays into ALSA's null sink, which takes audio as fast as it comes: one chunk is gone at once.
+    player = closing(StreamingPlayer("default", on_event=events.append, safety_margin_s=0.02))
+    assert player.begin_utterance() is not None
+    assert player.enqueue(tone(440, 0.1, 24_000))
+
+    def stats() -> Any:
+        return player.utterance_stats()
+
+    wait_until(lambda: stats() is not None and stats().underruns >= 1, "an underrun")
+    played = player.frames_played
+    wait_until(lambda: player.frames_played > played + 10_000, "more silence played")
+    assert stats().underruns == 1  # one starvation episode, however many empty blocks it lasted
+    assert stats().underrun_frames > 10_000
+    assert player.is_open and player.is_speaking and events == []
+
+    assert player.enqueue(tone(440, 0.1, 24_000))  # more speech arrives late, plays, starves again
+    wait_until(lambda: stats().underruns == 2, "the second underrun")
+    player.mark_end_of_stream()
+    wait_until(lambda: stats().drained, "the utterance to drain")
+    played = player.frames_played
+    wait_until(lambda: player.frames_played > played + 10_000, "silence after the end")
+    assert stats().underruns == 2 and player.underruns == 2  # draining the end is not an underrun
+    assert not player.is_speaking and events == []
+
+
+def test_barge_in_flushes_playback_and_starts_the_take(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
+) -> None:
+    barge_ins: list[bool] = []
+    audio = closing(AudioIO(
+        choice_path=tmp_path / "devices.json",
+        on_barge_in=lambda: barge_ins.append(True),
+        recorder_options={"samplerate": 48_000},
+        player_options={"samplerate": 48_000, "safety_margin_s": 0.0},
+    ))
+    assert audio.select_devices("default", SPEAKER)
+    recorder, player = audio.recorder, audio.player
+    block = recorder.block_frames
+    assert audio.press() is False  # nothing playing: a plain press, no barge-in
+    audio.release()
+    alsa.feed_mic(np.zeros(block, np.float32), block=block)  # press and release land on the same frame
+    assert next_event(recorder.events, TakeRejected).reason == "too_short"
+    wait_until(lambda: not recorder.is_recording, "the empty take to end")
+
+    player.begin_utterance()
+    answer = tone(1000, 3.0, 24_000)
+    assert player.enqueue(answer)
+    heard = alsa.read_speaker(12_000)  # the answer is playing...
+    wait_until(lambda: player.utterance_stats() is not None and player.utterance_stats().started, "playback")
+    assert player.is_speaking and player.buffered_frames > 0
+
+    frames_fed = recorder.frames_captured
+    assert audio.press() is True  # ...when the user talks over it
+    assert barge_ins == [True]
+    assert player.buffered_frames == 0 and not player.is_speaking
+    assert player.enqueue(answer[:2400]) is False  # late chunks of the cancelled answer are dropped
+    after = alsa.read_speaker(48_000)[:, 0]
+    # What the device had already taken (the FIFO and ALSA buffers) still comes out, then only silence.
+    audible = np.concatenate((heard[:, 0], after))
+    assert np.count_nonzero(audible) < 48_000  # far less than the 3 s (144 000 frames) that were queued
+    assert not np.any(after[-24_000:])
+
+    # The press also started a take.
+    alsa.feed_mic(tone(440, 0.5, 48_000), block=block)
+    wait_frames(recorder, frames_fed + 24_000)
+    audio.release()
+    alsa.feed_mic(np.zeros(9_600, np.float32), block=block)
+    assert recorder.takes.get(timeout=HANG_GUARD_S).pressed_s == pytest.approx(0.5)
+
+
+def test_device_choice_is_persisted(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "settings" / "devices.json"
+    events: list[Any] = []
+    first = closing(AudioIO(choice_path=path, on_event=events.append))
+    assert first.choice.input_device is None and first.choice.output_device is None
+    assert first.select_devices("default", SPEAKER)
+    assert first.select_devices("Gone Mic", SPEAKER) is False  # refused, and nothing changes
+    assert events and events[-1].kind == "audio_device" and "Gone Mic" in events[-1].message
+    with alsa.mic_running(), alsa.speaker_running():
+        first.close()
+
+    second = closing(AudioIO(choice_path=path))
+    assert (second.choice.input_device, second.choice.output_device) == ("default", SPEAKER)
+    assert second.recorder.device_name == "default" and second.player.device_name == SPEAKER
+    path.write_text("{not json")
+    assert load_device_choice(path).input_device is None  # a damaged file falls back to the defaults
+
+
+def test_audio_package_imports_neither_qt_nor_torch() -> None:
+    code = (
+        "import sys, engine.audio\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'PySide6', 'PyQt6', 'scipy'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
