@@ -7,7 +7,7 @@ interrupted download (even across an app restart) resumes where it stopped.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLocale, Qt, Signal
+from PySide6.QtCore import QLocale, Signal
 from PySide6.QtWidgets import (
     QCommandLinkButton,
     QDialog,

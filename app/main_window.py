@@ -470,8 +470,8 @@ class MainWindow(QMainWindow):
         else:
             self.banner.show_message("error", text, details=event.details)
         # A failed load leaves no model: offer the choices again, with the reason.
-        if event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL or (
-                self.first_run is not None and self.first_run.downloading):
+        no_model = event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL
+        if no_model or (self.first_run is not None and self.first_run.downloading):
             self.show_first_run(event.message)
 
     def on_engine_stopped(self, error: str) -> None:

@@ -117,7 +117,7 @@ def _live(window: object, app: object) -> None:
         time.sleep(0.02)
 
 
-def render(out: Path, language: str, live: bool) -> list[Path]:
+def render(out: Path, language: str, live: bool, output_device: str | None = None) -> list[Path]:
     os.environ["QT_QPA_PLATFORM"] = "xcb"
     from PySide6.QtWidgets import QApplication
 
@@ -130,7 +130,7 @@ def render(out: Path, language: str, live: bool) -> list[Path]:
     app = create_app(["screenshots"])
     install_translator(app, language)
     if live:  # the demo model, short answers, no voice (there is no voice folder on a test machine)
-        settings = Settings(demo=True, max_answer_seconds=4.0)
+        settings = Settings(demo=True, max_answer_seconds=4.0, output_device=output_device)
     else:
         settings = Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP", lora="/home/user/voices/alice-voice")
     tmp = Path(tempfile.mkdtemp(prefix="voicechat-shots-"))
@@ -187,6 +187,7 @@ def main() -> int:
     parser.add_argument("--out", default=str(ROOT / "screenshots"))
     parser.add_argument("--lang", choices=("ja", "en", "both"), default="both")
     parser.add_argument("--live", action="store_true", help="run the real engine on the demo model")
+    parser.add_argument("--output-device", default=None, help="speaker for --live (default: the system's)")
     args = parser.parse_args()
     xvfb = _start_xvfb()
     try:
@@ -194,7 +195,7 @@ def main() -> int:
         languages = ("ja", "en") if args.lang == "both" else (args.lang,)
         saved: list[Path] = []
         for language in languages:
-            saved += render(out, language, args.live)
+            saved += render(out, language, args.live, args.output_device)
         for path in saved:
             print(path)
     finally:
