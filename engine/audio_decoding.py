@@ -80,6 +80,13 @@ class PipelinedDecoder:
             ready.append(self._ring[slot][:count].numpy().copy())
         return ready
 
+    def wait_oldest(self) -> None:
+        """Block until the oldest queued chunk is on the host (used once per turn, for the first one)."""
+        if self._pending:
+            event = self._events[self._pending[0][0]]
+            if event is not None:
+                event.synchronize()
+
     def synchronize(self) -> None:
         for slot, _ in self._pending:
             event = self._events[slot]

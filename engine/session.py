@@ -357,6 +357,10 @@ class ChatSession:
                 stats.frames += 1
             else:
                 end = event
+            if stats.first_pcm_s is None and stats.frames:
+                # The first chunk is worth a short wait (~0.5 ms, once per turn): it is what the user
+                # waits for. Later chunks are picked up without blocking as they arrive.
+                self.decoder.wait_oldest()
             yield from audio_out(self.decoder.poll())
         decode_started = time.perf_counter()
         tail = self.decoder.drain()

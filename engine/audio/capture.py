@@ -5,7 +5,8 @@ Threads and who owns what
 * The PortAudio callback (`_on_audio`) owns all stream-time state: the history ring, the frame counter and the
   active take. It downmixes each block into preallocated buffers, notices press/release requests and hands
   finished takes to the worker through a `queue.SimpleQueue` (non-blocking put, no lock shared with the
-  engine). It never logs, never waits, and allocates nothing per block beyond what sounddevice itself does.
+  engine). It never logs and never waits; per block it allocates nothing but a few scalars (all buffers,
+  including the take buffers, are allocated when the stream opens).
 * Callers (the engine thread) only call `open`/`press`/`release`/`close`/`select_device`. `press` and
   `release` just bump counters that the callback reads at the start of its next block, so a press takes effect
   at most one block (10 ms) later, on an exact stream frame.
@@ -231,6 +232,11 @@ class PushToTalkRecorder:
         """Push-to-talk released: the take ends `tail_s` later (in stream frames) and is delivered."""
         self._release_requests += 1
 
+    def close_stream(self) -> None:
+        """Close the input stream only (e.g. before `rescan_devices()`); `press()` or `open()` reopens it."""
+        with self._stream_lock:
+            self._close_stream_locked()
+
     def close(self) -> None:
         """Stop the stream and the worker. Safe to call more than once."""
         with self._stream_lock:
@@ -255,6 +261,7 @@ class PushToTalkRecorder:
         """Fresh preallocated buffers for a stream at `rate` (called before the stream exists)."""
         self._rate = rate
         self._channels = channels
+        self._downmix_gain = np.float32(1.0 / channels)
         self._blocksize = max(1, round(rate * self.block_s))
         max_block = max(self._blocksize, 8192)
         self._mono = np.zeros(max_block, dtype=np.float32)
@@ -327,7 +334,7 @@ class PushToTalkRecorder:
             mono[:] = indata[:, 0]
         else:
             np.sum(indata, axis=1, out=mono)
-            mono *= np.float32(1.0 / self._channels)
+            mono *= self._downmix_gain
 
         # Level of the raw channels (a downmix could hide one clipped channel).
         magnitude = self._abs[:frames]

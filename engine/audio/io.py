@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.audio.capture import CapturedTake, PushToTalkRecorder
-from engine.audio.devices import AudioDeviceError, find_device
+from engine.audio.devices import AudioDeviceError, find_device, rescan_devices
 from engine.audio.playback import StreamingPlayer
 from engine.protocol import EngineError, Event
 
@@ -98,13 +98,25 @@ class AudioIO:
 
     def press(self) -> bool:
         """Push-to-talk pressed. If the assistant is speaking this is a barge-in: playback is flushed at once
-        and `on_barge_in` is called. Returns True for a barge-in."""
+        and `on_barge_in` is called. Returns True for a barge-in.
+
+        If the microphone is not open (missing, unplugged, failed earlier) the device list is re-scanned first:
+        PortAudio only sees devices present when it was initialised, so a mic plugged back in needs a re-scan
+        to be found. The re-scan closes the speaker stream too; the next answer reopens it."""
         barge_in = self.player.is_speaking
         if barge_in:
             self.player.flush()
             self._on_barge_in()
+        if not self.recorder.is_open:
+            self.rescan()
         self.recorder.press()
         return barge_in
+
+    def rescan(self) -> None:
+        """Re-scan the devices (both streams are closed first: re-initialising PortAudio invalidates them)."""
+        self.recorder.close_stream()
+        self.player.close()
+        rescan_devices()
 
     def release(self) -> None:
         self.recorder.release()

@@ -50,7 +50,9 @@ def suppress_stop_tokens(model: torch.nn.Module) -> None:
     with torch.no_grad():
         model.lfm.embed_tokens.weight[IM_END].zero_()
         model.lfm.embed_tokens.weight[TEXT_END].zero_()
-        model.depth_embeddings[0].to_logits.weight[END_OF_AUDIO].zero_()
+        # Every codebook: liquid-audio's decode rejects a 2048 anywhere in a frame it is given.
+        for embedding in model.depth_embeddings:
+            embedding.to_logits.weight[END_OF_AUDIO].zero_()
 
 
 def random_full_size_model(

@@ -63,10 +63,9 @@ class GraphedBackend:
         self.hidden.copy_(self.backbone.decode_step(self.input))
 
     def _text_head(self) -> None:
-        logits = F.linear(self.hidden, self.embed)[0]
-        token = self.text_sampling.sample(logits)
-        self.token.copy_(token)
-        self.input.copy_(F.embedding(token, self.embed))
+        logits = torch.mm(self.hidden, self.embed.t())[0]
+        self.text_sampling.sample(logits, out=self.token)
+        self.input.copy_(F.embedding(self.token, self.embed))
 
     def _audio_head(self) -> None:
         self.input.copy_(self.depthformer.frame_step(self.hidden))
@@ -129,11 +128,13 @@ class GraphedBackend:
         self.hidden.copy_(hidden[-1:])
         self.positions = self.backbone.positions
 
+    @torch.inference_mode()
     def decode(self) -> None:
         self._run("decode")
         self.positions += 1
         self.backbone.positions = self.positions
 
+    @torch.inference_mode()
     def text_head(self, sampling: SamplingSettings) -> torch.Tensor:
         self._apply(sampling)
         self._run("text_head")
@@ -142,6 +143,7 @@ class GraphedBackend:
             self._ready.record()
         return self.token
 
+    @torch.inference_mode()
     def audio_head(self, sampling: SamplingSettings) -> torch.Tensor:
         self._apply(sampling)
         self._run("audio_head")

@@ -1,45 +1,57 @@
 """Token sampling that lives inside CUDA graphs.
 
-The decoding mode is data, not code: greedy flag, 1/temperature and the top-k threshold rank are
-device tensors read by the captured kernels, so switching between greedy and sampling (or changing
-temperature / top-k) applies to the next turn without recapturing anything.
+The decoding mode is data, not code: 1/temperature, the weight of the sampling noise (0 means
+greedy) and the top-k rank are device tensors read by the captured kernels, so switching between
+greedy and sampling, or changing temperature / top-k, applies to the next turn without recapturing
+anything.
 
-Sampling uses the exponential race (Gumbel-max): argmax(logits/T - log E), E ~ Exp(1), restricted
-to the top-k logits, which draws from softmax(top_k(logits)/T) exactly like liquid-audio's
-`torch.multinomial`, without a host sync. Greedy is argmax(logits) over the full vocabulary, the
-same first-index tie rule as liquid-audio.
+Sampling is the Gumbel-max trick: argmax(logits/T + G) with G = -log(E), E ~ Exp(1), over the top-k
+logits, which draws from softmax(top_k(logits)/T) exactly like liquid-audio's
+`torch.multinomial`, without a host sync. Greedy (noise weight 0, T = 1) is argmax(logits) with
+the same first-index tie rule as liquid-audio. top-k is read from a sorted top-64, so k is at most
+64 ("no top-k" means 64).
 """
 
 from __future__ import annotations
 
 import torch
 
-MAX_TOP_K = 64  # top-k is read from a sorted top-64; larger values are clamped to it
+MAX_TOP_K = 64
 
 
 class DeviceSampling:
     """One sampler's settings in device memory (text and audio each have one)."""
 
     def __init__(self, device: torch.device) -> None:
-        self.greedy = torch.ones((), dtype=torch.bool, device=device)
+        self.noise_weight = torch.zeros((), dtype=torch.float32, device=device)  # 0: greedy
         self.inv_temperature = torch.ones((), dtype=torch.float32, device=device)
         self.top_k_index = torch.zeros((1,), dtype=torch.long, device=device)  # k - 1
-        self.use_top_k = torch.zeros((), dtype=torch.bool, device=device)
+        self._noise: torch.Tensor | None = None
 
     def set(self, *, greedy: bool, temperature: float, top_k: int | None) -> None:
-        """Host → device copies between turns (never inside the per-frame loop)."""
+        """Host → device fills between turns (never inside the per-frame loop)."""
         greedy = greedy or temperature <= 0 or top_k == 1
-        self.greedy.fill_(greedy)
-        self.inv_temperature.fill_(1.0 / temperature if temperature > 0 else 1.0)
-        k = min(int(top_k), MAX_TOP_K) if top_k else 0
-        self.use_top_k.fill_(k > 0)
-        self.top_k_index.fill_(max(k, 1) - 1)
+        self.noise_weight.fill_(0.0 if greedy else 1.0)
+        self.inv_temperature.fill_(1.0 if greedy else 1.0 / temperature)
+        k = min(int(top_k), MAX_TOP_K) if top_k and top_k > 0 else MAX_TOP_K
+        self.top_k_index.fill_(k - 1)
 
-    def sample(self, logits: torch.Tensor) -> torch.Tensor:
-        """A token id of shape (1,) from 1-D logits, with static shapes and no host sync."""
-        logits = logits.float()
+    def noise_for(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Fill `buffer` with weighted Gumbel noise in place (one draw for all rows) and return it."""
+        # clamp: exponential_ may return exactly 0, whose log would turn a greedy 0·(-inf) into NaN.
+        return buffer.exponential_().clamp_min_(1e-30).log_().mul_(-self.noise_weight)
+
+    def choose(self, logits: torch.Tensor, noise: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        """argmax over the top-k of logits/T + noise, written into `out` (shape (1,))."""
         top = torch.topk(logits, min(MAX_TOP_K, logits.shape[-1])).values
-        threshold = torch.where(self.use_top_k, top.gather(0, self.top_k_index), float("-inf"))
-        noise = torch.empty_like(logits).exponential_()
-        scores = torch.where(logits >= threshold, logits * self.inv_temperature - noise.log(), float("-inf"))
-        return torch.where(self.greedy, logits, scores).argmax(dim=-1, keepdim=True)
+        threshold = top.gather(0, self.top_k_index)
+        scores = torch.addcmul(noise, logits, self.inv_temperature)
+        return torch.argmax(scores.masked_fill(logits < threshold, float("-inf")), dim=-1, keepdim=True, out=out)
+
+    def sample(self, logits: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """A token id of shape (1,) from 1-D logits, with static shapes and no host sync."""
+        if self._noise is None or self._noise.shape != logits.shape:
+            self._noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        if out is None:
+            out = torch.empty((1,), dtype=torch.long, device=logits.device)
+        return self.choose(logits, self.noise_for(self._noise), out=out)

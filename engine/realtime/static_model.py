@@ -48,6 +48,7 @@ class _AttentionLayer:
     qkv: torch.Tensor
     q_norm: torch.Tensor
     k_norm: torch.Tensor
+    head_norms: torch.Tensor  # (heads + kv_heads, head_dim): q's norm weight per q head, then k's
     out: torch.Tensor
     keys: torch.Tensor  # (1, kv_heads, max_positions, head_dim)
     values: torch.Tensor
@@ -98,6 +99,12 @@ class StaticBackbone:
                         qkv=_fuse_linear_weights([attn.q_proj, attn.k_proj, attn.v_proj]),
                         q_norm=attn.q_layernorm.weight,
                         k_norm=attn.k_layernorm.weight,
+                        head_norms=torch.cat(
+                            (
+                                attn.q_layernorm.weight.detach().expand(self.heads, -1),
+                                attn.k_layernorm.weight.detach().expand(self.kv_heads, -1),
+                            )
+                        ).float(),
                         out=attn.out_proj.weight,
                         keys=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
                         values=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
@@ -132,6 +139,19 @@ class StaticBackbone:
         self.sin = (emb.sin() * scaling).to(dtype)
         self.key_index = torch.arange(max_positions, device=device)
         self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
+        # Decode-time rotary: rope(g ⊙ n) = n ⊙ (g·cos) + rotate_half(n) ⊙ (swap(g)·sin), where n is the
+        # unweighted RMS-normed q|k head and g its norm weight. rotate_half is a fixed ±1 permutation
+        # (a 64×64 matmul); the g-folded tables of all attention layers are built once per step.
+        half = self.head_dim // 2
+        rotate = torch.zeros((self.head_dim, self.head_dim), dtype=torch.float32, device=device)
+        rotate[half:, :half] = -torch.eye(half, device=device)
+        rotate[:half, half:] = torch.eye(half, device=device)
+        self.rotate_half = rotate.to(dtype)
+        attention = [layer for layer in self.layers if isinstance(layer, _AttentionLayer)]
+        norms = torch.stack([layer.head_norms for layer in attention]) if attention else torch.zeros((0,), device=device)
+        self._norms_cos = norms  # (attention layers, heads + kv_heads, head_dim)
+        self._norms_sin = torch.cat((norms[..., half:], norms[..., :half]), dim=-1) if attention else norms
+        self._attention_index = {id(layer): i for i, layer in enumerate(attention)}
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
     # ------------------------------------------------------------------ state
@@ -171,6 +191,8 @@ class StaticBackbone:
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(F.rms_norm(x, (self.hidden,), layer.ffn_norm, self.eps), layer.w13).chunk(2, dim=-1)
+        if x.shape[0] == 1:  # decode: the residual add rides on the matmul (addmm's bias)
+            return torch.addmm(x[0], F.silu(gate) * up, layer.w2.t())
         return x + F.linear(F.silu(gate) * up, layer.w2)
 
     def _qkv(self, layer: _AttentionLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -196,24 +218,42 @@ class StaticBackbone:
     # ------------------------------------------------------------------ decode (graph-capturable)
 
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
-        """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`."""
+        """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
+
+        ~15 kernels per attention layer and 13 per conv layer: at batch 1 the step is bound by
+        the number of launches, so the residual adds ride on the projections (addmm's bias), the
+        mask is built once as an additive row, and q/k norm + rotary is 4 kernels.
+        """
         position = self.position
-        cos = self.cos.index_select(0, position)
-        sin = self.sin.index_select(0, position)
-        mask = (self.key_index <= position).view(1, 1, 1, self.max_positions)
+        cos = self.cos.index_select(0, position).float()  # (1, head_dim)
+        sin = self.sin.index_select(0, position).float()
+        scale_cos = (self._norms_cos * cos).to(self.dtype)  # (attention layers, heads + kv, head_dim)
+        scale_sin = (self._norms_sin * sin).to(self.dtype)
+        mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(
+            self.key_index.view(1, 1, 1, -1) > position, float("-inf")
+        )
+        qk_heads = self.heads + self.kv_heads
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, h, cos, sin)
-                layer.keys.index_copy_(2, position, k.view(1, self.kv_heads, 1, self.head_dim))
-                layer.values.index_copy_(2, position, v.view(1, self.kv_heads, 1, self.head_dim))
-                y = F.linear(self._attend(q, layer.keys, layer.values, mask), layer.out)
+                i = self._attention_index[id(layer)]
+                qkv = F.linear(h, layer.qkv)
+                n = F.rms_norm(qkv[0, : qk_heads * self.head_dim].view(qk_heads, self.head_dim), (self.head_dim,), eps=self.eps)
+                qk = torch.addcmul(n * scale_cos[i], n @ self.rotate_half, scale_sin[i])
+                k = qk[self.heads :].view(1, self.kv_heads, 1, self.head_dim)
+                v = qkv[0, qk_heads * self.head_dim :].view(1, self.kv_heads, 1, self.head_dim)
+                layer.keys.index_copy_(2, position, k)
+                layer.values.index_copy_(2, position, v)
+                rows = qk[: self.heads].view(1, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+                attn = F.scaled_dot_product_attention(rows, layer.keys, layer.values, attn_mask=mask)
+                x = torch.addmm(x[0], attn.view(1, self.hidden), layer.out.t())
             else:
                 b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
                 shifted = torch.cat((layer.state[:, 1:], (b * u).view(self.hidden, 1)), dim=1)
                 layer.state.copy_(shifted)
-                y = F.linear(c * (shifted * layer.conv).sum(dim=-1).view(1, self.hidden), layer.out)
-            x = self._mlp(layer, x + y)
+                conv = torch.bmm(shifted.view(self.hidden, 1, -1), layer.conv.view(self.hidden, -1, 1))
+                x = torch.addmm(x[0], c * conv.view(1, self.hidden), layer.out.t())
+            x = self._mlp(layer, x)
         position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
 
@@ -252,7 +292,14 @@ class StaticBackbone:
 
 
 class StaticDepthformer:
-    """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers."""
+    """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
+
+    Per codebook and layer it is 11 kernels: norm, q|k|v matmul written straight into the
+    position's cache row, one RMS norm over all q and k heads, one batched matmul that applies the
+    norm weights and the rotary at this (static) position and writes roped q|k into the cache,
+    SDPA reading keys/values in place, out-projection with the residual add, and the SwiGLU MLP
+    with its residual add. Sampling noise for all codebooks is drawn once per frame.
+    """
 
     def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
         self.model = model
@@ -266,72 +313,84 @@ class StaticDepthformer:
         weight = model.depth_linear.weight
         device, dtype = weight.device, weight.dtype
         self.device, self.dtype = device, dtype
+        qk_heads = self.heads + self.kv_heads
+        qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
+        # liquid-audio's rotary: interleaved pairs (2j, 2j+1) rotated by freqs_cis[position].
+        freqs = first.freqs_cis[: self.codebooks].to(device)
+        rotations = torch.zeros((self.codebooks, self.head_dim, self.head_dim), dtype=torch.float32, device=device)
+        pairs = torch.arange(self.head_dim // 2, device=device)
+        cos, sin = freqs.real.float(), freqs.imag.float()  # (codebooks, head_dim / 2)
+        rotations[:, 2 * pairs, 2 * pairs] = cos
+        rotations[:, 2 * pairs + 1, 2 * pairs] = -sin
+        rotations[:, 2 * pairs, 2 * pairs + 1] = sin
+        rotations[:, 2 * pairs + 1, 2 * pairs + 1] = cos
         self.layers = []
         for block in model.depthformer.layers:
             op = block.operator
             if op.head_style != "gqa" or not op.bounded_attention.qk_layernorm:
                 raise RuntimeError("only the grouped-query, qk-normed depthformer is supported")
+            attention = op.bounded_attention
             glu = block.feed_forward
+            head_norms = torch.cat(
+                (
+                    attention.q_layernorm.weight.detach().float().expand(self.heads, -1),
+                    attention.k_layernorm.weight.detach().float().expand(self.kv_heads, -1),
+                )
+            )
+            # (codebook position, q|k head, d, d): row vector n @ M = rotary(g ⊙ n) at that position.
+            rope = (head_norms[None, :, :, None] * rotations[:, None, :, :]).to(dtype)
             self.layers.append(
                 {
-                    "norm": block.operator_norm.weight.float(),
+                    "norm": block.operator_norm.weight,
                     "norm_eps": block.operator_norm.eps,
                     "qkv": op.qkv_proj.weight,
-                    "q_norm": op.bounded_attention.q_layernorm.weight.float(),
-                    "k_norm": op.bounded_attention.k_layernorm.weight.float(),
-                    "qk_eps": op.bounded_attention.q_layernorm.eps,
+                    "qk_eps": attention.q_layernorm.eps,
+                    "rope": rope,
                     "out": op.out_proj.weight,
-                    "ffn_norm": block.ffn_norm.weight.float(),
+                    "ffn_norm": block.ffn_norm.weight,
                     "ffn_eps": block.ffn_norm.eps,
                     "w13": _fuse_linear_weights([glu.w1, glu.w3]),
                     "w2": glu.w2.weight,
-                    "keys": torch.zeros((1, self.kv_heads, self.codebooks, self.head_dim), device=device, dtype=dtype),
-                    "values": torch.zeros((1, self.kv_heads, self.codebooks, self.head_dim), device=device, dtype=dtype),
+                    # Per position: q|k|v as projected (v is read from here as the value cache) ...
+                    "qkv_rows": torch.zeros((self.codebooks, qkv_width), device=device, dtype=dtype),
+                    # ... and q|k normed and roped (k is read from here as the key cache).
+                    "qk_rows": torch.zeros((self.codebooks, qk_heads, self.head_dim), device=device, dtype=dtype),
                 }
             )
-        # liquid-audio's rotary: interleaved pairs rotated by freqs_cis[position] (complex64).
-        freqs = first.freqs_cis[: self.codebooks].to(device)
-        self.rot_cos = freqs.real.repeat_interleave(2, dim=-1).to(torch.float32)  # (codebooks, head_dim)
-        self.rot_sin = freqs.imag.repeat_interleave(2, dim=-1).to(torch.float32)
-        # Norm weights are kept in float32 (liquid-audio normalizes in float32); they are not LoRA targets.
+        # Norm weights stay tied to the modules (norms are not LoRA targets; see engine.lora).
         self.heads_out = [
-            (e.embedding_norm.weight.float(), e.embedding_norm.eps, e.to_logits.weight, e.embedding.weight)
+            (e.embedding_norm.weight, e.embedding_norm.eps, e.to_logits.weight, e.embedding.weight)
             for e in model.depth_embeddings
         ]
         self.audio_embedding = model.audio_embedding.embedding.weight
         self.offsets = model.codebook_offsets.to(device)
         self.frame = torch.zeros((self.codebooks,), dtype=torch.long, device=device)
-
-    def _rope(self, x: torch.Tensor, position: int) -> torch.Tensor:
-        # (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) on interleaved pairs, in float32 like liquid-audio.
-        pairs = x.float().view(*x.shape[:-1], self.head_dim // 2, 2)
-        swapped = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).view(x.shape)
-        return (x.float() * self.rot_cos[position] + swapped * self.rot_sin[position]).to(x.dtype)
+        vocab = self.heads_out[0][2].shape[0]
+        self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
 
     def _codebook_logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Codebook i's logits (1, 2049) for depthformer input x (1, dim); writes position i's keys/values."""
+        """Codebook i's logits (1, vocab) for depthformer input x (1, dim); writes position i's cache rows."""
+        qk_heads = self.heads + self.kv_heads
         group = self.heads // self.kv_heads
         for layer in self.layers:
-            h = F.rms_norm(x.float(), (self.dim,), layer["norm"], layer["norm_eps"]).to(self.dtype)
-            q, k, v = F.linear(h, layer["qkv"]).split(
-                [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
-            )
-            q = F.rms_norm(q.view(self.heads, self.head_dim).float(), (self.head_dim,), layer["q_norm"], layer["qk_eps"]).to(self.dtype)
-            k = F.rms_norm(k.view(self.kv_heads, self.head_dim).float(), (self.head_dim,), layer["k_norm"], layer["qk_eps"]).to(self.dtype)
-            q, k = self._rope(q, i), self._rope(k, i)
-            layer["keys"][0, :, i] = k
-            layer["values"][0, :, i] = v.view(self.kv_heads, self.head_dim)
-            rows = q.view(1, self.kv_heads, group, self.head_dim)
-            attn = F.scaled_dot_product_attention(rows, layer["keys"][:, :, : i + 1], layer["values"][:, :, : i + 1])
-            x = x + F.linear(attn.reshape(1, self.heads * self.head_dim), layer["out"])
-            g = F.rms_norm(x.float(), (self.dim,), layer["ffn_norm"], layer["ffn_eps"]).to(self.dtype)
-            gate, up = F.linear(g, layer["w13"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["w2"])
+            h = F.rms_norm(x, (self.dim,), layer["norm"], layer["norm_eps"])
+            qkv_rows, qk_rows = layer["qkv_rows"], layer["qk_rows"]
+            torch.mm(h, layer["qkv"].t(), out=qkv_rows[i : i + 1])
+            n = F.rms_norm(qkv_rows[i, : qk_heads * self.head_dim].view(qk_heads, 1, self.head_dim), (self.head_dim,), eps=layer["qk_eps"])
+            torch.bmm(n, layer["rope"][i], out=qk_rows[i].view(qk_heads, 1, self.head_dim))
+            query = qk_rows[i, : self.heads].view(1, self.kv_heads, group, self.head_dim)
+            keys = qk_rows[: i + 1, self.heads :].permute(1, 0, 2).unsqueeze(0)
+            values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
+            attn = F.scaled_dot_product_attention(query, keys, values)
+            x = torch.addmm(x[0], attn.view(1, self.dim), layer["out"].t())
+            g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
+            gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
+            x = torch.addmm(x[0], F.silu(gate) * up, layer["w2"].t())
         norm_w, norm_eps, to_logits, _ = self.heads_out[i]
-        return F.linear(F.rms_norm(x.float(), (self.dim,), norm_w, norm_eps).to(self.dtype), to_logits)
+        return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), to_logits.t())
 
     def _inputs(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.model.depth_linear.weight, self.model.depth_linear.bias).view(self.codebooks, self.dim)
+        return torch.addmm(self.model.depth_linear.bias, hidden, self.model.depth_linear.weight.t()).view(self.codebooks, self.dim)
 
     def frame_step(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (1, backbone hidden) → sampled codes (codebooks,), written into `self.frame`.
@@ -340,20 +399,18 @@ class StaticDepthformer:
         and returns the next backbone input embedding (1, backbone hidden).
         """
         inputs = self._inputs(hidden)
+        negative_log_noise = self.sampling.noise_for(self._noise)
         x = inputs[0:1]
-        codes = []
         for i in range(self.codebooks):
-            code = self.sampling.sample(self._codebook_logits(i, x)[0])
-            codes.append(code)
+            logits = self._codebook_logits(i, x)[0]
+            self.sampling.choose(logits, negative_log_noise[i], out=self.frame[i : i + 1])
             if i + 1 < self.codebooks:
-                x = inputs[i + 1 : i + 2] + F.embedding(code, self.heads_out[i][3])
-        frame = torch.cat(codes)
-        frame = torch.where(frame[0] == END_OF_AUDIO, torch.full_like(frame, END_OF_AUDIO), frame)
-        self.frame.copy_(frame)
-        return F.embedding(frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
+                x = inputs[i + 1 : i + 2] + F.embedding(self.frame[i : i + 1], self.heads_out[i][3])
+        self.frame.masked_fill_(self.frame[0] == END_OF_AUDIO, END_OF_AUDIO)
+        return F.embedding(self.frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
 
     def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-        """Logits (codebooks, 2049) of every codebook given the previous codebooks' true codes."""
+        """Logits (codebooks, vocab) of every codebook given the previous codebooks' true codes."""
         inputs = self._inputs(hidden)
         x = inputs[0:1]
         logits = []
