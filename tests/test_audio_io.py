@@ -37,8 +37,13 @@ from engine.audio import (  # noqa: E402
 )
 from engine.protocol import EngineError, InputLevel, TakeRejected  # noqa: E402
 
-# sounddevice 0.5.6 reshapes each callback buffer with `arr.shape = ...`, deprecated in numpy 2.5: noise here.
-pytestmark = pytest.mark.filterwarnings("ignore:Setting the shape on a NumPy array:DeprecationWarning")
+pytestmark = [
+    # sounddevice 0.5.6 reshapes each callback buffer with `arr.shape = ...`, deprecated in numpy 2.5: noise.
+    pytest.mark.filterwarnings("ignore:Setting the shape on a NumPy array:DeprecationWarning"),
+    # A stream stuck inside PortAudio blocks the main thread in C, where the default (signal) timeout cannot
+    # interrupt it; the thread method dumps the stacks and ends the run instead of hanging CI.
+    pytest.mark.timeout(120, method="thread"),
+]
 
 HANG_GUARD_S = 20.0
 SPEAKER = "vc_test_speaker"
@@ -173,6 +178,27 @@ def test_unplugged_device_reports_error_and_next_take_reopens(
     alsa.feed_mic(np.zeros(block * 30, np.float32), block=block)
     take = recorder.takes.get(timeout=HANG_GUARD_S)
     assert take.pressed_s == pytest.approx(0.5)
+
+
+def test_audio_io_rescans_so_a_replugged_mic_is_found_on_the_next_press(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
+) -> None:
+    events: list[Any] = []
+    audio = closing(AudioIO(choice_path=tmp_path / "devices.json", on_event=events.append))
+    alsa.unplug()
+    try:
+        # Listed (scanned before the unplug), so the choice is accepted and saved, but it cannot be opened.
+        # (The null sink as speaker: a stream blocked on the speaker FIFO could not be closed by the re-scan.)
+        assert audio.select_devices("vc_test_unplugged_mic", "default") is False
+        assert [e.kind for e in events] == ["audio_device"] and "vc_test_unplugged_mic" in events[0].message
+        audio.press()  # re-scans: now it is not even listed
+        assert len(events) == 2 and "vc_test_unplugged_mic" in events[1].message
+        assert "vc_test_unplugged_mic" not in {d.name for d in list_devices("input")}
+    finally:
+        alsa.replug()
+    audio.press()  # plugged back in: the re-scan finds it and the take starts
+    assert len(events) == 2 and audio.recorder.is_open and audio.recorder.is_recording
+    assert "vc_test_unplugged_mic" in {d.name for d in list_devices("input")}
 
 
 # --------------------------------------------------------------------------- capture
