@@ -133,6 +133,7 @@ class PushToTalkRecorder:
         self._stop_worker = threading.Event()
         self._worker: threading.Thread | None = None
         self._take_counter = 0
+        self._refused_presses = 0  # presses the callback could not start (no free take buffer)
         self._init_stream_state(rate=16_000, channels=1)
 
     # ------------------------------------------------------------------ public API (engine thread)
@@ -282,7 +283,6 @@ class PushToTalkRecorder:
         # Requests made before this stream existed are void: a stream starts idle.
         self._handled_presses = self._press_requests
         self._handled_releases = self._release_requests
-        self._refused_presses = 0
         # Level ring: one slot per block; the worker reads slots [read, written).
         self._level_sumsq = np.zeros(_LEVEL_SLOTS, dtype=np.float64)
         self._level_frames = np.zeros(_LEVEL_SLOTS, dtype=np.int64)
@@ -430,32 +430,37 @@ class PushToTalkRecorder:
                 item = None
             if self._stop_worker.is_set() and item is None:
                 return
-            if item is not None:
-                if converting is not None and converting[0] == item.take_id:
-                    self._deliver(item, converting[1], converting[2], pieces)
-                else:
-                    self._deliver(item, None, 0, [])
+            try:
+                if item is not None:
+                    if converting is not None and converting[0] == item.take_id:
+                        self._deliver(item, converting[1], converting[2], pieces)
+                    else:
+                        self._deliver(item, None, 0, [])
+                    converting, pieces = None, []
+                # Convert the take being recorded as it grows, so release only waits for the last few blocks.
+                active = self._active
+                if active is not None and active.rate != MODEL_SAMPLE_RATE:
+                    if converting is None or converting[0] != active.take_id:
+                        resampler = StreamingResampler(active.rate, MODEL_SAMPLE_RATE)
+                        converting, pieces = (active.take_id, resampler, 0), []
+                    filled = active.filled
+                    if filled > converting[2]:
+                        pieces.append(converting[1].process(active.buffer[converting[2] : filled]))
+                        converting = (converting[0], converting[1], filled)
+                now = time.monotonic()
+                if now - last_level >= self.level_interval_s:
+                    last_level = now
+                    level = self._read_level()
+                    if level is not None:
+                        self._on_event(level)
+                if self._refused_presses > reported_refusals:
+                    reported_refusals = self._refused_presses
+                    self._on_event(EngineError(kind="take", message="The previous take is still being processed; "
+                                                                     "press again in a moment."))
+                self._check_stream_health()
+            except Exception as exc:  # a failing consumer callback must not kill the capture worker
                 converting, pieces = None, []
-            # Convert the take being recorded as it grows, so release only waits for the last few blocks.
-            active = self._active
-            if active is not None and active.rate != MODEL_SAMPLE_RATE:
-                if converting is None or converting[0] != active.take_id:
-                    converting, pieces = (active.take_id, StreamingResampler(active.rate, MODEL_SAMPLE_RATE), 0), []
-                filled = active.filled
-                if filled > converting[2]:
-                    pieces.append(converting[1].process(active.buffer[converting[2] : filled]))
-                    converting = (converting[0], converting[1], filled)
-            now = time.monotonic()
-            if now - last_level >= self.level_interval_s:
-                last_level = now
-                level = self._read_level()
-                if level is not None:
-                    self._on_event(level)
-            if self._refused_presses > reported_refusals:
-                reported_refusals = self._refused_presses
-                self._on_event(EngineError(kind="take", message="The previous take is still being processed; "
-                                                                 "press again in a moment."))
-            self._check_stream_health()
+                self._on_event(EngineError(kind="internal", message="Audio capture failed.", details=repr(exc)))
 
     def _deliver(self, take: _ActiveTake, resampler: StreamingResampler | None, consumed: int,
                  pieces: list[np.ndarray]) -> None:

@@ -40,6 +40,7 @@ class _Utterance:
     sees a consistent one."""
 
     uid: int
+    generation: int  # the flush generation it belongs to: a flush makes it stale even if republished late
     first_pos: int | None = None  # position of its first real sample, after the safety margin
     end_pos: int | None = None  # set by mark_end_of_stream: everything up to here belongs to it
 
@@ -93,6 +94,7 @@ class StreamingPlayer:
         self._uid = 0
         self.dropped_chunks = 0  # chunks enqueued with no utterance open (e.g. after a barge-in flush)
         self._underruns_total = 0  # over the player's lifetime, across stream reopens
+        self._flush_generation = 0  # bumped by every flush(); never reset, so stale utterances stay stale
         self._device_underflows = 0
         self._init_stream_state(rate=48_000)
 
@@ -145,14 +147,14 @@ class StreamingPlayer:
     @property
     def is_speaking(self) -> bool:
         """An utterance is open or its audio is still playing (a push-to-talk press now is a barge-in)."""
-        utterance = self._utterance
+        utterance = self._current_utterance()
         if utterance is None:
             return False
         return not (self._cb_uid == utterance.uid and self._cb_drained)
 
     def utterance_stats(self) -> UtteranceStats | None:
         """Stats of the current (or last, if not flushed) utterance, or None before the callback has seen it."""
-        utterance = self._utterance
+        utterance = self._current_utterance()
         uid = self._cb_uid
         if uid == 0 or (utterance is not None and utterance.uid != uid):
             return None
@@ -235,7 +237,6 @@ class StreamingPlayer:
         self._write_pos = 0  # producer-owned
         self._read_pos = 0  # callback-owned
         self._flush_to = 0  # set by flush(); the callback never reads below it
-        self._flush_generation = 0
         self._utterance: _Utterance | None = None
         self._frames_played = 0
         # Callback-owned observations about utterance `_cb_uid`.
@@ -288,7 +289,7 @@ class StreamingPlayer:
                 return None
             self._uid += 1
             self._resampler.reset()
-            self._utterance = _Utterance(uid=self._uid)
+            self._utterance = _Utterance(uid=self._uid, generation=self._flush_generation)
             return self._uid
 
     def enqueue(self, pcm: np.ndarray, *, timeout: float | None = None) -> bool:
@@ -297,7 +298,7 @@ class StreamingPlayer:
         utterance (flushed by a barge-in, or never begun), the stream is gone, or `timeout` ran out while the
         buffer was full."""
         with self._lock:
-            utterance = self._utterance
+            utterance = self._current_utterance()
             if utterance is None or utterance.end_pos is not None:
                 self.dropped_chunks += 1
                 return False
@@ -317,7 +318,7 @@ class StreamingPlayer:
     def mark_end_of_stream(self) -> None:
         """No more chunks for this utterance: the rest drains without counting as an underrun."""
         with self._lock:
-            utterance = self._utterance
+            utterance = self._current_utterance()
             if utterance is None or utterance.end_pos is not None:
                 return
             generation = self._flush_generation
@@ -331,6 +332,13 @@ class StreamingPlayer:
                 return
             first_pos = self._write_pos if utterance.first_pos is None else utterance.first_pos
             self._utterance = replace(utterance, first_pos=first_pos, end_pos=self._write_pos)
+
+    def _current_utterance(self) -> _Utterance | None:
+        """The open utterance, or None if there is none or a flush has made it stale."""
+        utterance = self._utterance
+        if utterance is None or utterance.generation != self._flush_generation:
+            return None
+        return utterance
 
     def flush(self) -> int:
         """Barge-in: drop everything queued, at once, from any thread. The current utterance is closed, so late
@@ -408,7 +416,7 @@ class StreamingPlayer:
             outdata[count:] = 0
 
         utterance = self._utterance
-        if utterance is not None:
+        if utterance is not None and utterance.generation == self._flush_generation:
             if utterance.uid != self._cb_uid:
                 self._cb_uid = utterance.uid
                 self._cb_started = False
