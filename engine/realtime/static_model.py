@@ -220,7 +220,7 @@ class StaticBackbone:
         rows = q.view(n, self.kv_heads, group, self.head_dim).permute(1, 0, 2, 3).reshape(1, self.kv_heads, n * group, self.head_dim)
         with sdpa_kernel(ATTENTION_BACKENDS):
             out = F.scaled_dot_product_attention(rows, keys, values, attn_mask=mask)
-        return out.view(self.kv_heads, n, group, self.head_dim).permute(1, 0, 2, 3).reshape(n, self.heads * self.head_dim)
+        return out.reshape(self.kv_heads, n, group, self.head_dim).permute(1, 0, 2, 3).reshape(n, self.heads * self.head_dim)
 
     # ------------------------------------------------------------------ decode (graph-capturable)
 
@@ -254,7 +254,8 @@ class StaticBackbone:
                 rows = qk[: self.heads].view(1, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
                 with sdpa_kernel(ATTENTION_BACKENDS):
                     attn = F.scaled_dot_product_attention(rows, layer.keys, layer.values, attn_mask=mask)
-                x = torch.addmm(x[0], attn.view(1, self.hidden), layer.out.t())
+                # The efficient kernel returns (batch, rows, heads, d) memory under a (batch, heads, rows, d) view.
+                x = torch.addmm(x[0], attn.reshape(1, self.hidden), layer.out.t())
             else:
                 b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
                 shifted = torch.cat((layer.state[:, 1:], (b * u).view(self.hidden, 1)), dim=1)
@@ -391,7 +392,7 @@ class StaticDepthformer:
             values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
             with sdpa_kernel(ATTENTION_BACKENDS):
                 attn = F.scaled_dot_product_attention(query, keys, values)
-            x = torch.addmm(x[0], attn.view(1, self.dim), layer["out"].t())
+            x = torch.addmm(x[0], attn.reshape(1, self.dim), layer["out"].t())
             g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
             gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
             x = torch.addmm(x[0], F.silu(gate) * up, layer["w2"].t())
