@@ -30,6 +30,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, qt_args = parser.parse_known_args(argv)
+    if args.selftest:
+        from engine.selftest import main as selftest_main
+
+        return selftest_main()  # sets up its own console, log file and excepthook
+    from engine.logs import install_excepthook, setup_logging
+
+    # Every run logs to a file in the platform log folder, start-up failures included.
+    setup_logging()
+    install_excepthook(None)
     if args.command == "reply":
         from engine.oneshot import run_reply
 
@@ -38,10 +47,6 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench import run_bench
 
         return run_bench(args)
-    if args.selftest:
-        from engine.selftest import main as selftest_main
-
-        return selftest_main()
     from app.main import run_gui
 
     return run_gui([sys.argv[0], *qt_args] + (["--demo"] if args.demo else []))

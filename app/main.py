@@ -39,12 +39,20 @@ def run_gui(argv: list[str]) -> int:
     demo = "--demo" in argv
     argv = [a for a in argv if a != "--demo"]
     app = create_app(argv)
+    from app.crash import CrashReporter
+    from engine.logs import current_log_path, install_excepthook
+
+    # An unhandled exception anywhere (GUI or engine thread) is logged and shown in a dialog.
+    crash_reporter = CrashReporter(current_log_path())
+    install_excepthook(crash_reporter.show)
     window = build_window(app, demo=demo)
     window.show()
     # Start the engine once the window is on screen: the user sees 読み込み中 at once, and torch is
     # imported in the engine thread, not here.
     QTimer.singleShot(0, window.start_engine)
-    return app.exec()
+    exit_code = app.exec()
+    del crash_reporter
+    return exit_code
 
 
 if __name__ == "__main__":

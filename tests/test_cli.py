@@ -102,3 +102,19 @@ def test_broken_model_folder_is_named(tmp_path: Path, tiny_model_dir: Path, isol
     code, _, err = run_cli([str(question), str(tmp_path / "a.wav"), "--model", str(broken)], capsys)
     assert code == 2
     assert "audio_detokenizer/model.safetensors is missing" in err.splitlines()[0]
+
+
+def test_selftest_runs_a_demo_turn_and_writes_diagnostics(isolated_user_dirs: Path, capsys) -> None:
+    import json
+
+    code = main(["--selftest"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Self-test passed." in out
+    reports = list((isolated_user_dirs / "xdg_state_home").rglob("diagnostics-*.json"))
+    assert len(reports) == 1
+    report = json.loads(reports[0].read_text())
+    turn = next(check for check in report["checks"] if check["name"] == "turn")
+    assert turn["status"] == "ok"
+    result = report["turn"]["result"]
+    assert report["turn"]["ok"] and result["frames"] > 0 and result["audio_seconds"] == result["frames"] * 0.08
