@@ -117,4 +117,4 @@ def test_selftest_runs_a_demo_turn_and_writes_diagnostics(isolated_user_dirs: Pa
     turn = next(check for check in report["checks"] if check["name"] == "turn")
     assert turn["status"] == "ok"
     result = report["turn"]["result"]
-    assert report["turn"]["ok"] and result["frames"] > 0 and result["audio_seconds"] == result["frames"] * 0.08
+    assert report["turn"]["ok"] and result["frames"] > 0 and result["audio_seconds"] == pytest.approx(result["frames"] * 0.08)
