@@ -14,12 +14,16 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from engine.errors import GpuMemoryError, ModelFilesError
 from engine.model_store import check_model_folder
+
+if TYPE_CHECKING:
+    from liquid_audio import LFM2AudioModel, LFM2AudioProcessor
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +32,8 @@ log = logging.getLogger(__name__)
 class LoadedModel:
     """A loaded model with everything the generation code needs to know about it."""
 
-    model: "LFM2AudioModel"  # noqa: F821 (liquid_audio type, imported lazily)
-    processor: "LFM2AudioProcessor"  # noqa: F821
+    model: LFM2AudioModel
+    processor: LFM2AudioProcessor
     folder: Path
     name: str
     device: torch.device

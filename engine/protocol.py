@@ -8,8 +8,7 @@ so either side can be tested alone and nothing is shared between threads except 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 
 class EngineState(enum.Enum):
@@ -305,4 +304,4 @@ Event = (
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped
 )
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "Path", "field"}]
+__all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

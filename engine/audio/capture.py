@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, open_error, stream_extra_settings
+from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream, stream_extra_settings
 from engine.audio.resample import StreamingResampler, resample
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
 
@@ -185,30 +185,26 @@ class PushToTalkRecorder:
                 rate = int(self.requested_samplerate or round(device.default_samplerate))
                 channels = max(1, min(2, device.max_input_channels))
                 self._init_stream_state(rate, channels)
-                stream = sd.InputStream(
-                    device=device.index,
-                    samplerate=rate,
-                    channels=channels,
-                    dtype="float32",
-                    blocksize=self._blocksize,
-                    latency="low",
-                    extra_settings=stream_extra_settings(device),
-                    callback=self._on_audio,
-                    finished_callback=self._on_stream_finished,
+                # The callback may run as soon as the stream starts: reset the flags before.
+                self._closing_stream = False
+                self._stream_died = False
+                stream = start_stream(
+                    lambda: sd.InputStream(
+                        device=device.index,
+                        samplerate=rate,
+                        channels=channels,
+                        dtype="float32",
+                        blocksize=self._blocksize,
+                        latency="low",
+                        extra_settings=stream_extra_settings(device),
+                        callback=self._on_audio,
+                        finished_callback=self._on_stream_finished,
+                    ),
+                    self.device_name,
+                    "input",
                 )
             except AudioDeviceError as exc:
                 self._report_device_error(exc)
-                return False
-            except (sd.PortAudioError, ValueError) as exc:
-                self._report_device_error(open_error(self.device_name, "input", exc))
-                return False
-            try:
-                self._closing_stream = False
-                self._stream_died = False
-                stream.start()
-            except sd.PortAudioError as exc:
-                stream.close(ignore_errors=True)
-                self._report_device_error(open_error(self.device_name, "input", exc))
                 return False
             self._stream = stream
             self._device = device

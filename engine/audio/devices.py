@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Literal
 
 import sounddevice as sd
@@ -154,6 +155,20 @@ def open_error(device_name: str | None, kind: DeviceKind, exc: BaseException) ->
         kind=kind,
         details=repr(exc),
     )
+
+
+def start_stream(make_stream: Callable[[], Any], device_name: str | None, kind: DeviceKind) -> Any:
+    """Create and start a PortAudio stream; any failure becomes an AudioDeviceError naming the device."""
+    try:
+        stream = make_stream()
+    except (sd.PortAudioError, ValueError) as exc:
+        raise open_error(device_name, kind, exc) from exc
+    try:
+        stream.start()
+    except sd.PortAudioError as exc:
+        stream.close(ignore_errors=True)
+        raise open_error(device_name, kind, exc) from exc
+    return stream
 
 
 def rescan_devices() -> None:

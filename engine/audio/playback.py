@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, open_error, stream_extra_settings
+from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream, stream_extra_settings
 from engine.audio.resample import StreamingResampler
 from engine.protocol import EngineError, Event
 
@@ -182,31 +182,27 @@ class StreamingPlayer:
                 rate = int(self.requested_samplerate or round(device.default_samplerate))
                 channels = max(1, min(2, device.max_output_channels))
                 self._init_stream_state(rate)
-                stream = sd.OutputStream(
-                    device=device.index,
-                    samplerate=rate,
-                    channels=channels,
-                    dtype="float32",
-                    blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
-                    latency=self.latency,
-                    extra_settings=stream_extra_settings(device),
-                    callback=self._on_audio,
-                    finished_callback=self._on_stream_finished,
-                )
-            except AudioDeviceError as exc:
-                self._report(exc)
-                return False
-            except (sd.PortAudioError, ValueError) as exc:
-                self._report(open_error(self.device_name, "output", exc))
-                return False
-            try:
+                # The callback may run as soon as the stream starts: reset the flags before.
                 self._closing_stream = False
                 self._stream_died = False
                 self._died_reported = False
-                stream.start()
-            except sd.PortAudioError as exc:
-                stream.close(ignore_errors=True)
-                self._report(open_error(self.device_name, "output", exc))
+                stream = start_stream(
+                    lambda: sd.OutputStream(
+                        device=device.index,
+                        samplerate=rate,
+                        channels=channels,
+                        dtype="float32",
+                        blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
+                        latency=self.latency,
+                        extra_settings=stream_extra_settings(device),
+                        callback=self._on_audio,
+                        finished_callback=self._on_stream_finished,
+                    ),
+                    self.device_name,
+                    "output",
+                )
+            except AudioDeviceError as exc:
+                self._report(exc)
                 return False
             self._stream = stream
             self._device = device

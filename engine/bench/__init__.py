@@ -78,10 +78,9 @@ def _median_ms(fn, *, repeats: int = 30, inner: int = 10) -> float:
 
 def _copy_bandwidth_gbs() -> float:
     """Achievable device memory bandwidth: a 2 GiB device-to-device copy, bytes read + written."""
-    a = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()
-    b = torch.empty_like(a)
-    ms = _median_ms(lambda: b.copy_(a), repeats=10, inner=5)
-    del a, b
+    source = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()
+    target = torch.empty_like(source)
+    ms = _median_ms(lambda: target.copy_(source), repeats=10, inner=5)
     return 2 * 2**31 / (ms / 1e3) / 1e9
 
 
@@ -268,7 +267,7 @@ def run_recipe(loaded, workload: Workload, sampling: SamplingSettings) -> dict[s
         "peak_vram_gb": torch.cuda.max_memory_allocated() / 1e9,
         "backbone_capture_error": recipe.backbone_capture_error,
     }
-    del recipe
+    recipe.close()
     torch.cuda.empty_cache()
     return result
 
@@ -338,7 +337,7 @@ class EngineBench:
     @torch.inference_mode()
     def prefill_breakdown(self, workload: Workload) -> dict[str, float]:
         """Where the time before the first decode step goes, for one 4 s take (medians of 5)."""
-        loaded, session = self.loaded, self.session
+        loaded = self.loaded
         wave = torch.from_numpy(workload.takes[0])[None].to(loaded.device)
         timings: dict[str, list[float]] = {"mel": [], "conformer_and_embeddings": [], "backbone_prefill": []}
         for _ in range(5):

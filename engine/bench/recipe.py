@@ -92,6 +92,12 @@ class RecipeGenerator:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
 
+    def close(self) -> None:
+        """Free the graphs and the static cache (the benchmark measures each mode's memory separately)."""
+        self.backbone_graph = None
+        self.depth_graph = None
+        self.cache = None
+
     def _backbone(self, embeddings: torch.Tensor, position: int) -> torch.Tensor:
         if self.backbone_graph is None or embeddings.shape[1] != 1:
             positions = torch.arange(position, position + embeddings.shape[1], device=self.device)[None]

@@ -14,7 +14,6 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
