@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.protocol import Devices, SamplingSettings
+from engine.protocol import MAX_TOP_K, Devices, SamplingSettings
 from engine.settings import CONTEXT_CHOICES, DEFAULT_MODEL_SOURCE, DEFAULT_SYSTEM_PROMPT, Settings
 
 
@@ -81,9 +81,9 @@ class SettingsDialog(QDialog):
             return box
 
         self.audio_temperature = temp_box(s.sampling.audio_temperature)
-        self.audio_top_k = topk_box(s.sampling.audio_top_k, 2048)
+        self.audio_top_k = topk_box(s.sampling.audio_top_k, MAX_TOP_K)
         self.text_temperature = temp_box(s.sampling.text_temperature)
-        self.text_top_k = topk_box(s.sampling.text_top_k, 65536)
+        self.text_top_k = topk_box(s.sampling.text_top_k, MAX_TOP_K)
         form = QFormLayout()
         form.addRow(self.tr("Audio temperature"), self.audio_temperature)
         form.addRow(self.tr("Audio top-k"), self.audio_top_k)

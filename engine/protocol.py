@@ -24,6 +24,10 @@ class EngineState(enum.Enum):
     NO_MODEL = "no_model"
 
 
+# The real-time engine samples inside CUDA graphs from a sorted top-64 (engine.realtime.sampling).
+MAX_TOP_K = 64
+
+
 @dataclass(frozen=True)
 class SamplingSettings:
     """Decoding settings for one turn. `greedy` wins over temperature/top-k when set."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.protocol import SamplingSettings
+from engine.protocol import MAX_TOP_K, SamplingSettings
 
 APP_NAME = "VoiceChat"
 SETTINGS_VERSION = 1
@@ -125,9 +125,9 @@ def _sampling_from(value: Any, problems: list[str]) -> SamplingSettings:
     checks = {
         "greedy": _check_bool,
         "audio_temperature": lambda v: _check_float(v, 0.0, 5.0),
-        "audio_top_k": lambda v: _check_int(v, 1, 4096),
+        "audio_top_k": lambda v: _check_int(v, 1, MAX_TOP_K),
         "text_temperature": lambda v: _check_float(v, 0.0, 5.0),
-        "text_top_k": lambda v: _check_int(v, 1, 100_000),
+        "text_top_k": lambda v: _check_int(v, 1, MAX_TOP_K),
     }
     kwargs: dict[str, Any] = {}
     for name, check in checks.items():

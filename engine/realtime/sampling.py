@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-MAX_TOP_K = 64
+from engine.protocol import MAX_TOP_K
 
 
 class DeviceSampling:
