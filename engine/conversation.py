@@ -165,10 +165,14 @@ class Conversation:
         )
 
     def drop_oldest_turns(self, positions_needed: int, capacity: int) -> int:
-        """Drop the oldest whole non-system turns until `positions_needed` more fit; returns how many."""
+        """Drop the oldest exchanges (a user turn with the answer to it) until `positions_needed`
+        more positions fit; the system turn stays. Returns how many turns were dropped."""
         dropped = 0
-        first_droppable = 1 if self.turns and self.turns[0].role == "system" else 0
-        while self.positions + positions_needed > capacity and len(self.turns) > first_droppable:
-            del self.turns[first_droppable]
+        first = 1 if self.turns and self.turns[0].role == "system" else 0
+        while self.positions + positions_needed > capacity and len(self.turns) > first:
+            del self.turns[first]
             dropped += 1
+            if len(self.turns) > first and self.turns[first].role == "assistant":
+                del self.turns[first]
+                dropped += 1
         return dropped

@@ -1,0 +1,95 @@
+"""ChatSession over the real-time backend (run eagerly on the CPU): a full context drops the oldest
+exchanges and rebuilds the cache once, exactly; a reset happens in place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import sine
+from engine.audio_decoding import make_audio_decoder
+from engine.conversation import AudioOutPiece, TextPiece
+from engine.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
+from engine.protocol import SamplingSettings
+from engine.realtime.backend import GraphedBackend
+from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TextPieceOut, TurnDone
+
+GREEDY = SamplingSettings(greedy=True)
+
+
+@pytest.fixture
+def session(tiny_model_dir):
+    from engine.loading import load_model
+
+    loaded = load_model(tiny_model_dir, device="cpu")
+    backend = GraphedBackend(loaded, context_tokens=160, capture=False)
+    decoder = make_audio_decoder(loaded, use_cuda_graphs=False)
+    return ChatSession(loaded, backend, decoder, context_tokens=160, fallback_reason="test", graphs_ready=False, model_id=None)
+
+
+def _turn(session: ChatSession, seconds: float, frequency: float):
+    outputs = list(session.respond(sine(seconds, 16000, frequency), GREEDY, max_new_tokens=45))
+    done = outputs[-1]
+    assert isinstance(done, TurnDone)
+    return outputs, done.stats
+
+
+def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(session: ChatSession) -> None:
+    outputs, stats = _turn(session, 0.5, 300)
+    assert stats.frames > 0 and any(isinstance(o, AudioPieceOut) for o in outputs)
+    assert sum(o.pcm.size for o in outputs if isinstance(o, AudioPieceOut)) == stats.frames * 1920
+    assert "".join(o.text for o in outputs if isinstance(o, TextPieceOut)) == stats.text
+    assert [t.role for t in session.conversation.turns] == ["system", "user", "assistant"]
+    assert session.backend.positions == session.context_used - 2  # incremental: only "\n"s not yet fed
+
+    _, _ = _turn(session, 0.5, 500)
+    outputs, stats = _turn(session, 0.5, 700)  # does not fit in 160 positions any more
+
+    trimmed = [o for o in outputs if isinstance(o, ContextTrimmedInfo)]
+    assert len(trimmed) == 1 and trimmed[0].dropped_turns == 2
+    roles = [t.role for t in session.conversation.turns]
+    assert roles == ["system", "user", "assistant", "user", "assistant"]
+    assert session.context_used <= 160
+    assert session.backend.positions == session.context_used - 2
+
+    # The rebuilt cache is exact: a fresh reference backend fed the same (trimmed) history and the
+    # same new take produces the same tokens as the session did after its rebuild.
+    conversation = session.conversation
+    last_turn = conversation.turns.pop()  # the answer just generated ...
+    conversation.open_assistant_turn()  # ... replaced by its opening "<|im_start|>assistant\n" alone
+    reference = EagerBackend(session.loaded.model)
+    with torch.no_grad():
+        reference.prefill(session.loaded.model._prefill(**conversation.span(0, torch.device("cpu")).as_kwargs()))
+    expected = []
+    for event in interleaved_decode(reference, Schedule(6, 9), GREEDY, max_new_tokens=45):
+        if isinstance(event, GeneratedText):
+            expected.append(TextPiece([event.token]).ids)
+        elif isinstance(event, GeneratedFrame):
+            expected.append(list(event.values))
+    got = [p.ids if isinstance(p, TextPiece) else p.codes.tolist() for p in last_turn.pieces[1:-1]]
+    assert got == expected
+    assert isinstance(last_turn.pieces[1], TextPiece) and any(isinstance(p, AudioOutPiece) for p in last_turn.pieces)
+
+
+def test_reset_is_in_place(session: ChatSession) -> None:
+    _turn(session, 0.5, 300)
+    layer = next(layer for layer in session.backend.backbone.layers if hasattr(layer, "keys"))
+    pointer = layer.keys.data_ptr()
+    assert layer.keys.abs().sum() > 0
+    session.reset()
+    assert layer.keys.data_ptr() == pointer and layer.keys.abs().sum() == 0
+    assert session.backend.positions == 0
+    assert [t.role for t in session.conversation.turns] == ["system"]
+    _, stats = _turn(session, 0.5, 300)
+    assert stats.frames > 0
+
+
+def test_bad_takes_are_refused_before_any_work(session: ChatSession) -> None:
+    from engine.errors import AudioInputError
+
+    with pytest.raises(AudioInputError, match="too short"):
+        list(session.respond(np.zeros(800, dtype=np.float32), GREEDY))
+    with pytest.raises(AudioInputError, match="too long"):
+        list(session.respond(np.zeros(16000 * 3, dtype=np.float32), GREEDY, max_take_seconds=2))
+    assert session.backend.positions == 0 and len(session.conversation.turns) == 1
