@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream, stream_extra_settings
+from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream
 from engine.audio.resample import StreamingResampler, resample
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
 
@@ -189,19 +189,16 @@ class PushToTalkRecorder:
                 self._closing_stream = False
                 self._stream_died = False
                 stream = start_stream(
-                    lambda: sd.InputStream(
-                        device=device.index,
-                        samplerate=rate,
-                        channels=channels,
-                        dtype="float32",
-                        blocksize=self._blocksize,
-                        latency="low",
-                        extra_settings=stream_extra_settings(device),
-                        callback=self._on_audio,
-                        finished_callback=self._on_stream_finished,
-                    ),
+                    sd.InputStream,
+                    device,
                     self.device_name,
                     "input",
+                    samplerate=rate,
+                    channels=channels,
+                    blocksize=self._blocksize,
+                    latency="low",
+                    callback=self._on_audio,
+                    finished_callback=self._on_stream_finished,
                 )
             except AudioDeviceError as exc:
                 self._report_device_error(exc)

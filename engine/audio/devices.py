@@ -157,10 +157,11 @@ def open_error(device_name: str | None, kind: DeviceKind, exc: BaseException) ->
     )
 
 
-def start_stream(make_stream: Callable[[], Any], device_name: str | None, kind: DeviceKind) -> Any:
-    """Create and start a PortAudio stream; any failure becomes an AudioDeviceError naming the device."""
+def start_stream(stream_class: Callable[..., Any], device: AudioDevice, device_name: str | None, kind: DeviceKind, **settings: Any) -> Any:
+    """Create and start a float32 PortAudio stream on `device` (with the platform's host-API settings);
+    any failure becomes an AudioDeviceError naming the device."""
     try:
-        stream = make_stream()
+        stream = stream_class(device=device.index, dtype="float32", extra_settings=stream_extra_settings(device), **settings)
     except (sd.PortAudioError, ValueError) as exc:
         raise open_error(device_name, kind, exc) from exc
     try:

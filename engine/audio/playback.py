@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream, stream_extra_settings
+from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream
 from engine.audio.resample import StreamingResampler
 from engine.protocol import EngineError, Event
 
@@ -187,19 +187,16 @@ class StreamingPlayer:
                 self._stream_died = False
                 self._died_reported = False
                 stream = start_stream(
-                    lambda: sd.OutputStream(
-                        device=device.index,
-                        samplerate=rate,
-                        channels=channels,
-                        dtype="float32",
-                        blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
-                        latency=self.latency,
-                        extra_settings=stream_extra_settings(device),
-                        callback=self._on_audio,
-                        finished_callback=self._on_stream_finished,
-                    ),
+                    sd.OutputStream,
+                    device,
                     self.device_name,
                     "output",
+                    samplerate=rate,
+                    channels=channels,
+                    blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
+                    latency=self.latency,
+                    callback=self._on_audio,
+                    finished_callback=self._on_stream_finished,
                 )
             except AudioDeviceError as exc:
                 self._report(exc)
