@@ -43,6 +43,19 @@ def isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def liquid_depthformer_logits(model, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced codebook logits (8, 2049) from liquid-audio's own depthformer modules and KV cache."""
+    inputs = model.depth_linear(hidden[0]).view(model.codebooks, model.depthformer_dim)
+    token_embedding = torch.zeros_like(inputs[0])
+    cache = None
+    logits = []
+    for i in range(model.codebooks):
+        out, cache = model.depthformer.forward_cached((inputs[i] + token_embedding)[None, None, :], cache)
+        logits.append(model.depth_embeddings[i].get_logits(out.squeeze()))
+        token_embedding = model.depth_embeddings[i](codes[i : i + 1]).squeeze()
+    return torch.stack(logits)
+
+
 def sine(seconds: float, rate: int, frequency: float = 440.0, amplitude: float = 0.3):
     import numpy as np
 

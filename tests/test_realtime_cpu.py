@@ -17,6 +17,7 @@ from engine.generation import EagerBackend, Schedule, interleaved_decode
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
 from engine.realtime.sampling import DeviceSampling
+from conftest import liquid_depthformer_logits
 from test_reference_generation import liquid_turns, reference_turns, takes
 
 
@@ -79,15 +80,7 @@ def test_teacher_forced_depthformer_logits_match_liquid_audio(fresh_loaded) -> N
         hidden = torch.randn(1, model.lfm.config.hidden_size, generator=generator)
         codes = torch.randint(0, 2048, (8,), generator=generator)
         ours = static.depthformer.teacher_forced_logits(hidden, codes)
-        # liquid-audio's own modules, step by step with its own KV cache.
-        inputs = model.depth_linear(hidden[0]).view(8, model.depthformer_dim)
-        token_embedding = torch.zeros_like(inputs[0])
-        cache = None
-        for i in range(8):
-            out, cache = model.depthformer.forward_cached((inputs[i] + token_embedding)[None, None, :], cache)
-            expected = model.depth_embeddings[i].get_logits(out.squeeze())
-            torch.testing.assert_close(ours[i], expected, rtol=1e-4, atol=1e-4)
-            token_embedding = model.depth_embeddings[i](codes[i : i + 1]).squeeze()
+        torch.testing.assert_close(ours, liquid_depthformer_logits(model, hidden, codes), rtol=1e-4, atol=1e-4)
 
 
 @torch.no_grad()
