@@ -94,6 +94,45 @@ class TurnDone:
 TurnOutput = TextPieceOut | AudioPieceOut | ContextTrimmedInfo | TurnDone
 
 
+class IncrementalDetokenizer:
+    """Text deltas from a growing token list, decoding only the last few tokens each time.
+
+    A byte-level tokenizer can split one character over several tokens, so a delta is released only
+    once it no longer ends in U+FFFD (vLLM's prefix/read offsets). Per-token cost stays constant
+    however long the answer gets.
+    """
+
+    def __init__(self, tokenizer: object) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._prefix = 0
+        self._read = 0
+        self._emitted = 0  # characters handed out so far
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)  # type: ignore[attr-defined]
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        before = self._decode(self.ids[self._prefix : self._read])
+        after = self._decode(self.ids[self._prefix :])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self.ids)
+        delta = after[len(before) :]
+        self._emitted += len(delta)
+        return delta
+
+    def text(self) -> str:
+        return self._decode(self.ids)
+
+    def flush(self) -> str:
+        """What was held back at the end (an incomplete character decodes as U+FFFD)."""
+        rest = self.text()[self._emitted :]
+        self._emitted += len(rest)
+        return rest
+
+
 def demo_model_folder() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "demo-model"
 
@@ -322,8 +361,7 @@ class ChatSession:
         prefill_done = time.perf_counter()
         stats.prefill_done_s = prefill_done - started
 
-        text_ids: list[int] = []
-        tokenizer = loaded.processor.text
+        text = IncrementalDetokenizer(loaded.processor.text)
         self.decoder.reset()
         end: TurnEnd | None = None
 
@@ -340,10 +378,8 @@ class ChatSession:
                 stats.token_ids.append(event.token)
                 if stats.first_text_s is None:
                     stats.first_text_s = time.perf_counter() - started
-                previous = tokenizer.decode(text_ids, skip_special_tokens=True)
-                text_ids.append(event.token)
-                delta = tokenizer.decode(text_ids, skip_special_tokens=True)[len(previous):]
-                if delta and not delta.endswith("\ufffd"):
+                delta = text.add(event.token)
+                if delta:
                     yield TextPieceOut(delta)
             elif isinstance(event, GeneratedFrame):
                 turn.pieces.append(AudioOutPiece(event.codes))
@@ -366,9 +402,12 @@ class ChatSession:
         tail = self.decoder.drain()
         stats.decode_s += time.perf_counter() - decode_started
         yield from audio_out(tail)
+        rest = text.flush()
+        if rest:
+            yield TextPieceOut(rest)
         conversation.close_assistant_turn()
         stats.generation_s = time.perf_counter() - prefill_done
-        stats.text = tokenizer.decode(text_ids, skip_special_tokens=True)
+        stats.text = text.text()
         stats.cancelled = end is not None and end.reason == "cancelled"
         stats.end_reason = end.reason if end else ""
         yield TurnDone(stats)

@@ -93,3 +93,23 @@ def test_bad_takes_are_refused_before_any_work(session: ChatSession) -> None:
     with pytest.raises(AudioInputError, match="too long"):
         list(session.respond(np.zeros(16000 * 3, dtype=np.float32), GREEDY, max_take_seconds=2))
     assert session.backend.positions == 0 and len(session.conversation.turns) == 1
+
+
+def test_incremental_text_equals_the_whole_decode(tiny_loaded) -> None:
+    from engine.session import IncrementalDetokenizer
+
+    tokenizer = tiny_loaded.processor.text
+    sentence = "こんにちは、ずんだもんなのだ。Hello! 今日はいい天気ですね。"
+    ids = tokenizer.encode(sentence, add_special_tokens=False)
+    stream = IncrementalDetokenizer(tokenizer)
+    pieces = [stream.add(token) for token in ids]
+    assert "".join(pieces) == sentence == stream.text()
+    assert sum(1 for piece in pieces if piece) > 5  # really streamed, not emitted at the end
+    assert all("\ufffd" not in piece for piece in pieces)
+    assert stream.flush() == ""
+    # A character cut in half at the end is held back, then handed out by flush().
+    cut = IncrementalDetokenizer(tokenizer)
+    bytes_of_a = tokenizer.encode("あ", add_special_tokens=False)
+    assert len(bytes_of_a) > 1  # the tiny tokenizer has no merge for it
+    assert cut.add(bytes_of_a[0]) == ""
+    assert cut.flush() == cut.text() != ""
