@@ -20,7 +20,7 @@ import torch
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
 from engine.conversation import AudioOutPiece, Conversation, TextPiece
-from engine.errors import AudioInputError, GpuMemoryError, LoraError
+from engine.errors import AudioInputError, GpuMemoryError, LoraError, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
     GeneratedFrame,
@@ -203,7 +203,7 @@ class ChatSession:
             folder, model_id = ensure_demo_model(), None
         else:
             if not source:
-                raise AudioInputError("No model was given.")  # pragma: no cover - callers always pass one
+                raise ModelNotFoundError("No model was given: choose a model folder or a Hub repo id.")
             folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
