@@ -100,20 +100,12 @@ def setup_logging(app_name: str = APP_NAME, *, log_dir: Path | None = None, leve
         new_handlers.append(console)
 
     with _state_lock:
+        _detach_locked()  # calling setup_logging() twice must not duplicate lines
         root = logging.getLogger()
-        for handler in list(root.handlers):
-            if getattr(handler, _HANDLER_MARK, False):
-                root.removeHandler(handler)
-                handler.close()
         for handler in new_handlers:
             root.addHandler(handler)
         root.setLevel(level)
         logging.captureWarnings(True)  # library warnings (torch, transformers) end up in the file too
-
-        if _native_crash_file is not None:
-            faulthandler.disable()
-            _native_crash_file.close()
-            _native_crash_file = None
         try:
             _native_crash_file = open(directory / NATIVE_CRASH_FILE_NAME, "a", encoding="utf-8")  # noqa: SIM115
             faulthandler.enable(file=_native_crash_file, all_threads=True)
@@ -135,18 +127,24 @@ def setup_logging(app_name: str = APP_NAME, *, log_dir: Path | None = None, leve
 
 def shutdown_logging() -> None:
     """Undo setup_logging(): remove its handlers, stop the native crash log, close the files."""
-    global _log_path, _native_crash_file
+    global _log_path
     with _state_lock:
-        root = logging.getLogger()
-        for handler in list(root.handlers):
-            if getattr(handler, _HANDLER_MARK, False):
-                root.removeHandler(handler)
-                handler.close()
-        if _native_crash_file is not None:
-            faulthandler.disable()
-            _native_crash_file.close()
-            _native_crash_file = None
+        _detach_locked()
         _log_path = None
+
+
+def _detach_locked() -> None:
+    """Remove this module's handlers and stop the native crash log (caller holds _state_lock)."""
+    global _native_crash_file
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, _HANDLER_MARK, False):
+            root.removeHandler(handler)
+            handler.close()
+    if _native_crash_file is not None:
+        faulthandler.disable()
+        _native_crash_file.close()
+        _native_crash_file = None
 
 
 def format_exception(
