@@ -431,6 +431,8 @@ class MainWindow(QMainWindow):
             return self.tr("Merging the voice")
         if stage == "capture_graphs":
             return self.tr("Capturing CUDA graphs")
+        if stage == "warm_up":
+            return self.tr("Warming up (one silent turn)")
         if stage == "build_demo":
             return self.tr("Building the demo model")
         if stage == "ready":

@@ -234,8 +234,23 @@ class ChatSession:
         if lora:
             report(Progress("merge_voice", None, lora))
             session.switch_voice(lora)
+        if torch_device.type == "cuda":
+            report(Progress("warm_up", None))
+            session.warm_up()
         report(Progress("ready", 1.0))
         return session
+
+    def warm_up(self) -> None:
+        """One short silent turn through the whole pipeline, then forgotten.
+
+        The first real turn then pays no one-time cost: measured on the H200, the first audio
+        encoding of a process took ~320 ms (kernel loading, cuDNN and cuBLAS set-up) against ~21 ms
+        afterwards. Afterwards the conversation, the cache and the decoder are reset in place.
+        """
+        silence = np.zeros(SAMPLE_RATE_IN, dtype=np.float32)
+        for _ in self.respond(silence, SamplingSettings(), max_new_tokens=self.schedule.n_text + 2):
+            pass
+        self.reset()
 
     def _new_conversation(self) -> Conversation:
         conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)

@@ -18,14 +18,18 @@ from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TextP
 GREEDY = SamplingSettings(greedy=True)
 
 
-@pytest.fixture
-def session(tiny_model_dir):
+def _open(model_dir) -> ChatSession:
     from engine.loading import load_model
 
-    loaded = load_model(tiny_model_dir, device="cpu")
+    loaded = load_model(model_dir, device="cpu")
     backend = GraphedBackend(loaded, context_tokens=160, capture=False)
     decoder = make_audio_decoder(loaded, use_cuda_graphs=False)
     return ChatSession(loaded, backend, decoder, context_tokens=160, fallback_reason="test", graphs_ready=False, model_id=None)
+
+
+@pytest.fixture
+def session(tiny_model_dir):
+    return _open(tiny_model_dir)
 
 
 def _turn(session: ChatSession, seconds: float, frequency: float):
@@ -83,6 +87,17 @@ def test_reset_is_in_place(session: ChatSession) -> None:
     assert [t.role for t in session.conversation.turns] == ["system"]
     _, stats = _turn(session, 0.5, 300)
     assert stats.frames > 0
+
+
+def test_warm_up_turn_leaves_no_trace(session: ChatSession, tiny_model_dir) -> None:
+    session.warm_up()  # what ChatSession.open does on a GPU before the first real turn
+    assert session.backend.positions == 0 and [t.role for t in session.conversation.turns] == ["system"]
+    warmed, warmed_stats = _turn(session, 0.5, 300)
+    cold, cold_stats = _turn(_open(tiny_model_dir), 0.5, 300)
+    assert warmed_stats.token_ids == cold_stats.token_ids and warmed_stats.frames == cold_stats.frames > 0
+    warmed_pcm = np.concatenate([o.pcm for o in warmed if isinstance(o, AudioPieceOut)])
+    cold_pcm = np.concatenate([o.pcm for o in cold if isinstance(o, AudioPieceOut)])
+    np.testing.assert_array_equal(warmed_pcm, cold_pcm)  # the decoder's streaming state was reset too
 
 
 def test_bad_takes_are_refused_before_any_work(session: ChatSession) -> None:

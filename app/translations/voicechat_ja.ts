@@ -358,6 +358,11 @@
     </message>
     <message>
       <location filename="../main_window.py" line="435" />
+      <source>Warming up (one silent turn)</source>
+      <translation>ウォームアップ中（無音で 1 ターン）</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="437" />
       <source>Building the demo model</source>
       <translation>デモモデルを作成中</translation>
     </message>

@@ -17,16 +17,19 @@ from __future__ import annotations
 import torch
 
 from engine.protocol import MAX_TOP_K
+from engine.realtime.cuda_kernels import TopKGumbelArgmax
 
 
 class DeviceSampling:
     """One sampler's settings in device memory (text and audio each have one)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, *, fused: bool = True) -> None:
         self.noise_weight = torch.zeros((), dtype=torch.float32, device=device)  # 0: greedy
         self.inv_temperature = torch.ones((), dtype=torch.float32, device=device)
         self.top_k_index = torch.zeros((1,), dtype=torch.long, device=device)  # k - 1
         self._noise: torch.Tensor | None = None
+        # One kernel for the whole choice on CUDA (None: the plain ops below).
+        self.fused = TopKGumbelArgmax.create(device) if fused else None
 
     def set(self, *, greedy: bool, temperature: float, top_k: int | None) -> None:
         """Host → device fills between turns (never inside the per-frame loop)."""
@@ -43,6 +46,12 @@ class DeviceSampling:
 
     def choose(self, logits: torch.Tensor, noise: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         """argmax over the top-k of logits/T + noise, written into `out` (shape (1,))."""
+        if self.fused is not None and logits.dtype == torch.bfloat16 and logits.is_contiguous() and noise.is_contiguous():
+            return self.fused(logits, noise, self.inv_temperature, self.top_k_index, out)
+        return self.choose_reference(logits, noise, out=out)
+
+    def choose_reference(self, logits: torch.Tensor, noise: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        """`choose` in plain PyTorch ops (~7 kernels): the CPU path and the fused kernel's reference."""
         top = torch.topk(logits, min(MAX_TOP_K, logits.shape[-1])).values
         threshold = top.gather(0, self.top_k_index)
         scores = torch.addcmul(noise, logits, self.inv_temperature)

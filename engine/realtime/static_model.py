@@ -1,14 +1,15 @@
 """The backbone decode step and the depthformer frame in plain PyTorch ops over fixed buffers.
 
-Same weights as liquid-audio's modules, same math, rewritten for batch-1 decoding where every
-kernel launch counts (an H200 spends ~2.7 µs per kernel; these steps are launch-bound, not
-bandwidth-bound):
+Same weights as liquid-audio's modules, same math, rewritten for batch-1 decoding. Inside a CUDA
+graph the gap between kernels is small (~0.6 µs on the H200), but every kernel costs at least
+~1-2 µs and a batch-1 matrix-vector product 4-20 µs, so the step time is the sum of its kernels:
 - fused projections: q|k|v and w1|w3 are each one matrix. The fused matrices are the ONLY copy:
   the modules' own parameters are re-pointed to views into them, so a LoRA merge that writes the
   parameters in place updates what the graphs read, and no weight is stored twice;
 - the backbone's keys/values and conv states live in buffers allocated once for the whole
   context; the position is a device tensor that the step reads and advances itself;
-- rotary tables are precomputed; SDPA sees grouped queries as extra query rows of their kv head.
+- residual adds ride on the projections (addmm's bias), silu(gate) * up is one kernel, and the
+  rotary tables (with the q/k norm weights folded in) are precomputed.
 Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture it unchanged.
 """
 
@@ -21,15 +22,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.realtime.cuda_kernels import ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 
 END_OF_AUDIO = 2048
 
 # Prefill (eager, a new length every turn) is pinned to the memory-efficient kernel: left to
 # choose, torch 2.11 picks cuDNN attention on Hopper, which builds a plan for every new shape
-# (~50 ms on the first prefill of each length, measured on the H200). The decode step keeps the
-# default choice: its shape is fixed, the plan is built once at capture, and on the H200 cuDNN's
-# kernel was faster there (backbone step 1.54 ms vs 2.56 ms pinned to memory-efficient).
+# (~50 ms on the first prefill of each length, measured on the H200). The backbone decode step does
+# not use SDPA (see decode_step); the depthformer's SDPA shapes are fixed, so their plans are built
+# once, before capture.
 ATTENTION_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -87,6 +89,7 @@ class StaticBackbone:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = self.hidden // self.heads
         self.eps = config.norm_eps
+        self.scale = self.head_dim**-0.5  # SDPA's default softmax scale
         self.max_positions = max_positions
         weight = lfm.embed_tokens.weight
         device, dtype = weight.device, weight.dtype
@@ -135,6 +138,12 @@ class StaticBackbone:
                     )
                 )
         self.final_norm = lfm.embedding_norm.weight
+        conv_layers = [layer for layer in self.layers if isinstance(layer, _ConvLayer)]
+        self.short_conv = (
+            ShortConvStep.create(self.hidden, conv_layers[0].conv.shape[1], device, dtype)
+            if conv_layers and all(layer.conv.is_contiguous() for layer in conv_layers)
+            else None
+        )
 
         # Rotary tables exactly as Lfm2RotaryEmbedding computes them (float32, then cast).
         inv_freq = lfm.rotary_emb.inv_freq.to(device=device, dtype=torch.float32)
@@ -199,8 +208,8 @@ class StaticBackbone:
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(F.rms_norm(x, (self.hidden,), layer.ffn_norm, self.eps), layer.w13).chunk(2, dim=-1)
         if x.shape[0] == 1:  # decode: the residual add rides on the matmul (addmm's bias)
-            return torch.addmm(x[0], F.silu(gate) * up, layer.w2.t())
-        return x + F.linear(F.silu(gate) * up, layer.w2)
+            return torch.addmm(x[0], swiglu(gate, up), layer.w2.t())
+        return x + F.linear(swiglu(gate, up), layer.w2)
 
     def _qkv(self, layer: _AttentionLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         n = h.shape[0]
@@ -228,9 +237,8 @@ class StaticBackbone:
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        ~15 kernels per attention layer and 13 per conv layer: at batch 1 the step is bound by
-        the number of launches, so the residual adds ride on the projections (addmm's bias), the
-        mask is built once as an additive row, and q/k norm + rotary is 4 kernels.
+        ~17 kernels per attention layer and 9 per conv layer (the conv step is one fused kernel):
+        the mask is built once per step as an additive row, and q/k norm + rotary is 3 kernels.
         """
         position = self.position
         cos = self.cos.index_select(0, position).float()  # (1, head_dim)
@@ -238,9 +246,10 @@ class StaticBackbone:
         scale_cos = (self._norms_cos * cos).to(self.dtype)  # (attention layers, heads + kv, head_dim)
         scale_sin = (self._norms_sin * sin).to(self.dtype)
         mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(
-            self.key_index.view(1, 1, 1, -1) > position, float("-inf")
+            self.key_index.view(1, 1, -1) > position, float("-inf")
         )
         qk_heads = self.heads + self.kv_heads
+        group = self.heads // self.kv_heads
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
@@ -252,16 +261,21 @@ class StaticBackbone:
                 v = qkv[0, qk_heads * self.head_dim :].view(1, self.kv_heads, 1, self.head_dim)
                 layer.keys.index_copy_(2, position, k)
                 layer.values.index_copy_(2, position, v)
-                rows = qk[: self.heads].view(1, self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-                attn = F.scaled_dot_product_attention(rows, layer.keys, layer.values, attn_mask=mask)
-                # The efficient kernel returns (batch, rows, heads, d) memory under a (batch, heads, rows, d) view.
-                x = torch.addmm(x[0], attn.reshape(1, self.hidden), layer.out.t())
+                # Attention as two batched matmuls over the whole cache, masked past `position`:
+                # one query row per head, grouped under its kv head. At 4 query rows per kv head
+                # the fused SDPA kernels run one block per head along 4096 keys (61 µs per layer on
+                # the H200); cuBLAS spreads the keys over the whole GPU (~15 µs for all three kernels).
+                rows = qk[: self.heads].view(self.kv_heads, group, self.head_dim)
+                scores = torch.baddbmm(mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
+                attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
+                x = torch.addmm(x[0], attn.view(1, self.hidden), layer.out.t())
             else:
-                b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
-                shifted = torch.cat((layer.state[:, 1:], (b * u).view(self.hidden, 1)), dim=1)
-                layer.state.copy_(shifted)
-                conv = torch.bmm(shifted.view(self.hidden, 1, -1), layer.conv.view(self.hidden, -1, 1))
-                x = torch.addmm(x[0], c * conv.view(1, self.hidden), layer.out.t())
+                bcu = F.linear(h, layer.in_proj)
+                if self.short_conv is not None:
+                    gated = self.short_conv(bcu, layer.state, layer.conv)
+                else:
+                    gated = short_conv_step_reference(bcu, layer.state, layer.conv)
+                x = torch.addmm(x[0], gated, layer.out.t())
             x = self._mlp(layer, x)
         position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
@@ -380,21 +394,22 @@ class StaticDepthformer:
     def _codebook_logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Codebook i's logits (1, vocab) for depthformer input x (1, dim); writes position i's cache rows."""
         qk_heads = self.heads + self.kv_heads
-        group = self.heads // self.kv_heads
         for layer in self.layers:
             h = F.rms_norm(x, (self.dim,), layer["norm"], layer["norm_eps"])
             qkv_rows, qk_rows = layer["qkv_rows"], layer["qk_rows"]
             torch.mm(h, layer["qkv"].t(), out=qkv_rows[i : i + 1])
             n = F.rms_norm(qkv_rows[i, : qk_heads * self.head_dim].view(qk_heads, 1, self.head_dim), (self.head_dim,), eps=layer["qk_eps"])
             torch.bmm(n, layer["rope"][i], out=qk_rows[i].view(qk_heads, 1, self.head_dim))
-            query = qk_rows[i, : self.heads].view(1, self.kv_heads, group, self.head_dim)
+            # One query row per head (grouped-query attention inside SDPA): the output is then
+            # already in head order, so the out-projection reads it without a reshape copy.
+            query = qk_rows[i, : self.heads].view(1, self.heads, 1, self.head_dim)
             keys = qk_rows[: i + 1, self.heads :].permute(1, 0, 2).unsqueeze(0)
             values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
-            attn = F.scaled_dot_product_attention(query, keys, values)
+            attn = F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
             x = torch.addmm(x[0], attn.reshape(1, self.dim), layer["out"].t())
             g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
             gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
-            x = torch.addmm(x[0], F.silu(gate) * up, layer["w2"].t())
+            x = torch.addmm(x[0], swiglu(gate, up), layer["w2"].t())
         norm_w, norm_eps, to_logits, _ = self.heads_out[i]
         return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), to_logits.t())
 
