@@ -57,7 +57,9 @@ def test_fused_sampler_draws_from_the_top_k_only(device) -> None:
 
     sampling = DeviceSampling(device)
     sampling.set(greedy=False, temperature=1.0, top_k=4)
-    logits = torch.linspace(-2, 2, 2049, device=device).to(torch.bfloat16)  # top 4: the last four ids
+    logits = torch.full((2049,), -4.0, device=device)
+    logits[2040:] = torch.arange(9, device=device) * 0.25  # distinct in bf16; the top 4 are ids 2045..2048
+    logits = logits.to(torch.bfloat16)
     noise = torch.empty(2049, device=device)
     out = torch.empty(1, dtype=torch.long, device=device)
     seen = set()
