@@ -95,3 +95,33 @@ def test_fused_swiglu_equals_silu_times_up(device) -> None:
     gate, up = gate_up.chunk(2, dim=-1)
     expected = F.silu(gate.float()) * up.float()
     torch.testing.assert_close(swiglu(gate, up).float(), expected, rtol=1.6e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("rows", "columns"), [(1536, 1024), (2049, 1024), (1024, 2816), (6144, 2048)]  # depthformer q|k|v, head, w2; backbone in-proj
+)
+def test_fused_matrix_vector_kernels_match_float64(device, rows: int, columns: int) -> None:
+    from engine.realtime.cuda_kernels import FusedGemv
+
+    gemv = FusedGemv.create(device, torch.bfloat16)
+    assert gemv is not None, "the fused matrix-vector kernels did not compile on this GPU"
+    generator = torch.Generator(device=device).manual_seed(rows + columns)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(shape, device=device, generator=generator).to(torch.bfloat16)
+
+    x, norm, weight, w13, residual = randn(1, columns), randn(columns), randn(rows, columns), randn(2 * rows, columns), randn(1, rows)
+    assert FusedGemv.supports(weight) and FusedGemv.supports(w13)
+    x64, weight64, w13_64 = x.double(), weight.double(), w13.double()
+    normed64 = F.rms_norm(x.float(), (columns,), norm.float(), 1e-5).to(torch.bfloat16).double()  # F.rms_norm's own rounding
+
+    def relative(got: torch.Tensor, expected: torch.Tensor) -> float:
+        return float((got.double() - expected).norm() / expected.norm())
+
+    out = torch.full((1, rows), float("nan"), device=device, dtype=torch.bfloat16)
+    assert relative(gemv.norm(x, norm, 1e-5, weight, out=out), normed64 @ weight64.T) < 4e-3
+    stream = residual.clone()  # in place, as the depthformer updates its residual stream
+    assert relative(gemv.residual(x, weight, stream, out=stream), residual.double() + x64 @ weight64.T) < 4e-3
+    gate, up = (normed64 @ w13_64.T).chunk(2, dim=-1)
+    out.fill_(float("nan"))
+    assert relative(gemv.norm_swiglu(x, norm, 1e-5, w13, out=out), F.silu(gate) * up) < 6e-3

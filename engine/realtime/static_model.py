@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import ShortConvStep, short_conv_step_reference, swiglu
+from engine.realtime.cuda_kernels import FusedGemv, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 
 END_OF_AUDIO = 2048
@@ -138,6 +138,7 @@ class StaticBackbone:
                     )
                 )
         self.final_norm = lfm.embedding_norm.weight
+        self.gemv = self._fused_gemv(lfm)
         conv_layers = [layer for layer in self.layers if isinstance(layer, _ConvLayer)]
         self.short_conv = (
             ShortConvStep.create(self.hidden, conv_layers[0].conv.shape[1], device, dtype)
@@ -169,6 +170,22 @@ class StaticBackbone:
         self._norms_sin = torch.cat((norms[..., half:], norms[..., :half]), dim=-1) if attention else norms
         self._attention_index = {id(layer): i for i, layer in enumerate(attention)}
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
+
+    def _fused_gemv(self, lfm: nn.Module) -> FusedGemv | None:
+        """The fused matrix-vector kernels, if they compile here and fit every weight; with their buffers."""
+        weights = [w for layer in self.layers for w in (layer.w13, layer.w2, layer.out)]
+        weights += [layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj for layer in self.layers]
+        if len({layer.w13.shape[0] for layer in self.layers}) != 1:
+            return None
+        gemv = FusedGemv.create(self.device, self.dtype)
+        if gemv is None or not all(FusedGemv.supports(w) for w in weights):
+            return None
+        make = lambda width: torch.zeros((1, width), device=self.device, dtype=self.dtype)  # noqa: E731
+        self._stream = make(self.hidden)
+        self._qkv = make((self.heads + 2 * self.kv_heads) * self.head_dim)
+        self._bcu = make(3 * self.hidden)
+        self._act = make(self.layers[0].w13.shape[0] // 2)
+        return gemv
 
     # ------------------------------------------------------------------ state
 
@@ -237,48 +254,69 @@ class StaticBackbone:
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        ~17 kernels per attention layer and 9 per conv layer (the conv step is one fused kernel):
-        the mask is built once per step as an additive row, and q/k norm + rotary is 3 kernels.
+        On CUDA each matrix product is one kernel fused with its norm / residual add / SwiGLU
+        (`engine.realtime.cuda_kernels`): 5 kernels per conv layer, ~15 per attention layer.
+        Elsewhere the same math runs as plain PyTorch ops.
         """
         position = self.position
         cos = self.cos.index_select(0, position).float()  # (1, head_dim)
         sin = self.sin.index_select(0, position).float()
-        scale_cos = (self._norms_cos * cos).to(self.dtype)  # (attention layers, heads + kv, head_dim)
-        scale_sin = (self._norms_sin * sin).to(self.dtype)
+        rope = ((self._norms_cos * cos).to(self.dtype), (self._norms_sin * sin).to(self.dtype))  # (attention layers, heads + kv, d)
         mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(
             self.key_index.view(1, 1, -1) > position, float("-inf")
         )
-        qk_heads = self.heads + self.kv_heads
-        group = self.heads // self.kv_heads
-        for layer in self.layers:
-            h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
-            if isinstance(layer, _AttentionLayer):
-                i = self._attention_index[id(layer)]
-                qkv = F.linear(h, layer.qkv)
-                n = F.rms_norm(qkv[0, : qk_heads * self.head_dim].view(qk_heads, self.head_dim), (self.head_dim,), eps=self.eps)
-                qk = torch.addcmul(n * scale_cos[i], n @ self.rotate_half, scale_sin[i])
-                k = qk[self.heads :].view(1, self.kv_heads, 1, self.head_dim)
-                v = qkv[0, qk_heads * self.head_dim :].view(1, self.kv_heads, 1, self.head_dim)
-                layer.keys.index_copy_(2, position, k)
-                layer.values.index_copy_(2, position, v)
-                # Attention as two batched matmuls over the whole cache, masked past `position`:
-                # one query row per head, grouped under its kv head. At 4 query rows per kv head
-                # the fused SDPA kernels run one block per head along 4096 keys (61 µs per layer on
-                # the H200); cuBLAS spreads the keys over the whole GPU (~15 µs for all three kernels).
-                rows = qk[: self.heads].view(self.kv_heads, group, self.head_dim)
-                scores = torch.baddbmm(mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
-                attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
-                x = torch.addmm(x[0], attn.view(1, self.hidden), layer.out.t())
-            else:
-                bcu = F.linear(h, layer.in_proj)
-                if self.short_conv is not None:
-                    gated = self.short_conv(bcu, layer.state, layer.conv)
+        gemv = self.gemv
+        if gemv is not None:
+            stream = self._stream  # the residual stream, updated in place
+            stream.copy_(x)
+            for layer in self.layers:
+                if isinstance(layer, _AttentionLayer):
+                    qkv = gemv.norm(stream, layer.norm, self.eps, layer.qkv, out=self._qkv)
+                    gemv.residual(self._decode_attention(layer, qkv, rope, mask), layer.out, stream, out=stream)
                 else:
-                    gated = short_conv_step_reference(bcu, layer.state, layer.conv)
-                x = torch.addmm(x[0], gated, layer.out.t())
-            x = self._mlp(layer, x)
+                    bcu = gemv.norm(stream, layer.norm, self.eps, layer.in_proj, out=self._bcu)
+                    gemv.residual(self._conv_step(layer, bcu), layer.out, stream, out=stream)
+                gemv.norm_swiglu(stream, layer.ffn_norm, self.eps, layer.w13, out=self._act)
+                gemv.residual(self._act, layer.w2, stream, out=stream)
+            x = stream
+        else:
+            for layer in self.layers:
+                h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
+                if isinstance(layer, _AttentionLayer):
+                    attn = self._decode_attention(layer, F.linear(h, layer.qkv), rope, mask)
+                    x = torch.addmm(x[0], attn, layer.out.t())
+                else:
+                    x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
+                x = self._mlp(layer, x)
         position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+
+    def _conv_step(self, layer: _ConvLayer, bcu: torch.Tensor) -> torch.Tensor:
+        if self.short_conv is not None:
+            return self.short_conv(bcu, layer.state, layer.conv)
+        return short_conv_step_reference(bcu, layer.state, layer.conv)
+
+    def _decode_attention(
+        self, layer: _AttentionLayer, qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
+        """q|k|v (1, ...) of this position → attention output (1, hidden); writes k and v into the cache."""
+        position = self.position
+        i = self._attention_index[id(layer)]
+        qk_heads = self.heads + self.kv_heads
+        n = F.rms_norm(qkv[0, : qk_heads * self.head_dim].view(qk_heads, self.head_dim), (self.head_dim,), eps=self.eps)
+        qk = torch.addcmul(n * rope[0][i], n @ self.rotate_half, rope[1][i])
+        k = qk[self.heads :].view(1, self.kv_heads, 1, self.head_dim)
+        v = qkv[0, qk_heads * self.head_dim :].view(1, self.kv_heads, 1, self.head_dim)
+        layer.keys.index_copy_(2, position, k)
+        layer.values.index_copy_(2, position, v)
+        # Attention as two batched matmuls over the whole cache, masked past `position`: one query
+        # row per head, grouped under its kv head. At 4 query rows per kv head the fused SDPA
+        # kernels run one block per head along 4096 keys (61 µs per layer on the H200); cuBLAS
+        # spreads the keys over the whole GPU (~15 µs for all three kernels).
+        rows = qk[: self.heads].view(self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        scores = torch.baddbmm(mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
+        attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
+        return attn.view(1, self.hidden)
 
     # ------------------------------------------------------------------ prefill (eager, any length)
 
@@ -317,11 +355,13 @@ class StaticBackbone:
 class StaticDepthformer:
     """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
 
-    Per codebook and layer it is 11 kernels: norm, q|k|v matmul written straight into the
-    position's cache row, one RMS norm over all q and k heads, one batched matmul that applies the
-    norm weights and the rotary at this (static) position and writes roped q|k into the cache,
-    SDPA reading keys/values in place, out-projection with the residual add, and the SwiGLU MLP
-    with its residual add. Sampling noise for all codebooks is drawn once per frame.
+    Per codebook and layer, on CUDA, it is 7 kernels: norm + q|k|v product written straight into the
+    position's cache row (one fused kernel), one RMS norm over all q and k heads, one batched matmul
+    that applies the norm weights and the rotary at this (static) position and writes roped q|k into
+    the cache, SDPA reading keys/values in place, out-projection + residual add (fused), norm + w1|w3
+    + SwiGLU (fused), and w2 + residual add (fused); see `engine.realtime.cuda_kernels`. Elsewhere
+    (or if those kernels are unavailable) the same math runs as plain PyTorch ops, 11 kernels. The
+    sampling noise for all codebooks is drawn once per frame; each codebook's choice is one kernel.
     """
 
     def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
@@ -390,28 +430,55 @@ class StaticDepthformer:
         self.frame = torch.zeros((self.codebooks,), dtype=torch.long, device=device)
         vocab = self.heads_out[0][2].shape[0]
         self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
+        self._x = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the residual stream
+        # On CUDA every matrix product runs as one fused kernel with its norm / residual / SwiGLU.
+        weights = [layer[name] for layer in self.layers for name in ("qkv", "out", "w13", "w2")]
+        weights += [to_logits for _, _, to_logits, _ in self.heads_out]
+        gemv = FusedGemv.create(device, dtype)
+        self.gemv = gemv if gemv is not None and all(FusedGemv.supports(w) for w in weights) else None
+        if self.gemv is not None:
+            self._act = torch.zeros((1, self.layers[0]["w13"].shape[0] // 2), device=device, dtype=dtype)
+            self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
 
     def _codebook_logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
         """Codebook i's logits (1, vocab) for depthformer input x (1, dim); writes position i's cache rows."""
-        qk_heads = self.heads + self.kv_heads
+        if self.gemv is not None:
+            return self._codebook_logits_fused(i, x)
         for layer in self.layers:
             h = F.rms_norm(x, (self.dim,), layer["norm"], layer["norm_eps"])
-            qkv_rows, qk_rows = layer["qkv_rows"], layer["qk_rows"]
-            torch.mm(h, layer["qkv"].t(), out=qkv_rows[i : i + 1])
-            n = F.rms_norm(qkv_rows[i, : qk_heads * self.head_dim].view(qk_heads, 1, self.head_dim), (self.head_dim,), eps=layer["qk_eps"])
-            torch.bmm(n, layer["rope"][i], out=qk_rows[i].view(qk_heads, 1, self.head_dim))
-            # One query row per head (grouped-query attention inside SDPA): the output is then
-            # already in head order, so the out-projection reads it without a reshape copy.
-            query = qk_rows[i, : self.heads].view(1, self.heads, 1, self.head_dim)
-            keys = qk_rows[: i + 1, self.heads :].permute(1, 0, 2).unsqueeze(0)
-            values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
-            attn = F.scaled_dot_product_attention(query, keys, values, enable_gqa=True)
-            x = torch.addmm(x[0], attn.reshape(1, self.dim), layer["out"].t())
+            torch.mm(h, layer["qkv"].t(), out=layer["qkv_rows"][i : i + 1])
+            x = torch.addmm(x[0], self._attend(i, layer), layer["out"].t())
             g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
             gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
             x = torch.addmm(x[0], swiglu(gate, up), layer["w2"].t())
         norm_w, norm_eps, to_logits, _ = self.heads_out[i]
         return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), to_logits.t())
+
+    def _attend(self, i: int, layer: dict) -> torch.Tensor:
+        """Position i's attention over positions 0..i, from the normed and roped cache rows: (1, dim)."""
+        qk_heads = self.heads + self.kv_heads
+        qkv_rows, qk_rows = layer["qkv_rows"], layer["qk_rows"]
+        n = F.rms_norm(qkv_rows[i, : qk_heads * self.head_dim].view(qk_heads, 1, self.head_dim), (self.head_dim,), eps=layer["qk_eps"])
+        torch.bmm(n, layer["rope"][i], out=qk_rows[i].view(qk_heads, 1, self.head_dim))
+        # One query row per head (grouped-query attention inside SDPA): the output is then already
+        # in head order, so the out-projection reads it without a reshape copy.
+        query = qk_rows[i, : self.heads].view(1, self.heads, 1, self.head_dim)
+        keys = qk_rows[: i + 1, self.heads :].permute(1, 0, 2).unsqueeze(0)
+        values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
+        return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True).reshape(1, self.dim)
+
+    def _codebook_logits_fused(self, i: int, x: torch.Tensor) -> torch.Tensor:
+        """`_codebook_logits` in 7 kernels per layer: the residual stream is updated in place."""
+        gemv, stream = self.gemv, self._x
+        if x.data_ptr() != stream.data_ptr():
+            stream.copy_(x)
+        for layer in self.layers:
+            gemv.norm(stream, layer["norm"], layer["norm_eps"], layer["qkv"], out=layer["qkv_rows"][i : i + 1])
+            gemv.residual(self._attend(i, layer), layer["out"], stream, out=stream)
+            gemv.norm_swiglu(stream, layer["ffn_norm"], layer["ffn_eps"], layer["w13"], out=self._act)
+            gemv.residual(self._act, layer["w2"], stream, out=stream)
+        norm_w, norm_eps, to_logits, _ = self.heads_out[i]
+        return gemv.norm(stream, norm_w, norm_eps, to_logits, out=self._logits)
 
     def _inputs(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.addmm(self.model.depth_linear.bias, hidden, self.model.depth_linear.weight.t()).view(self.codebooks, self.dim)
@@ -424,22 +491,24 @@ class StaticDepthformer:
         """
         inputs = self._inputs(hidden)
         negative_log_noise = self.sampling.noise_for(self._noise)
-        x = inputs[0:1]
+        x = self._x
+        x.copy_(inputs[0:1])
         for i in range(self.codebooks):
             logits = self._codebook_logits(i, x)[0]
             self.sampling.choose(logits, negative_log_noise[i], out=self.frame[i : i + 1])
             if i + 1 < self.codebooks:
-                x = inputs[i + 1 : i + 2] + F.embedding(self.frame[i : i + 1], self.heads_out[i][3])
+                torch.add(inputs[i + 1 : i + 2], F.embedding(self.frame[i : i + 1], self.heads_out[i][3]), out=x)
         self.frame.masked_fill_(self.frame[0] == END_OF_AUDIO, END_OF_AUDIO)
         return F.embedding(self.frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
 
     def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """Logits (codebooks, vocab) of every codebook given the previous codebooks' true codes."""
         inputs = self._inputs(hidden)
-        x = inputs[0:1]
+        x = self._x
+        x.copy_(inputs[0:1])
         logits = []
         for i in range(self.codebooks):
-            logits.append(self._codebook_logits(i, x)[0])
+            logits.append(self._codebook_logits(i, x)[0].clone())  # the fused path reuses its buffer
             if i + 1 < self.codebooks:
-                x = inputs[i + 1 : i + 2] + F.embedding(codes[i : i + 1], self.heads_out[i][3])
+                torch.add(inputs[i + 1 : i + 2], F.embedding(codes[i : i + 1], self.heads_out[i][3]), out=x)
         return torch.stack(logits)
