@@ -43,6 +43,8 @@ def test_fused_sampler_chooses_exactly_what_the_plain_ops_choose(device, vocab: 
             logits = torch.where(logits > 0, torch.zeros_like(logits), logits)
             even = torch.arange(vocab, device=device) % 2 == 0
             logits = torch.where((logits == 0) & even, torch.full_like(logits, -0.0), logits)
+        if trial % 10 == 5:  # a NaN counts as the largest value, as in torch.argmax
+            logits[(trial * 7919) % vocab] = float("nan")
         logits = logits.to(torch.bfloat16)
         sampling.noise_for(noise)
         sampling.fused(logits, noise, sampling.inv_temperature, sampling.top_k_index, fused_out)
@@ -120,6 +122,8 @@ def test_fused_matrix_vector_kernels_match_float64(device, rows: int, columns: i
 
     out = torch.full((1, rows), float("nan"), device=device, dtype=torch.bfloat16)
     assert relative(gemv.norm(x, norm, 1e-5, weight, out=out), normed64 @ weight64.T) < 4e-3
+    out.fill_(float("nan"))
+    assert torch.equal(gemv.norm(torch.zeros_like(x), norm, 1e-5, weight, out=out), torch.zeros_like(out))  # eps reaches the kernel
     stream = residual.clone()  # in place, as the depthformer updates its residual stream
     assert relative(gemv.residual(x, weight, stream, out=stream), residual.double() + x64 @ weight64.T) < 4e-3
     gate, up = (normed64 @ w13_64.T).chunk(2, dim=-1)

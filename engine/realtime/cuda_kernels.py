@@ -76,6 +76,13 @@ __device__ __forceinline__ unsigned int order_key(unsigned short bits) {
     return (bits & 0x8000u) ? (~bits & 0xffffu) : (bits | 0x8000u);
 }
 
+// torch.argmax's order: larger wins, NaN counts as the largest, the first index wins ties.
+__device__ __forceinline__ bool better(float score, int index, float best, int best_index) {
+    bool score_nan = score != score, best_nan = best != best;
+    if (score_nan || best_nan) return score_nan && (!best_nan || index < best_index);
+    return score > best || (score == best && index < best_index);
+}
+
 // Warp 0: the bin holding the k-th largest element of a 256-bin histogram, and that element's
 // rank (from the top, 1-based) inside its bin. The one lane that holds it writes the results.
 __device__ void find_bin(const unsigned int* hist, unsigned int k, unsigned int* bin, unsigned int* rank,
@@ -147,13 +154,13 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
         unsigned short bits = logits[i];
         if (order_key(bits) >= cut) {
             float score = fmaf(bf16_to_float(bits), t, noise[i]);
-            if (score > best) { best = score; best_index = i; }
+            if (better(score, i, best, best_index)) { best = score; best_index = i; }
         }
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
         float other = __shfl_down_sync(0xffffffffu, best, offset);
         int other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
-        if (other > best || (other == best && other_index < best_index)) { best = other; best_index = other_index; }
+        if (better(other, other_index, best, best_index)) { best = other; best_index = other_index; }
     }
     if (lane == 0) { warp_best[warp] = best; warp_index[warp] = best_index; }
     __syncthreads();
@@ -163,9 +170,9 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
         for (int offset = 16; offset > 0; offset >>= 1) {
             float other = __shfl_down_sync(0xffffffffu, best, offset);
             int other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
-            if (other > best || (other == best && other_index < best_index)) { best = other; best_index = other_index; }
+            if (better(other, other_index, best, best_index)) { best = other; best_index = other_index; }
         }
-        if (lane == 0) out[0] = best_index;
+        if (lane == 0) out[0] = best_index < n ? best_index : 0;
     }
 }
 """
@@ -184,7 +191,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ void stage_input(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm,
-                                            float eps, int K, unsigned short* h) {
+                                            const float* __restrict__ eps, int K, unsigned short* h) {
     __shared__ float partial[GEMV_WARPS];
     float squares = 0.0f;
     for (int k = threadIdx.x; k < K; k += blockDim.x) {
@@ -199,7 +206,7 @@ __device__ __forceinline__ void stage_input(const unsigned short* __restrict__ x
         __syncthreads();
         float total = 0.0f;
         for (int w = 0; w < GEMV_WARPS; ++w) total += partial[w];
-        float inv_rms = rsqrtf(total / (float)K + eps);
+        float inv_rms = rsqrtf(total / (float)K + eps[0]);
         for (int k = threadIdx.x; k < K; k += blockDim.x)  // each thread rewrites only its own entries
             h[k] = float_to_bf16(bf16_to_float(h[k]) * inv_rms * bf16_to_float(norm[k]));
     }
@@ -224,7 +231,7 @@ __device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row,
 }
 
 // y = W @ rms_norm(x, norm)                     (W: N x K)
-extern "C" __global__ void gemv_norm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm, float eps,
+extern "C" __global__ void gemv_norm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm, const float* eps,
                                      const unsigned short* __restrict__ W, unsigned short* __restrict__ y, int K, int N) {
     __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
     stage_input(x, norm, eps, K, h);
@@ -238,7 +245,7 @@ extern "C" __global__ void gemv_norm(const unsigned short* __restrict__ x, const
 extern "C" __global__ void gemv_residual(const unsigned short* __restrict__ x, const unsigned short* W,
                                          const unsigned short* residual, unsigned short* y, int K, int N) {
     __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
-    stage_input(x, 0, 0.0f, K, h);
+    stage_input(x, 0, 0, K, h);
     int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;
     float acc = row_dot(W + (long long)row * K, h, K);
@@ -247,7 +254,7 @@ extern "C" __global__ void gemv_residual(const unsigned short* __restrict__ x, c
 
 // y = silu(gate) * up with [gate; up] = W13 @ rms_norm(x, norm)   (W13: 2N x K, y: N)
 extern "C" __global__ void gemv_norm_swiglu(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm,
-                                            float eps, const unsigned short* __restrict__ W13, unsigned short* __restrict__ y,
+                                            const float* eps, const unsigned short* __restrict__ W13, unsigned short* __restrict__ y,
                                             int K, int N) {
     __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
     stage_input(x, norm, eps, K, h);
@@ -383,8 +390,17 @@ class FusedGemv:
     or the SwiGLU between w1|w3 and w2: one kernel each (cuBLAS + PyTorch need two or three, and
     cuBLAS takes 5-7 µs for a 1024-wide batch-1 product on the H200)."""
 
-    def __init__(self, kernels: dict[str, Any]) -> None:
+    def __init__(self, kernels: dict[str, Any], device: torch.device) -> None:
         self.kernels = kernels
+        self.device = device
+        self._eps: dict[float, torch.Tensor] = {}
+
+    def _eps_tensor(self, eps: float) -> torch.Tensor:
+        """eps as a float32 device scalar: a pointer is passed the same way by every PyTorch version."""
+        tensor = self._eps.get(eps)
+        if tensor is None:
+            tensor = self._eps[eps] = torch.full((1,), eps, dtype=torch.float32, device=self.device)
+        return tensor
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "FusedGemv | None":
@@ -393,7 +409,7 @@ class FusedGemv:
         kernels = {name: _compiled(name) for name in ("gemv_norm", "gemv_residual", "gemv_norm_swiglu")}
         if any(kernel is None for kernel in kernels.values()):
             return None
-        gemv = cls(kernels)
+        gemv = cls(kernels, device)
         problem = gemv.self_check(device, hidden=1024, rows=1536)
         if problem:
             log.warning("fused matrix-vector kernels failed their self-check (%s); using plain PyTorch ops", problem)
@@ -418,7 +434,7 @@ class FusedGemv:
     def norm(self, x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         """out (1, N) = rms_norm(x, norm) @ weight.T"""
         rows, columns = weight.shape
-        self._launch("gemv_norm", rows, [x, norm, float(eps), weight, out, columns, rows])
+        self._launch("gemv_norm", rows, [x, norm, self._eps_tensor(eps), weight, out, columns, rows])
         return out
 
     def residual(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
@@ -430,7 +446,7 @@ class FusedGemv:
     def norm_swiglu(self, x: torch.Tensor, norm: torch.Tensor, eps: float, w13: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
         """out (1, N) = silu(gate) * up, [gate | up] = rms_norm(x, norm) @ w13.T (w13: 2N rows)"""
         rows, columns = w13.shape
-        self._launch("gemv_norm_swiglu", rows // 2, [x, norm, float(eps), w13, out, columns, rows // 2])
+        self._launch("gemv_norm_swiglu", rows // 2, [x, norm, self._eps_tensor(eps), w13, out, columns, rows // 2])
         return out
 
     def self_check(self, device: torch.device, *, hidden: int, rows: int) -> str | None:
@@ -458,4 +474,7 @@ class FusedGemv:
             error = float((got.float() - expected.float()).norm() / expected.float().norm())
             if not error < 1e-2:
                 return f"{name}: relative error {error:.3g}"
+        zero = torch.zeros_like(x)  # a zero input must give zeros (the norm's eps keeps it finite)
+        if self.norm(zero, norm, 1e-5, weight, out=torch.empty(1, rows, device=device, dtype=torch.bfloat16)).count_nonzero():
+            return "gemv_norm: a zero input did not give zeros"
         return None

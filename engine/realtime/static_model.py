@@ -182,7 +182,7 @@ class StaticBackbone:
             return None
         make = lambda width: torch.zeros((1, width), device=self.device, dtype=self.dtype)  # noqa: E731
         self._stream = make(self.hidden)
-        self._qkv = make((self.heads + 2 * self.kv_heads) * self.head_dim)
+        self._qkv_out = make((self.heads + 2 * self.kv_heads) * self.head_dim)
         self._bcu = make(3 * self.hidden)
         self._act = make(self.layers[0].w13.shape[0] // 2)
         return gemv
@@ -271,7 +271,7 @@ class StaticBackbone:
             stream.copy_(x)
             for layer in self.layers:
                 if isinstance(layer, _AttentionLayer):
-                    qkv = gemv.norm(stream, layer.norm, self.eps, layer.qkv, out=self._qkv)
+                    qkv = gemv.norm(stream, layer.norm, self.eps, layer.qkv, out=self._qkv_out)
                     gemv.residual(self._decode_attention(layer, qkv, rope, mask), layer.out, stream, out=stream)
                 else:
                     bcu = gemv.norm(stream, layer.norm, self.eps, layer.in_proj, out=self._bcu)
