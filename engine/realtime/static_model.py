@@ -138,7 +138,6 @@ class StaticBackbone:
                     )
                 )
         self.final_norm = lfm.embedding_norm.weight
-        self.gemv = self._fused_gemv(lfm)
         conv_layers = [layer for layer in self.layers if isinstance(layer, _ConvLayer)]
         self.short_conv = (
             ShortConvStep.create(self.hidden, conv_layers[0].conv.shape[1], device, dtype)
@@ -170,22 +169,6 @@ class StaticBackbone:
         self._norms_sin = torch.cat((norms[..., half:], norms[..., :half]), dim=-1) if attention else norms
         self._attention_index = {id(layer): i for i, layer in enumerate(attention)}
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
-
-    def _fused_gemv(self, lfm: nn.Module) -> FusedGemv | None:
-        """The fused matrix-vector kernels, if they compile here and fit every weight; with their buffers."""
-        weights = [w for layer in self.layers for w in (layer.w13, layer.w2, layer.out)]
-        weights += [layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj for layer in self.layers]
-        if len({layer.w13.shape[0] for layer in self.layers}) != 1:
-            return None
-        gemv = FusedGemv.create(self.device, self.dtype)
-        if gemv is None or not all(FusedGemv.supports(w) for w in weights):
-            return None
-        make = lambda width: torch.zeros((1, width), device=self.device, dtype=self.dtype)  # noqa: E731
-        self._stream = make(self.hidden)
-        self._qkv_out = make((self.heads + 2 * self.kv_heads) * self.head_dim)
-        self._bcu = make(3 * self.hidden)
-        self._act = make(self.layers[0].w13.shape[0] // 2)
-        return gemv
 
     # ------------------------------------------------------------------ state
 
@@ -254,9 +237,10 @@ class StaticBackbone:
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        On CUDA each matrix product is one kernel fused with its norm / residual add / SwiGLU
-        (`engine.realtime.cuda_kernels`): 5 kernels per conv layer, ~15 per attention layer.
-        Elsewhere the same math runs as plain PyTorch ops.
+        ~17 kernels per attention layer and 9 per conv layer (on CUDA the conv step and the SwiGLU
+        are one kernel each). The matrix products stay with cuBLAS here: at these sizes (8-67 MB per
+        weight) it beats the fused kernels the depthformer uses (H200: decode step 1.16 ms with
+        cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
         """
         position = self.position
         cos = self.cos.index_select(0, position).float()  # (1, head_dim)
@@ -265,29 +249,14 @@ class StaticBackbone:
         mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(
             self.key_index.view(1, 1, -1) > position, float("-inf")
         )
-        gemv = self.gemv
-        if gemv is not None:
-            stream = self._stream  # the residual stream, updated in place
-            stream.copy_(x)
-            for layer in self.layers:
-                if isinstance(layer, _AttentionLayer):
-                    qkv = gemv.norm(stream, layer.norm, self.eps, layer.qkv, out=self._qkv_out)
-                    gemv.residual(self._decode_attention(layer, qkv, rope, mask), layer.out, stream, out=stream)
-                else:
-                    bcu = gemv.norm(stream, layer.norm, self.eps, layer.in_proj, out=self._bcu)
-                    gemv.residual(self._conv_step(layer, bcu), layer.out, stream, out=stream)
-                gemv.norm_swiglu(stream, layer.ffn_norm, self.eps, layer.w13, out=self._act)
-                gemv.residual(self._act, layer.w2, stream, out=stream)
-            x = stream
-        else:
-            for layer in self.layers:
-                h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
-                if isinstance(layer, _AttentionLayer):
-                    attn = self._decode_attention(layer, F.linear(h, layer.qkv), rope, mask)
-                    x = torch.addmm(x[0], attn, layer.out.t())
-                else:
-                    x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
-                x = self._mlp(layer, x)
+        for layer in self.layers:
+            h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
+            if isinstance(layer, _AttentionLayer):
+                attn = self._decode_attention(layer, F.linear(h, layer.qkv), rope, mask)
+                x = torch.addmm(x[0], attn, layer.out.t())
+            else:
+                x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
+            x = self._mlp(layer, x)
         position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
 
