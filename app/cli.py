@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure eager / recipe / engine speed side by side (GPU)")
     bench.add_argument("--model", default=None, help="a real model folder (default: full-size random weights)")
     bench.add_argument("--out", default="bench/results", help="where to write the JSON and markdown results")
-    bench.add_argument("--modes", default="eager,recipe,engine", help="comma-separated modes to run")
+    bench.add_argument("--modes", default="engine,recipe,eager", help="comma-separated modes, run in this order")
     return parser
 
 

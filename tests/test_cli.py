@@ -118,3 +118,10 @@ def test_selftest_runs_a_demo_turn_and_writes_diagnostics(isolated_user_dirs: Pa
     assert turn["status"] == "ok"
     result = report["turn"]["result"]
     assert report["turn"]["ok"] and result["frames"] > 0 and result["audio_seconds"] == pytest.approx(result["frames"] * 0.08)
+
+
+def test_bench_refuses_an_unknown_mode_before_building_anything(capsys) -> None:
+    code = main(["bench", "--modes", "engine,turbo"])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert out.strip() == "error: unknown benchmark mode(s) turbo; choose from engine, recipe, eager"

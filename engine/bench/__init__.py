@@ -491,7 +491,8 @@ def _markdown(results: dict[str, Any]) -> str:
     ]
     for sampling, modes in results["summary"].items():
         lines += [f"## {sampling}", "", "| mode | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        for mode, summary in modes.items():
+        for mode in sorted(modes, key=("eager", "recipe", "engine").index):  # baselines first, whatever the run order
+            summary = modes[mode]
             cells = [fmt.format(summary[key]) if key in summary else "n/a" for _, key, fmt in columns]
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
         lines.append(
@@ -523,6 +524,11 @@ def run_bench(args: argparse.Namespace) -> int:
     from engine.oneshot import quiet_library_logs
 
     quiet_library_logs()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - {"eager", "recipe", "engine"})
+    if unknown or not modes:
+        print(f"error: unknown benchmark mode(s) {', '.join(unknown) or '(none given)'}; choose from engine, recipe, eager")
+        return 2
     if not torch.cuda.is_available():
         print("error: the benchmark needs a CUDA GPU")
         return 2
@@ -536,7 +542,6 @@ def run_bench(args: argparse.Namespace) -> int:
     else:
         loaded = random_full_size_model()
     workload = make_workload(loaded)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bandwidth = _copy_bandwidth_gbs()
     stage_bytes = _stage_bytes(loaded)
     floors = {k: v / (bandwidth * 1e9) * 1e3 for k, v in stage_bytes.items()}
@@ -561,9 +566,12 @@ def run_bench(args: argparse.Namespace) -> int:
         "greedy": SamplingSettings(greedy=True),
     }
     engine = EngineBench(loaded) if "engine" in modes else None
-    for label, sampling in samplings.items():
+    for label in samplings:
         results["modes"][label] = {}
-        for mode in modes:
+    # Mode by mode, both samplings each: the engine (first, as in the app's own process) is then
+    # measured before any baseline has run, and no mode's leftovers land between another mode's runs.
+    for mode in modes:
+        for label, sampling in samplings.items():
             print(f"[bench] {label}: {mode}", flush=True)
             try:
                 if mode == "engine":
@@ -581,6 +589,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 continue
             results["modes"][label][mode] = data
             print(json.dumps(_summary(data)), flush=True)
+    for label in samplings:
         results["summary"][label] = {mode: _summary(data) for mode, data in results["modes"][label].items()}
     if engine is not None:
         results["engine_kernels"] = engine.kernel_profile()

@@ -1,0 +1,34 @@
+"""The NVRTC kernel sources compile for every RTX generation the app targets, without a GPU.
+
+NVRTC ships with PyTorch's CUDA wheels; compiling to PTX needs no device. What the kernels compute
+is tested on the GPU (tests/test_gpu_kernels.py); here a source error or an intrinsic missing on an
+older architecture fails on any machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.realtime import cuda_kernels
+
+# Turing (RTX 20), Ampere (RTX 30), Ada (RTX 40), Hopper (the benchmark's H200), Blackwell (RTX 50).
+ARCHITECTURES = ["75", "86", "89", "90", "120"]
+
+
+def _nvrtc_compile():
+    try:
+        from torch.cuda._utils import _get_nvrtc_library, _nvrtc_compile
+
+        _get_nvrtc_library()
+    except Exception as error:  # a CPU-only PyTorch build has no NVRTC
+        pytest.skip(f"NVRTC is not available: {error}")
+    return _nvrtc_compile
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("kernel", sorted(cuda_kernels._SOURCES))
+def test_kernel_source_compiles(kernel: str, architecture: str) -> None:
+    compile_to_ptx = _nvrtc_compile()
+    ptx = compile_to_ptx(cuda_kernels._SOURCES[kernel], kernel, architecture)
+    text = ptx.decode() if isinstance(ptx, bytes) else str(ptx)
+    assert f".entry {kernel}(" in text and f".target sm_{architecture}" in text
