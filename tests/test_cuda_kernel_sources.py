@@ -32,3 +32,17 @@ def test_kernel_source_compiles(kernel: str, architecture: str) -> None:
     ptx = compile_to_ptx(cuda_kernels._SOURCES[kernel], kernel, architecture)
     text = ptx.decode() if isinstance(ptx, bytes) else str(ptx)
     assert f".entry {kernel}(" in text and f".target sm_{architecture}" in text
+
+
+def test_the_start_up_check_rejects_a_sampler_kernel_that_disagrees() -> None:
+    """The check that guards the fused sampler, run with stand-ins for the kernel (no GPU needed)."""
+    import torch
+
+    from engine.realtime.sampling import DeviceSampling
+
+    sampling = DeviceSampling(torch.device("cpu"))
+    cpu = torch.device("cpu")
+    sampling.fused = lambda logits, noise, inv_t, k_index, out: sampling.choose_reference(logits, noise, out=out)
+    assert sampling._fused_agrees(cpu)
+    sampling.fused = lambda logits, noise, inv_t, k_index, out: torch.argmax(logits, dim=-1, keepdim=True, out=out)
+    assert not sampling._fused_agrees(cpu)  # ignores the noise: right for greedy only

@@ -14,10 +14,14 @@ the same first-index tie rule as liquid-audio. top-k is read from a sorted top-6
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from engine.protocol import MAX_TOP_K
 from engine.realtime.cuda_kernels import TopKGumbelArgmax
+
+log = logging.getLogger(__name__)
 
 
 class DeviceSampling:
@@ -30,6 +34,24 @@ class DeviceSampling:
         self._noise: torch.Tensor | None = None
         # One kernel for the whole choice on CUDA (None: the plain ops below).
         self.fused = TopKGumbelArgmax.create(device) if fused else None
+        if self.fused is not None and not self._fused_agrees(device):
+            log.warning("fused sampler failed its self-check; using plain PyTorch ops")
+            self.fused = None
+
+    def _fused_agrees(self, device: torch.device) -> bool:
+        """Start-up check: the fused kernel picks the plain ops' index (greedy, and sampled with k = 1..64)."""
+        generator = torch.Generator(device=device).manual_seed(0)
+        logits = torch.randn(2049, device=device, generator=generator).to(torch.bfloat16)
+        noise = torch.randn(2049, device=device, generator=generator)
+        fused, reference = torch.empty(1, dtype=torch.long, device=device), torch.empty(1, dtype=torch.long, device=device)
+        agrees = True
+        for k in (1, 4, MAX_TOP_K):
+            self.top_k_index.fill_(k - 1)
+            self.fused(logits, noise, self.inv_temperature, self.top_k_index, fused)
+            self.choose_reference(logits, noise, out=reference)
+            agrees = agrees and bool(torch.equal(fused, reference))
+        self.top_k_index.zero_()
+        return agrees
 
     def set(self, *, greedy: bool, temperature: float, top_k: int | None) -> None:
         """Host → device fills between turns (never inside the per-frame loop)."""
