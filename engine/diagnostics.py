@@ -292,6 +292,14 @@ def _probe_torch() -> dict[str, Any]:
                 )
         except Exception as exc:  # noqa: BLE001
             info["gpu_error"] = _error_text(exc)
+    if gpus and all(gpu["supported_by_torch_build"] for gpu in gpus):
+        # The engine's NVRTC kernels: without them it runs plain PyTorch ops, correct but slower.
+        try:
+            from engine.realtime.cuda_kernels import kernel_status
+
+            info["fused_kernels"] = kernel_status()
+        except Exception as exc:  # noqa: BLE001
+            info["fused_kernels"] = {"error": _error_text(exc)}
     info["gpus"] = gpus
     return info
 
@@ -547,6 +555,7 @@ def format_report_text(report: dict[str, Any]) -> str:
             ("cuda available", torch_info.get("cuda_available")),
         ]
         + ([("cuda init error", torch_info["cuda_init_error"])] if torch_info.get("cuda_init_error") else [])
+        + [(f"fused kernel {name}", status) for name, status in (torch_info.get("fused_kernels") or {}).items()]
         + ([("error", torch_info["error"])] if torch_info.get("error") else []),
     )
     driver = report.get("driver", {})

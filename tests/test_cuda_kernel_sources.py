@@ -46,3 +46,14 @@ def test_the_start_up_check_rejects_a_sampler_kernel_that_disagrees() -> None:
     assert sampling._fused_agrees(cpu)
     sampling.fused = lambda logits, noise, inv_t, k_index, out: torch.argmax(logits, dim=-1, keepdim=True, out=out)
     assert not sampling._fused_agrees(cpu)  # ignores the noise: right for greedy only
+
+
+def test_kernel_status_names_why_each_kernel_is_unavailable_without_a_gpu() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the kernels compile there (tests/test_gpu_kernels.py)")
+    status = cuda_kernels.kernel_status()
+    assert set(status) == {*cuda_kernels._SOURCES, "swiglu"}
+    assert all(value != "ready" and value for value in status.values())
+    assert any(("driver" in value.lower() or "cuda" in value.lower()) for value in status.values()), status

@@ -279,6 +279,9 @@ SAMPLER_THREADS = 1024
 _CONV_THREADS = 256
 
 
+_compile_errors: dict[str, str] = {}
+
+
 @functools.cache
 def _compiled(name: str) -> Any | None:
     """The NVRTC-compiled kernel `name` for the current CUDA device, or None (logged) if unavailable."""
@@ -286,8 +289,16 @@ def _compiled(name: str) -> Any | None:
         compile_kernel = torch.cuda._compile_kernel  # PyTorch >= 2.8; NVRTC from the CUDA wheel
         return compile_kernel(_SOURCES[name], name)
     except Exception as error:  # no NVRTC, an old driver, an unsupported GPU: keep the plain ops
+        _compile_errors[name] = f"{type(error).__name__}: {error}".strip()
         log.warning("fused kernel %s unavailable, using plain PyTorch ops: %s", name, error)
         return None
+
+
+def kernel_status() -> dict[str, str]:
+    """"ready" or the reason it is not, per fused kernel (compiling them if needed): for diagnostics."""
+    status = {name: "ready" if _compiled(name) is not None else _compile_errors.get(name, "unavailable") for name in _SOURCES}
+    status["swiglu"] = "ready" if _jit_swiglu() is not None else "unavailable (see the log)"
+    return status
 
 
 @functools.cache
