@@ -7,6 +7,8 @@ it is generated: text pieces, PCM chunks (24 kHz) and, last, the turn's timings.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import threading
 import time
@@ -19,7 +21,7 @@ import platformdirs
 import torch
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioOutPiece, Conversation, TextPiece
+from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
@@ -34,7 +36,10 @@ from engine.loading import LoadedModel, default_device, load_model
 from engine.lora import VoiceSwitcher, load_voice
 from engine.model_store import APP_NAME, check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
+from engine.realtime.encoder_graphs import EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
 SAMPLE_RATE_IN = 16_000
@@ -169,8 +174,10 @@ class ChatSession:
         fallback_reason: str | None,
         graphs_ready: bool,
         model_id: str | None,
+        encoder_graphs: EncoderGraphs | None = None,
     ) -> None:
         self.loaded = loaded
+        self.encoder_graphs = encoder_graphs
         self.backend = backend
         self.decoder = decoder
         self.context_capacity = context_tokens
@@ -230,6 +237,7 @@ class ChatSession:
             fallback_reason=fallback_reason,
             graphs_ready=graphs_ready,
             model_id=model_id,
+            encoder_graphs=_encoder_graphs_or_none(loaded) if graphs_ready else None,
         )
         if lora:
             report(Progress("merge_voice", None, lora))
@@ -239,6 +247,11 @@ class ChatSession:
             session.warm_up()
         report(Progress("ready", 1.0))
         return session
+
+    def embed(self, span: PrefillInputs) -> torch.Tensor:
+        """liquid-audio's own prefill embeddings of a span; its audio encoder replays a graph if it can."""
+        with self.encoder_graphs.installed(self.loaded.model) if self.encoder_graphs else contextlib.nullcontext():
+            return self.loaded.model._prefill(**span.as_kwargs())
 
     def warm_up(self) -> None:
         """One short silent turn through the whole pipeline, then forgotten.
@@ -364,8 +377,7 @@ class ChatSession:
                 yield ContextTrimmedInfo(dropped)
             budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
 
-        span = conversation.span(self.backend.positions, device)
-        embeddings = loaded.model._prefill(**span.as_kwargs())
+        embeddings = self.embed(conversation.span(self.backend.positions, device))
         _sync(device)
         stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
         try:
@@ -431,6 +443,18 @@ class ChatSession:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def _encoder_graphs_or_none(loaded: LoadedModel) -> EncoderGraphs | None:
+    """The audio encoder's graphs; without them it runs eagerly (slower to the first audio, same output)."""
+    try:
+        return EncoderGraphs(
+            loaded.model.conformer, max_seconds=DEFAULT_MAX_TAKE_SECONDS + 0.1, dtype=loaded.dtype, device=loaded.device
+        )
+    except (RuntimeError, torch.OutOfMemoryError, AttributeError) as error:
+        torch.cuda.empty_cache()
+        log.warning("audio encoder graphs not captured, encoding eagerly: %s", error)
+        return None
 
 
 def _graphed_backend_or_fallback(

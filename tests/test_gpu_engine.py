@@ -233,3 +233,31 @@ def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path)
         assert torch.equal(engine.hidden[0], with_voice)
         switcher.apply(None)
         assert torch.equal(graph_step(), without_voice)
+
+
+@torch.inference_mode()
+def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
+    """Every rung captures and passes its start-up check; prefill embeddings through the graphs match
+    liquid-audio's eager `_prefill` for takes of lengths between the rungs."""
+    import numpy as np
+
+    from engine.conversation import Conversation
+    from engine.realtime.encoder_graphs import EncoderGraphs, ladder
+
+    model = full_size.model
+    graphs = EncoderGraphs(model.conformer, max_seconds=12.0, dtype=full_size.dtype, device=full_size.device)
+    assert graphs.problems == [] and sorted(graphs.rungs) == ladder(1200)
+    rng = np.random.default_rng(7)
+    for seconds in (0.43, 3.97, 11.3):
+        wave = torch.from_numpy((0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32))[None].cuda()
+        mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
+        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
+        conversation.add_text_turn("system", "Respond with interleaved text and audio.")
+        conversation.add_audio_turn("user", mel[0].float())
+        conversation.open_assistant_turn()
+        span = conversation.span(0, full_size.device)
+        expected = model._prefill(**span.as_kwargs())
+        with graphs.installed(model):
+            got = model._prefill(**span.as_kwargs())
+        assert got.shape == expected.shape
+        assert _rel(got, expected) < 2e-2, seconds

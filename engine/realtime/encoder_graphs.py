@@ -1,0 +1,134 @@
+"""liquid-audio's audio encoder (the conformer) as CUDA graphs over a ladder of padded take lengths.
+
+Run eagerly, the conformer is bound by the host launching its ~600 small kernels (~20 ms for a 4 s take
+on the H200 machine, up to twice that on a busy host), and every new take length costs extra one-time
+set-up for the new shapes (70 ms on the first 4 s take of a process). Every take has its own length, so
+both land in the time to first audio of every turn. The conformer masks padded frames (liquid-audio
+itself pads takes of different lengths into one batch): a take padded with zeros to the next rung of a
+fixed ladder of lengths encodes to the same valid frames, so one graph per rung, captured at start-up,
+serves every take up to the longest rung. Longer takes, batches, and rungs whose capture or start-up
+check failed run eagerly, as before.
+
+`EncoderGraphs.installed(model)` routes the conformer calls inside liquid-audio's own `_prefill` through
+the graphs for the duration of one prefill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+MEL_FRAMES_PER_SECOND = 100  # the preprocessor's 10 ms hop
+
+
+def ladder(max_frames: int) -> list[int]:
+    """Padded lengths (mel frames): every 1 s up to 10 s, every 2 s up to 20 s, then every 5 s."""
+    rungs: list[int] = []
+    frames = 0
+    while frames < max_frames:
+        step = 100 if frames < 1000 else 200 if frames < 2000 else 500
+        frames += step
+        rungs.append(frames)
+    return rungs
+
+
+@dataclass
+class _Rung:
+    graph: torch.cuda.CUDAGraph
+    features: torch.Tensor  # (1, 128, frames) input, zero past the take
+    length: torch.Tensor  # (1,) the take's true length in frames
+    encoded: torch.Tensor  # (1, d_model, encoded frames) output
+    encoded_length: torch.Tensor  # (1,)
+
+
+class EncoderGraphs:
+    """One captured conformer call per rung of `ladder(max_frames)`."""
+
+    def __init__(self, conformer: nn.Module, *, max_seconds: float, dtype: torch.dtype, device: torch.device) -> None:
+        self.conformer = conformer
+        self.dtype = dtype
+        self.device = device
+        self.rungs: dict[int, _Rung] = {}
+        self.problems: list[str] = []
+        self._eager_forward = conformer.forward
+        self._capture(ladder(math.ceil(max_seconds * MEL_FRAMES_PER_SECOND)))
+
+    # ------------------------------------------------------------------ capture
+
+    @torch.inference_mode()
+    def _capture(self, lengths: list[int]) -> None:
+        features_in = self.conformer._feat_in
+        # The longest rung first, eagerly: the conformer grows its position tables for the longest input
+        # it has seen (module state that must not change inside a capture).
+        self._eager_forward(torch.zeros((1, features_in, lengths[-1]), device=self.device, dtype=self.dtype), torch.tensor([lengths[-1]], device=self.device))
+        pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream(self.device)
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        for frames in lengths:
+            try:
+                features = torch.zeros((1, features_in, frames), device=self.device, dtype=self.dtype)
+                length = torch.full((1,), frames, dtype=torch.long, device=self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(2):  # warm-up: cuDNN plans and cuBLAS handles for these shapes
+                        self._eager_forward(features, length)
+                torch.cuda.current_stream(self.device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    encoded, encoded_length = self._eager_forward(features, length)
+                rung = _Rung(graph, features, length, encoded, encoded_length)
+                problem = self._check(rung, frames - frames // 7, generator)
+            except (RuntimeError, torch.OutOfMemoryError) as error:  # this rung stays eager
+                problem = f"{type(error).__name__}: {error}"
+            if problem:
+                self.problems.append(f"{frames} frames: {problem}")
+                log.warning("audio encoder graph for %d mel frames not used: %s", frames, problem)
+                continue
+            self.rungs[frames] = rung
+
+    def _check(self, rung: _Rung, take_frames: int, generator: torch.Generator) -> str | None:
+        """A random take shorter than the rung: the replay's valid frames must match the eager encoder's."""
+        take = torch.randn((1, rung.features.shape[1], take_frames), device=self.device, generator=generator).to(self.dtype)
+        expected, expected_length = self._eager_forward(take, torch.tensor([take_frames], device=self.device))
+        got, got_length = self._replay(rung, take, take_frames)
+        valid = int(expected_length[0])
+        if int(got_length[0]) != valid:
+            return f"encoded length {int(got_length[0])} instead of {valid}"
+        error = float((got[..., :valid].float() - expected[..., :valid].float()).norm() / expected[..., :valid].float().norm())
+        return None if error < 2e-2 else f"relative error {error:.3g} against the eager encoder"
+
+    # ------------------------------------------------------------------ use
+
+    def _replay(self, rung: _Rung, features: torch.Tensor, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rung.features[..., :frames].copy_(features[..., :frames])
+        rung.features[..., frames:].zero_()
+        rung.length.fill_(frames)
+        rung.graph.replay()
+        return rung.encoded, rung.encoded_length
+
+    def forward(self, audio_signal: torch.Tensor, length: torch.Tensor, *args: object, **kwargs: object):
+        """The conformer's forward: a graph replay for one take that fits a rung, else the eager call."""
+        frames = audio_signal.shape[-1]
+        rung_frames = next((rung for rung in self.rungs if rung >= frames), None)
+        if args or kwargs or audio_signal.shape[0] != 1 or rung_frames is None or audio_signal.dtype != self.dtype:
+            return self._eager_forward(audio_signal, length, *args, **kwargs)
+        # The true length is the host's own number here (liquid-audio pads to the longest take).
+        return self._replay(self.rungs[rung_frames], audio_signal, int(frames))
+
+    @contextlib.contextmanager
+    def installed(self, model: nn.Module) -> Iterator[None]:
+        """Within this block, `model.conformer(...)` (as liquid-audio's `_prefill` calls it) uses the graphs."""
+        conformer = model.conformer
+        conformer.forward = self.forward  # an instance attribute shadows the class's forward
+        try:
+            yield
+        finally:
+            del conformer.forward
