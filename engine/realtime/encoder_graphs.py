@@ -6,8 +6,8 @@ set-up for the new shapes (70 ms on the first 4 s take of a process). Every take
 both land in the time to first audio of every turn. The conformer masks padded frames (liquid-audio
 itself pads takes of different lengths into one batch): a take padded with zeros to the next rung of a
 fixed ladder of lengths encodes to the same valid frames, so one graph per rung, captured at start-up,
-serves every take up to the longest rung. Longer takes, batches, and rungs whose capture or start-up
-check failed run eagerly, as before.
+serves every take up to the longest rung (20 s in the app: ~0.1 s of start-up per rung). Longer takes,
+batches, and rungs whose capture or start-up check failed run eagerly, as before.
 
 `EncoderGraphs.installed(model)` routes the conformer calls inside liquid-audio's own `_prefill` through
 the graphs for the duration of one prefill.
@@ -86,7 +86,7 @@ class EncoderGraphs:
                     encoded, encoded_length = self._eager_forward(features, length)
                 rung = _Rung(graph, features, length, encoded, encoded_length)
                 problem = self._check(rung, frames - frames // 7, generator)
-            except (RuntimeError, torch.OutOfMemoryError) as error:  # this rung stays eager
+            except Exception as error:  # this rung stays eager (the others may still capture)
                 problem = f"{type(error).__name__}: {error}"
             if problem:
                 self.problems.append(f"{frames} frames: {problem}")
