@@ -1,17 +1,20 @@
-"""Three small fused CUDA kernels, compiled at start-up by PyTorch's own NVRTC bindings.
+"""Small fused CUDA kernels, compiled at start-up by PyTorch's own NVRTC bindings.
 
 Windows has no Triton, so `torch.compile` cannot fuse anything there; NVRTC ships inside PyTorch's
-CUDA wheels on Windows and Linux alike, and needs no compiler on the user's PC. Each kernel replaces
-a run of PyTorch kernels whose launches, not their bytes, cost the time at batch 1 (H200, in a
-CUDA graph):
+CUDA wheels on Windows and Linux alike, and needs no compiler on the user's PC. At batch 1 a kernel
+costs its launch and latency more than its bytes, so each of these replaces a run of PyTorch kernels
+(times: H200, in a CUDA graph):
 - `swiglu`: silu(gate) * up as one kernel instead of two (PyTorch's jiterator);
 - `short_conv_step`: the LFM2 conv layer's decode step (b·u, shift the 3-tap state, depthwise conv,
   gate by c) as one kernel instead of five;
-- `top_k_gumbel_argmax`: top-k threshold + Gumbel-max choice + argmax over one row of logits as
-  one block instead of ~7 kernels (PyTorch's top-k alone took ~14 µs per depthformer codebook).
-Every kernel computes the same function as the plain ops in `engine.realtime.sampling` /
-`static_model` (the GPU tests compare them on random data). When NVRTC is missing or a kernel fails
-its self-check at start-up, the plain ops run instead: slower, same results within bf16 rounding.
+- `top_k_gumbel_argmax`: top-k threshold + Gumbel-max choice + argmax over one row of logits as one
+  block instead of ~7 kernels (PyTorch's top-k alone took ~14 µs per depthformer codebook);
+- `gemv_norm`, `gemv_residual`, `gemv_norm_swiglu`: the depthformer's batch-1 matrix-vector products
+  fused with the RMS norm before them, the residual add after them, or the SwiGLU between w1|w3 and
+  w2 (cuBLAS takes 5-7 µs for any 1024-wide product; these take 5-7 µs and replace 2-3 kernels).
+Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
+random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
+ops run instead: slower, same results within bf16 rounding.
 """
 
 from __future__ import annotations
@@ -295,7 +298,7 @@ def _compiled(name: str) -> Any | None:
 
 
 def kernel_status() -> dict[str, str]:
-    """"ready" or the reason it is not, per fused kernel (compiling them if needed): for diagnostics."""
+    """Per fused kernel: "ready", or why it is not (compiling the kernels if needed). For diagnostics."""
     status = {name: "ready" if _compiled(name) is not None else _compile_errors.get(name, "unavailable") for name in _SOURCES}
     status["swiglu"] = "ready" if _jit_swiglu() is not None else "unavailable (see the log)"
     return status
