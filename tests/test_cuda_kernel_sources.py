@@ -55,5 +55,6 @@ def test_kernel_status_names_why_each_kernel_is_unavailable_without_a_gpu() -> N
         pytest.skip("this machine has a GPU: the kernels compile there (tests/test_gpu_kernels.py)")
     status = cuda_kernels.kernel_status()
     assert set(status) == {*cuda_kernels._SOURCES, "swiglu"}
-    assert all(value != "ready" and value for value in status.values())
-    assert any(("driver" in value.lower() or "cuda" in value.lower()) for value in status.values()), status
+    # Each compiled kernel says why it is missing (here: no GPU/driver, or no NVRTC in this build).
+    assert all(value != "ready" and len(value) > len("Error: ") for value in status.values()), status
+    assert all(status[name].split(":")[0].endswith("Error") for name in cuda_kernels._SOURCES), status
