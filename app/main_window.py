@@ -60,6 +60,7 @@ from engine.protocol import (
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
+from app.engine_messages import engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog
 from app.widgets.banner import MessageBanner
@@ -465,7 +466,8 @@ class MainWindow(QMainWindow):
             "export": self.tr("Export"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
-        text = f"<b>{title}:</b> {event.message}"
+        message = engine_text(event.message, event.template, event.values)
+        text = f"<b>{title}:</b> {message}"
         if event.fatal:
             self.banner.show_message("error", text, details=event.details, action_id="restart",
                                      action_text=self.tr("Restart engine"))
@@ -474,7 +476,7 @@ class MainWindow(QMainWindow):
         # A failed load leaves no model: offer the choices again, with the reason.
         no_model = event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL
         if no_model or (self.first_run is not None and self.first_run.downloading):
-            self.show_first_run(event.message)
+            self.show_first_run(message)
 
     def on_engine_stopped(self, error: str) -> None:
         if not error:
@@ -499,7 +501,8 @@ class MainWindow(QMainWindow):
             self.graphs_label.setText(self.tr("CUDA graphs ready"))
             self.graphs_label.setStyleSheet("color: #2e7d32;")
         else:
-            self.graphs_label.setText(self.tr("No CUDA graphs: %1").replace("%1", info.fallback_reason or "—"))
+            reason = engine_text(info.fallback_reason) if info.fallback_reason else "—"
+            self.graphs_label.setText(self.tr("No CUDA graphs: %1").replace("%1", reason))
             self.graphs_label.setStyleSheet("color: #ef6c00;")
         self.model_label.setText(self.tr("Model: %1").replace("%1", info.model_name))
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))

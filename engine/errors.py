@@ -8,13 +8,26 @@ from __future__ import annotations
 
 
 class UserFacingError(Exception):
-    """An error with a clear, specific message meant for the user (no traceback needed)."""
+    """An error with a clear, specific message meant for the user (no traceback needed).
+
+    `template` is the English message with `{name}` placeholders and `values` fills them: the app
+    translates the template (Qt's translation files) and fills in the same values. Errors raised
+    with a plain message are shown as they are.
+    """
 
     kind: str = "internal"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, template: str = "", values: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.template = template
+        self.values = values or {}
+
+    @classmethod
+    def of(cls, template: str, **args: object) -> "UserFacingError":
+        """The error whose message is `template` filled with `args` (translatable by the app)."""
+        values = {name: str(value) for name, value in args.items()}
+        return cls(template.format(**values), template=template, values=values)
 
 
 class ModelFilesError(UserFacingError):

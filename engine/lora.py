@@ -52,7 +52,7 @@ def load_voice(folder: str | Path) -> LoraVoice:
     config_path = folder / ADAPTER_CONFIG
     weights_path = folder / ADAPTER_WEIGHTS
     if not folder.is_dir():
-        raise LoraError(f"The voice folder {folder} does not exist.")
+        raise LoraError.of("The voice folder {folder} does not exist.", folder=folder)
     if not config_path.is_file():
         raise LoraError(f"The voice folder {folder} has no {ADAPTER_CONFIG}.")
     if not weights_path.is_file():
@@ -122,25 +122,29 @@ class VoiceSwitcher:
 
     def _check(self, voice: LoraVoice) -> list[tuple[nn.Linear, LoraDelta]]:
         if voice.base_model and self.model_id and not _same_base(voice.base_model, self.model_id):
-            raise LoraError(
-                f"The voice {voice.name} was trained for {voice.base_model}, not for the loaded model {self.model_id}."
+            raise LoraError.of(
+                "The voice {voice} was trained for {base}, not for the loaded model {model}.",
+                voice=voice.name, base=voice.base_model, model=self.model_id,
             )
         modules = dict(self.model.named_modules())
         planned = []
         for delta in voice.deltas:
             module = modules.get(delta.module)
             if module is None:
-                raise LoraError(
-                    f"The voice {voice.name} does not fit this model: it targets {delta.module}, which the model does not have."
+                raise LoraError.of(
+                    "The voice {voice} does not fit this model: it targets {module}, which the model does not have.",
+                    voice=voice.name, module=delta.module,
                 )
             if not isinstance(module, nn.Linear):
                 raise LoraError(f"The voice {voice.name} targets {delta.module}, a {type(module).__name__}; only linear layers are supported.")
             out_features, in_features = module.weight.shape
             r = delta.a.shape[0]
             if delta.a.shape != (r, in_features) or delta.b.shape != (out_features, r):
-                raise LoraError(
-                    f"The voice {voice.name} does not fit this model: {delta.module} is {out_features}×{in_features}, "
-                    f"but the adapter's lora_A is {tuple(delta.a.shape)} and lora_B is {tuple(delta.b.shape)}."
+                raise LoraError.of(
+                    "The voice {voice} does not fit this model: {module} is {rows}×{columns}, "
+                    "but the adapter's lora_A is {a_shape} and lora_B is {b_shape}.",
+                    voice=voice.name, module=delta.module, rows=out_features, columns=in_features,
+                    a_shape=tuple(delta.a.shape), b_shape=tuple(delta.b.shape),
                 )
             planned.append((module, delta))
         return planned

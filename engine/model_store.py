@@ -261,9 +261,10 @@ def download(
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     if is_offline():
-        raise ModelNotFoundError(
-            f"{source} is not downloaded and there is no network connection. "
-            "Connect to the internet, choose a local model folder, or use the demo model."
+        raise ModelNotFoundError.of(
+            "{source} is not downloaded and there is no network connection. "
+            "Connect to the internet, choose a local model folder, or use the demo model.",
+            source=source,
         )
     try:
         folder = snapshot_download(
@@ -275,7 +276,7 @@ def download(
     except DownloadCancelled:
         raise
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
-        raise ModelNotFoundError(f"Downloading {source} failed: {error}") from error
+        raise ModelNotFoundError.of("Downloading {source} failed: {error}", source=source, error=error) from error
     folder_path = Path(folder)
     problems = check_model_folder(folder_path)
     if problems:
@@ -337,5 +338,5 @@ def resolve_model(
     if local is not None:
         return local
     if not allow_download:
-        raise ModelNotFoundError(f"{source} is not downloaded yet.")
+        raise ModelNotFoundError.of("{source} is not downloaded yet.", source=source)
     return download(source, revision, progress, cancel)

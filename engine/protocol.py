@@ -293,6 +293,22 @@ class EngineError:
     message: str
     fatal: bool = False
     details: str = ""
+    # The message's English template with {name} placeholders and their values, for the app to
+    # translate (empty: show `message` as it is).
+    template: str = ""
+    values: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_exception(cls, kind: str, error: object, *, details: str = "") -> "EngineError":
+        """From a UserFacingError or an AudioError (message, template and values carried over)."""
+        message = getattr(error, "message", None) or getattr(error, "user_message", str(error))
+        return cls(
+            kind=kind,
+            message=message,
+            details=details or getattr(error, "details", ""),
+            template=getattr(error, "template", ""),
+            values=tuple(sorted(getattr(error, "values", {}).items())),
+        )
 
 
 @dataclass(frozen=True)

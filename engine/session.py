@@ -210,7 +210,7 @@ class ChatSession:
             folder, model_id = ensure_demo_model(), None
         else:
             if not source:
-                raise ModelNotFoundError("No model was given: choose a model folder or a Hub repo id.")
+                raise ModelNotFoundError.of("No model was given: choose a model folder or a Hub repo id.")
             folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
@@ -383,7 +383,7 @@ class ChatSession:
         try:
             self.backend.prefill(embeddings)
         except torch.OutOfMemoryError as error:
-            raise GpuMemoryError("The GPU ran out of memory during the prefill; try a shorter context.") from error
+            raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
         _sync(device)
         prefill_done = time.perf_counter()
         stats.prefill_done_s = prefill_done - started

@@ -187,11 +187,11 @@ class EngineWorker:
     def _report(self, exc: BaseException, kind: str | None = None) -> None:
         kind = kind or _error_kind(exc)
         if isinstance(exc, UserFacingError):
-            message, details = exc.message, ""
-        else:
-            message = f"{type(exc).__name__}: {exc}"
-            details = "".join(traceback.format_exception(exc))
-            log.error("engine error (%s): %s", kind, details)
+            self._post(p.EngineError.from_exception(kind, exc))
+            return
+        message = f"{type(exc).__name__}: {exc}"
+        details = "".join(traceback.format_exception(exc))
+        log.error("engine error (%s): %s", kind, details)
         self._post(p.EngineError(kind=kind, message=message, details=details))
 
     def _new_id(self) -> int:

@@ -171,6 +171,7 @@ def test_errors_are_shown_not_raised(qtbot, window: MainWindow, isolated_user_di
     dialog.accept()
     qtbot.waitUntil(lambda: "Unplugged USB Mic" in window.banner.text, timeout=30_000)
     assert "オーディオデバイス" in window.banner.text
+    assert "マイク「Unplugged USB Mic」が見つかりません。抜かれた可能性があります。" in window.banner.text  # the engine's message, translated
     assert window.bridge.worker.is_alive() and window.ptt.isEnabled()
 
     # Back to a working microphone, the conversation goes on.

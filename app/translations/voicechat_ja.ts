@@ -66,6 +66,85 @@
     </message>
   </context>
   <context>
+    <name>EngineMessages</name>
+    <message>
+      <source>No microphone was found. Connect one and try again.</source>
+      <translation>マイクが見つかりません。接続してからもう一度お試しください。</translation>
+    </message>
+    <message>
+      <source>No speaker was found. Connect one and try again.</source>
+      <translation>スピーカーが見つかりません。接続してからもう一度お試しください。</translation>
+    </message>
+    <message>
+      <source>The microphone "{name}" was not found. It may have been unplugged. Available: {available}.</source>
+      <translation>マイク「{name}」が見つかりません。抜かれた可能性があります。使用できるデバイス: {available}。</translation>
+    </message>
+    <message>
+      <source>The speaker "{name}" was not found. It may have been unplugged. Available: {available}.</source>
+      <translation>スピーカー「{name}」が見つかりません。抜かれた可能性があります。使用できるデバイス: {available}。</translation>
+    </message>
+    <message>
+      <source>The microphone "{name}" could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
+      <translation>マイク「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+    </message>
+    <message>
+      <source>The speaker "{name}" could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
+      <translation>スピーカー「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+    </message>
+    <message>
+      <source>The default microphone could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
+      <translation>既定のマイクを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+    </message>
+    <message>
+      <source>The default speaker could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
+      <translation>既定のスピーカーを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+    </message>
+    <message>
+      <source>{source} is not downloaded and there is no network connection. Connect to the internet, choose a local model folder, or use the demo model.</source>
+      <translation>{source} はまだダウンロードされておらず、ネットワークに接続されていません。インターネットに接続するか、ローカルのモデルフォルダーを選ぶか、デモモデルを使ってください。</translation>
+    </message>
+    <message>
+      <source>Downloading {source} failed: {error}</source>
+      <translation>{source} のダウンロードに失敗しました: {error}</translation>
+    </message>
+    <message>
+      <source>{source} is not downloaded yet.</source>
+      <translation>{source} はまだダウンロードされていません。</translation>
+    </message>
+    <message>
+      <source>No model was given: choose a model folder or a Hub repo id.</source>
+      <translation>モデルが指定されていません。モデルフォルダーか Hub のリポジトリ ID を選んでください。</translation>
+    </message>
+    <message>
+      <source>The GPU ran out of memory during the prefill; try a shorter context.</source>
+      <translation>プレフィル中に GPU のメモリが不足しました。文脈を短くしてお試しください。</translation>
+    </message>
+    <message>
+      <source>The voice {voice} was trained for {base}, not for the loaded model {model}.</source>
+      <translation>声「{voice}」は {base} 用に学習されたもので、読み込まれているモデル {model} 用ではありません。</translation>
+    </message>
+    <message>
+      <source>The voice {voice} does not fit this model: it targets {module}, which the model does not have.</source>
+      <translation>声「{voice}」はこのモデルに合いません。対象の {module} がこのモデルにありません。</translation>
+    </message>
+    <message>
+      <source>The voice {voice} does not fit this model: {module} is {rows}×{columns}, but the adapter's lora_A is {a_shape} and lora_B is {b_shape}.</source>
+      <translation>声「{voice}」はこのモデルに合いません。{module} は {rows}×{columns} ですが、アダプターの lora_A は {a_shape}、lora_B は {b_shape} です。</translation>
+    </message>
+    <message>
+      <source>The voice folder {folder} does not exist.</source>
+      <translation>声のフォルダー {folder} がありません。</translation>
+    </message>
+    <message>
+      <source>No CUDA GPU: running eagerly on the CPU (much slower than real time).</source>
+      <translation>CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。</translation>
+    </message>
+    <message>
+      <source>CUDA graphs disabled: running eagerly on the GPU.</source>
+      <translation>CUDA グラフは無効です: GPU で逐次実行しています。</translation>
+    </message>
+  </context>
+  <context>
     <name>FirstRunDialog</name>
     <message>
       <location filename="../first_run.py" line="41" />

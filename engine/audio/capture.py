@@ -304,7 +304,7 @@ class PushToTalkRecorder:
             self._stream_died = True
 
     def _report_device_error(self, exc: AudioDeviceError) -> None:
-        self._on_event(EngineError(kind="audio_device", message=exc.user_message, details=exc.details))
+        self._on_event(EngineError.from_exception("audio_device", exc))
 
     # ------------------------------------------------------------------ audio callback (PortAudio thread)
 

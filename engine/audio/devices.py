@@ -27,17 +27,28 @@ _WASAPI_HOST_API = "Windows WASAPI"
 class AudioError(Exception):
     """An audio problem the user has to be told about. `user_message` is ready to show in the window."""
 
-    def __init__(self, user_message: str, *, details: str = "") -> None:
+    def __init__(self, user_message: str, *, details: str = "", template: str = "", values: dict[str, str] | None = None) -> None:
         super().__init__(user_message)
         self.user_message = user_message
         self.details = details
+        self.template = template  # translatable form, as in engine.errors.UserFacingError
+        self.values = values or {}
 
 
 class AudioDeviceError(AudioError):
     """A device is missing, busy, unplugged or refuses the requested format. The message names the device."""
 
-    def __init__(self, user_message: str, *, device_name: str | None, kind: DeviceKind, details: str = "") -> None:
-        super().__init__(user_message, details=details)
+    def __init__(
+        self,
+        user_message: str,
+        *,
+        device_name: str | None,
+        kind: DeviceKind,
+        details: str = "",
+        template: str = "",
+        values: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(user_message, details=details, template=template, values=values)
         self.device_name = device_name
         self.kind = kind
 
@@ -58,10 +69,6 @@ class AudioDevice:
     def label(self) -> str:
         """What a device menu shows: the name, plus the host API so duplicates on Windows are distinguishable."""
         return f"{self.name} ({self.host_api})"
-
-
-def _describe(kind: DeviceKind) -> str:
-    return "microphone" if kind == "input" else "speaker"
 
 
 def list_devices(kind: DeviceKind | None = None) -> list[AudioDevice]:
@@ -119,8 +126,12 @@ def find_device(name: str | None, kind: DeviceKind) -> AudioDevice:
                 return device
         if candidates:
             return candidates[0]
-        raise AudioDeviceError(
-            f"No {_describe(kind)} was found. Connect one and try again.", device_name=None, kind=kind
+        raise _device_error(
+            "No microphone was found. Connect one and try again."
+            if kind == "input"
+            else "No speaker was found. Connect one and try again.",
+            device_name=None,
+            kind=kind,
         )
     preferred = _preferred_host_api()
     for matches in (
@@ -130,10 +141,14 @@ def find_device(name: str | None, kind: DeviceKind) -> AudioDevice:
         if matches:
             return min(matches, key=lambda d: (d.host_api != preferred, d.index))
     available = ", ".join(sorted({d.name for d in candidates})) or "none"
-    raise AudioDeviceError(
-        f'The {_describe(kind)} "{name}" was not found. It may have been unplugged. Available: {available}.',
+    raise _device_error(
+        'The microphone "{name}" was not found. It may have been unplugged. Available: {available}.'
+        if kind == "input"
+        else 'The speaker "{name}" was not found. It may have been unplugged. Available: {available}.',
         device_name=name,
         kind=kind,
+        name=name,
+        available=available,
     )
 
 
@@ -147,13 +162,25 @@ def stream_extra_settings(device: AudioDevice) -> Any:
 
 def open_error(device_name: str | None, kind: DeviceKind, exc: BaseException) -> AudioDeviceError:
     """Turn a PortAudio failure to open/start a stream into a message that names the device and says why."""
-    shown = f'"{device_name}"' if device_name else "(system default)"
+    named = {
+        ("input", True): 'The microphone "{name}" could not be opened: it may be unplugged, in use by another '
+        "application, or not support the format. ({error})",
+        ("output", True): 'The speaker "{name}" could not be opened: it may be unplugged, in use by another '
+        "application, or not support the format. ({error})",
+        ("input", False): "The default microphone could not be opened: it may be unplugged, in use by another "
+        "application, or not support the format. ({error})",
+        ("output", False): "The default speaker could not be opened: it may be unplugged, in use by another "
+        "application, or not support the format. ({error})",
+    }
+    return _device_error(
+        named[(kind, bool(device_name))], device_name=device_name, kind=kind, details=repr(exc), name=device_name or "", error=exc
+    )
+
+
+def _device_error(template: str, *, device_name: str | None, kind: DeviceKind, details: str = "", **args: object) -> AudioDeviceError:
+    values = {key: str(value) for key, value in args.items()}
     return AudioDeviceError(
-        f"The {_describe(kind)} {shown} could not be opened: it may be unplugged, in use by another "
-        f"application, or not support the format. ({exc})",
-        device_name=device_name,
-        kind=kind,
-        details=repr(exc),
+        template.format(**values), device_name=device_name, kind=kind, details=details, template=template, values=values
     )
 
 

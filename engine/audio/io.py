@@ -129,7 +129,7 @@ class AudioIO:
             find_device(input_device, "input")
             find_device(output_device, "output")
         except AudioDeviceError as exc:
-            self._on_event(EngineError(kind="audio_device", message=exc.user_message, details=exc.details))
+            self._on_event(EngineError.from_exception("audio_device", exc))
             return False
         self.choice = DeviceChoice(input_device=input_device, output_device=output_device)
         try:

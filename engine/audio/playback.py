@@ -256,7 +256,7 @@ class StreamingPlayer:
             self._stream_died = True
 
     def _report(self, exc: AudioDeviceError) -> None:
-        self._on_event(EngineError(kind="audio_device", message=exc.user_message, details=exc.details))
+        self._on_event(EngineError.from_exception("audio_device", exc))
 
     def _check_stream(self) -> bool:
         """True if the stream is usable; reports (once) a stream that died under us."""
