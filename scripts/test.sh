@@ -3,7 +3,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 install_system_packages
-ensure_venv test
+ensure_venv test,build  # build: PyInstaller, so the spec test runs too
 cd "$ROOT"
 export QT_QPA_PLATFORM="${QT_QPA_PLATFORM:-offscreen}"
 exec "$VENV/bin/python" -m pytest "$@"
