@@ -4,6 +4,6 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 install_system_packages libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0 libxkbcommon-x11-0
-ensure_venv test
+ensure_venv test,build  # the same environment as scripts/test.sh (one install for both)
 cd "$ROOT"
 exec "$VENV/bin/python" -m app "$@"
