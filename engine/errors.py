@@ -38,8 +38,9 @@ class ModelFilesError(UserFacingError):
     def __init__(self, folder: object, problems: list[str]) -> None:
         self.folder = folder
         self.problems = problems
-        listed = "; ".join(problems)
-        super().__init__(f"The model folder {folder} cannot be used: {listed}")
+        values = {"folder": str(folder), "problems": "; ".join(problems)}
+        template = "The model folder {folder} cannot be used: {problems}"
+        super().__init__(template.format(**values), template=template, values=values)
 
 
 class ModelNotFoundError(UserFacingError):
@@ -52,7 +53,8 @@ class DownloadCancelled(UserFacingError):
     kind = "model"
 
     def __init__(self) -> None:
-        super().__init__("The download was cancelled; it resumes where it stopped next time.")
+        message = "The download was cancelled; it resumes where it stopped next time."
+        super().__init__(message, template=message)
 
 
 class LoraError(UserFacingError):

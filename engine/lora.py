@@ -54,13 +54,13 @@ def load_voice(folder: str | Path) -> LoraVoice:
     if not folder.is_dir():
         raise LoraError.of("The voice folder {folder} does not exist.", folder=folder)
     if not config_path.is_file():
-        raise LoraError(f"The voice folder {folder} has no {ADAPTER_CONFIG}.")
+        raise LoraError.of("The voice folder {folder} has no {file}.", folder=folder, file=ADAPTER_CONFIG)
     if not weights_path.is_file():
-        raise LoraError(f"The voice folder {folder} has no {ADAPTER_WEIGHTS}.")
+        raise LoraError.of("The voice folder {folder} has no {file}.", folder=folder, file=ADAPTER_WEIGHTS)
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise LoraError(f"{config_path} is not valid JSON ({error}).") from error
+        raise LoraError.of("{file} is not valid JSON ({error}).", file=config_path, error=error) from error
     if str(config.get("peft_type", "LORA")).upper() != "LORA":
         raise LoraError(f"{folder.name} is a {config.get('peft_type')} adapter; only LoRA voices are supported.")
     if config.get("use_dora"):

@@ -160,7 +160,7 @@ def test_errors_are_shown_not_raised(qtbot, window: MainWindow, isolated_user_di
     dialog.voice_folder.setText(str(broken))
     dialog.accept()
     qtbot.waitUntil(lambda: window.banner.text != "", timeout=30_000)
-    assert window.banner.level == "error" and "声" in window.banner.text and "adapter_config.json" in window.banner.text
+    assert window.banner.level == "error" and f"声のフォルダー {broken} に adapter_config.json がありません。" in window.banner.text
     assert window.voice_label.text() == "声：標準"  # the previous voice stays
 
     window.banner.hide()

@@ -136,6 +136,22 @@
       <translation>声のフォルダー {folder} がありません。</translation>
     </message>
     <message>
+      <source>The voice folder {folder} has no {file}.</source>
+      <translation>声のフォルダー {folder} に {file} がありません。</translation>
+    </message>
+    <message>
+      <source>{file} is not valid JSON ({error}).</source>
+      <translation>{file} は正しい JSON ではありません ({error})。</translation>
+    </message>
+    <message>
+      <source>The model folder {folder} cannot be used: {problems}</source>
+      <translation>モデルフォルダー {folder} は使えません: {problems}</translation>
+    </message>
+    <message>
+      <source>The download was cancelled; it resumes where it stopped next time.</source>
+      <translation>ダウンロードを中止しました。次回は中断したところから再開します。</translation>
+    </message>
+    <message>
       <source>No CUDA GPU: running eagerly on the CPU (much slower than real time).</source>
       <translation>CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。</translation>
     </message>
