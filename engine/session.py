@@ -321,6 +321,7 @@ class ChatSession:
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
+        self.encoder_graphs = None  # its graphs and their memory pool go with it
 
     # ------------------------------------------------------------------ a turn
 
