@@ -107,6 +107,7 @@ class EncoderGraphs:
 
     # ------------------------------------------------------------------ use
 
+    @torch.inference_mode()  # the rungs' buffers were made in inference mode (at capture)
     def _replay(self, rung: _Rung, features: torch.Tensor, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
         rung.features[..., :frames].copy_(features[..., :frames])
         rung.features[..., frames:].zero_()
