@@ -28,9 +28,12 @@ def fresh_loaded(tiny_model_dir: Path):
     return load_model(tiny_model_dir, device="cpu")
 
 
-def test_static_engine_tokens_equal_liquid_audio_over_two_turns(fresh_loaded, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("buckets", [(), (4, 8, 16)], ids=["unpadded prefill", "padded, chunked prefill"])
+def test_static_engine_tokens_equal_liquid_audio_over_two_turns(
+    fresh_loaded, monkeypatch: pytest.MonkeyPatch, buckets: tuple[int, ...]
+) -> None:
     expected = liquid_turns(fresh_loaded, takes(), max_new_tokens=40)
-    backend = GraphedBackend(fresh_loaded, context_tokens=512, capture=False)
+    backend = GraphedBackend(fresh_loaded, context_tokens=512, capture=False, prefill_buckets=buckets)
     monkeypatch.setattr("test_reference_generation.EagerBackend", lambda model: backend)
     got, used, conversation = reference_turns(fresh_loaded, takes(), max_new_tokens=40)
     assert used is backend
@@ -69,6 +72,59 @@ def test_teacher_forced_hidden_states_match_transformers(fresh_loaded) -> None:
         static.decode()
         torch.testing.assert_close(static.hidden[0], reference._hidden, rtol=1e-4, atol=1e-4)
     assert static.positions == reference.positions == 67
+
+
+@torch.no_grad()
+def test_padding_rows_never_reach_the_real_rows(fresh_loaded) -> None:
+    """The padded prefill (what the prefill graphs capture) is exact by causality: whatever the padding
+    rows hold, the real rows' hidden state, cache slots and conv states are those of the unpadded span."""
+    hidden_size = fresh_loaded.model.lfm.config.hidden_size
+    generator = torch.Generator().manual_seed(8)
+    history = torch.randn(11, hidden_size, generator=generator)
+    span = torch.randn(7, hidden_size, generator=generator)
+    padding = 100 * torch.randn(9, hidden_size, generator=generator)
+    results = []
+    for padded in (False, True):
+        backend = GraphedBackend(fresh_loaded, context_tokens=64, capture=False)
+        backbone = backend.backbone
+        backbone.prefill(history)
+        if padded:
+            backbone.span_length.fill_(7)
+            last = backbone.prefill_rows(torch.cat((span, padding)), keys=backbone.max_positions)
+        else:
+            last = backbone.prefill(span)
+        assert int(backbone.position) == 18
+        results.append((last, [t[..., :18, :] if t.dim() == 4 else t for t in backbone.snapshot()[1:]]))
+    (unpadded, unpadded_state), (padded, padded_state) = results
+    torch.testing.assert_close(padded, unpadded, rtol=1e-5, atol=1e-5)
+    assert len(padded_state) == len(unpadded_state)
+    for ours, theirs in zip(padded_state, unpadded_state):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_chunked_prefill_and_its_eager_tail_match_one_unpadded_prefill(fresh_loaded) -> None:
+    """Spans longer than the largest bucket go through in chunks; near the end of the context, where a
+    padded bucket would not fit, the rest runs eagerly. Both land where one unpadded prefill does."""
+    hidden_size = fresh_loaded.model.lfm.config.hidden_size
+    generator = torch.Generator().manual_seed(9)
+    first = torch.randn(1, 37, hidden_size, generator=generator)  # chunks of 16, 16, then 5 padded to 8
+    second = torch.randn(1, 9, hidden_size, generator=generator)  # 37 + 16 > 48: eager
+    bucketed = GraphedBackend(fresh_loaded, context_tokens=48, capture=False, prefill_buckets=(4, 8, 16))
+    plain = GraphedBackend(fresh_loaded, context_tokens=48, capture=False)
+    assert plain.prefill_buckets == ()
+    for prompt in (first, second):
+        for backend in (bucketed, plain):
+            backend.prefill(prompt)
+        assert bucketed.positions == plain.positions == bucketed.backbone.positions == int(bucketed.backbone.position)
+        torch.testing.assert_close(bucketed.hidden, plain.hidden, rtol=1e-5, atol=1e-5)
+        for ours, theirs in zip(bucketed.backbone.snapshot(), plain.backbone.snapshot()):
+            valid = ours[..., : plain.positions, :] if ours.dim() == 4 else ours
+            torch.testing.assert_close(valid, theirs[..., : plain.positions, :] if theirs.dim() == 4 else theirs, rtol=1e-5, atol=1e-5)
+    assert bucketed.positions == 46
+    with pytest.raises(ValueError, match="holds 48 positions; 49"):
+        bucketed.prefill(second[:, :3])
+    assert bucketed.positions == 46  # refused before anything was written
 
 
 @torch.no_grad()

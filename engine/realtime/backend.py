@@ -1,10 +1,13 @@
 """The real-time backend: static cache + CUDA graphs captured once, at start-up.
 
-Three graphs, captured before the first turn (no lazy capture, so turn 1 is as fast as turn 5):
+Graphs captured before the first turn (no lazy capture, so turn 1 is as fast as turn 5):
 - `decode`: one backbone step over the static cache (input embedding → final hidden state);
 - `text_head`: text logits, sampling, and the sampled token's embedding as the next input;
 - `audio_head`: the depthformer frame (8 codebooks with their sampling), the end-of-audio rule,
-  and the frame's summed audio embedding as the next input.
+  and the frame's summed audio embedding as the next input;
+- `prefill_<rows>`: the backbone over a turn's new positions, zero-padded up to one of a few fixed
+  row counts (`PREFILL_BUCKETS`); longer spans go through in chunks of the largest. Eager, every new
+  span length cost its own kernel choices and launches: 6-27 ms on the H200 for ~60-80 positions.
 Decoding settings are device tensors read inside the graphs, so greedy/sampling switches need no
 recapture. Capture warms up and records on copies of nothing: it runs on the real buffers and then
 restores the cache from a snapshot, so capturing never corrupts the conversation.
@@ -15,7 +18,9 @@ replay is bitwise equal to that eager step.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +31,25 @@ from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 
 
+# Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a
+# second plus the turn's template tokens), a 20 s take ~265. Below ~300 rows a batch-1 prefill costs
+# about one read of the weights whatever its row count, so padding up to twice the rows is cheap.
+PREFILL_BUCKETS = (32, 64, 128, 256, 512)
+
+
 class GraphedBackend:
     """Implements `engine.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
 
-    def __init__(self, loaded: LoadedModel, *, context_tokens: int = 4096, capture: bool | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        context_tokens: int = 4096,
+        capture: bool | None = None,
+        prefill_buckets: Sequence[int] | None = None,
+    ) -> None:
+        """`prefill_buckets`: padded prefill row counts; by default `PREFILL_BUCKETS` when the graphs are
+        captured and none otherwise (eager, a padded row is pure waste)."""
         model = loaded.model
         self.model = model
         self.device = loaded.device
@@ -52,12 +72,19 @@ class GraphedBackend:
         self._ready = torch.cuda.Event() if on_cuda else None
         self._applied: SamplingSettings | None = None
         self.positions = 0
+        capturing = capture if capture is not None else on_cuda
+        if prefill_buckets is None:
+            prefill_buckets = PREFILL_BUCKETS if capturing else ()
+        self.prefill_buckets = tuple(sorted(rows for rows in prefill_buckets if rows <= context_tokens))
+        largest = self.prefill_buckets[-1] if self.prefill_buckets else 0
+        self.prefill_input = torch.zeros((largest, hidden), device=self.device, dtype=embed.dtype)
+        self.steps = self._steps()  # every graph's eager twin, by graph name
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
-        if capture if capture is not None else on_cuda:
+        if capturing:
             self.capture()
 
-    # ------------------------------------------------------------------ the three steps
+    # ------------------------------------------------------------------ the steps
 
     def _decode(self) -> None:
         self.hidden.copy_(self.backbone.decode_step(self.input))
@@ -70,20 +97,36 @@ class GraphedBackend:
     def _audio_head(self) -> None:
         self.input.copy_(self.depthformer.frame_step(self.hidden))
 
+    def _prefill_padded(self, rows: int) -> None:
+        """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""
+        backbone = self.backbone
+        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions))
+
+    def _steps(self) -> dict[str, Callable[[], None]]:
+        steps: dict[str, Callable[[], None]] = {
+            "decode": self._decode,
+            "text_head": self._text_head,
+            "audio_head": self._audio_head,
+        }
+        for rows in self.prefill_buckets:
+            steps[f"prefill_{rows}"] = functools.partial(self._prefill_padded, rows)
+        return steps
+
     # ------------------------------------------------------------------ capture
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture the three graphs once; the cache is restored afterwards, so nothing is lost."""
+        """Capture every graph once; the cache is restored afterwards, so nothing is lost."""
         started = time.perf_counter()
         saved = self.backbone.snapshot()
         saved_io = (self.input.clone(), self.hidden.clone())
-        steps = {"decode": self._decode, "text_head": self._text_head, "audio_head": self._audio_head}
+        steps = self.steps
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             for _ in range(3):  # warm up: cuBLAS handles, workspace, lazy module loading
-                for step in steps.values():
+                for name, step in steps.items():
+                    self.stage_standalone_run(name)
                     step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         pool = torch.cuda.graph_pool_handle()
@@ -98,16 +141,19 @@ class GraphedBackend:
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
 
+    def stage_standalone_run(self, name: str) -> None:
+        """Set up a run of one step outside a turn (warm-up, profiling) so that all its writes land
+        inside the cache: from position 0, a prefill over all of its rows. The caller restores the state."""
+        self.backbone.position.zero_()
+        if name.startswith("prefill_"):
+            self.backbone.span_length.fill_(int(name.removeprefix("prefill_")))
+
     def _run(self, name: str) -> None:
         graph = self.graphs.get(name)
         if graph is not None:
             graph.replay()
-        elif name == "decode":
-            self._decode()
-        elif name == "text_head":
-            self._text_head()
         else:
-            self._audio_head()
+            self.steps[name]()
 
     # ------------------------------------------------------------------ StepBackend
 
@@ -124,9 +170,29 @@ class GraphedBackend:
 
     @torch.inference_mode()
     def prefill(self, embeddings: torch.Tensor) -> None:
-        hidden = self.backbone.prefill(embeddings[0].to(self.input.dtype))
-        self.hidden.copy_(hidden[-1:])
-        self.positions = self.backbone.positions
+        """Positions [positions, positions + n) from embeddings (1, n, hidden): in padded chunks through
+        the prefill graphs where they fit in the context, eagerly otherwise."""
+        x = embeddings[0].to(self.input.dtype)
+        backbone = self.backbone
+        if backbone.positions + x.shape[0] > backbone.max_positions:  # before any chunk is written
+            raise ValueError(f"the context holds {backbone.max_positions} positions; {backbone.positions + x.shape[0]} were asked for")
+        done = 0
+        while done < x.shape[0]:
+            rows = min(x.shape[0] - done, self.prefill_buckets[-1]) if self.prefill_buckets else 0
+            bucket = next(
+                (b for b in self.prefill_buckets if b >= rows and backbone.positions + b <= backbone.max_positions),
+                None,
+            )
+            if bucket is None:  # no buckets (CPU), or too near the end of the context for padding
+                self.hidden.copy_(backbone.prefill(x[done:]))
+                break
+            self.prefill_input[:rows].copy_(x[done : done + rows])
+            self.prefill_input[rows:bucket].zero_()
+            backbone.span_length.fill_(rows)
+            self._run(f"prefill_{bucket}")
+            backbone.positions += rows
+            done += rows
+        self.positions = backbone.positions
 
     @torch.inference_mode()
     def decode(self) -> None:

@@ -155,6 +155,7 @@ class StaticBackbone:
         self.sin = (emb.sin() * scaling).to(dtype)
         self.key_index = torch.arange(max_positions, device=device)
         self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
+        self.span_length = torch.zeros((1,), dtype=torch.long, device=device)  # real rows of a padded prefill
         # Decode-time rotary: rope(g ⊙ n) = n ⊙ (g·cos) + rotate_half(n) ⊙ (swap(g)·sin), where n is the
         # unweighted RMS-normed q|k head and g its norm weight. rotate_half is a fixed ±1 permutation
         # (a 64×64 matmul); the g-folded tables of all attention layers are built once per step.
@@ -287,38 +288,59 @@ class StaticBackbone:
         attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
         return attn.view(1, self.hidden)
 
-    # ------------------------------------------------------------------ prefill (eager, any length)
+    # ------------------------------------------------------------------ prefill
 
     def prefill(self, x: torch.Tensor) -> torch.Tensor:
-        """Positions [positions, positions + n): x (n, hidden) → final-normed hidden (n, hidden)."""
+        """Eager, any length: x (n, hidden) are positions [positions, positions + n) → the final-normed
+        hidden state of the last one (1, hidden)."""
         n = x.shape[0]
-        start = self.positions
-        end = start + n
+        end = self.positions + n
         if end > self.max_positions:
             raise ValueError(f"the context holds {self.max_positions} positions; {end} were asked for")
-        cos, sin = self.cos[start:end], self.sin[start:end]
-        # Query i (absolute start + i) sees keys 0 .. start + i.
-        mask = (self.key_index[:end][None, :] <= torch.arange(start, end, device=self.device)[:, None])
-        # Rows of a grouped query are consecutive (see _attend): repeat each query's mask row.
-        mask = mask.repeat_interleave(self.heads // self.kv_heads, dim=0)[None, None]
+        self.span_length.fill_(n)
+        hidden = self.prefill_rows(x, keys=end)
+        self.positions = end
+        return hidden
+
+    def prefill_rows(self, x: torch.Tensor, keys: int) -> torch.Tensor:
+        """Graph-capturable prefill of a padded span: the first `span_length` rows of x (rows, hidden)
+        are positions [position, position + span_length); the rows after them are padding.
+
+        Padding is exact by causality: a real row attends only to keys at or before its own position
+        and the conv looks only backwards, so no padded row reaches a real one. Padded rows do write
+        their keys and values into the slots after the span; nothing reads those slots before a later
+        step overwrites them (every step writes its own slot before attending, masked past itself).
+        The caller guarantees position + rows <= max_positions. `keys` bounds the attention: the
+        cache's first `keys` slots (the whole cache when captured, the span's end when eager).
+        Returns the final-normed hidden state of the last real row (1, hidden); advances `position`.
+        """
+        rows = x.shape[0]
+        positions = self.position + self.key_index[:rows]
+        cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
+        # Query row i (absolute position + i) sees keys 0 .. position + i. Rows of a grouped query
+        # are consecutive (see _attend): each query's mask row repeats once per head of its group.
+        group = self.heads // self.kv_heads
+        mask = (self.key_index[:keys][None, None, :] <= positions[:, None, None]).expand(rows, group, keys)
+        mask = mask.reshape(1, 1, rows * group, keys)
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
                 q, k, v = self._qkv(layer, h, cos, sin)
-                layer.keys[0, :, start:end] = k.transpose(0, 1)
-                layer.values[0, :, start:end] = v.transpose(0, 1)
-                y = F.linear(self._attend(q, layer.keys[:, :, :end], layer.values[:, :, :end], mask), layer.out)
+                layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
+                layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
+                y = F.linear(self._attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), layer.out)
             else:
                 b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
-                full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + n)
+                full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + rows)
                 kernel = layer.conv.shape[1]
-                conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -n:]
-                layer.state.copy_(full[:, -kernel:])
+                conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -rows:]
+                # The new state is the last `kernel` columns of the real inputs: columns n .. n + kernel - 1.
+                layer.state.copy_(full.index_select(1, self.span_length + self.key_index[:kernel]))
                 y = F.linear(c * conv.transpose(0, 1), layer.out)
             x = self._mlp(layer, x + y)
-        self.position.fill_(end)
-        self.positions = end
-        return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+        last = x.index_select(0, self.span_length - 1)
+        self.position.add_(self.span_length)
+        return F.rms_norm(last, (self.hidden,), self.final_norm, self.eps)
 
 
 class StaticDepthformer:
