@@ -100,7 +100,7 @@ class GraphedBackend:
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""
         backbone = self.backbone
-        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions))
+        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, matmul_attention=True))
 
     def _steps(self) -> dict[str, Callable[[], None]]:
         steps: dict[str, Callable[[], None]] = {
