@@ -35,6 +35,12 @@ from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 # second plus the turn's template tokens), a 20 s take ~265. Below ~300 rows a batch-1 prefill costs
 # about one read of the weights whatever its row count, so padding up to twice the rows is cheap.
 PREFILL_BUCKETS = (32, 64, 128, 256, 512)
+# Up to this many rows the prefill graphs attend with batched matmuls, above it with the memory-efficient
+# SDPA kernel. A whole prefill graph over the 4096-slot cache at 32 / 64 / 128 / 256 / 512 rows (H200,
+# kernel time, bench runs 19 and 20): SDPA 2.98 / 3.03 / 3.19 / 3.55 / 4.77 ms, matmuls 1.69 / 1.90 /
+# 2.43 / 3.63 / 6.24 ms. SDPA's cost is flat (one block per 64 query rows along all the keys); the
+# matmuls' grows with the materialized scores (8 kv heads × 4 rows per query × 4096 keys).
+MATMUL_ATTENTION_MAX_ROWS = 128
 
 
 class GraphedBackend:
@@ -100,7 +106,8 @@ class GraphedBackend:
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""
         backbone = self.backbone
-        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, matmul_attention=True))
+        matmul = rows <= MATMUL_ATTENTION_MAX_ROWS
+        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, matmul_attention=matmul))
 
     def _steps(self) -> dict[str, Callable[[], None]]:
         steps: dict[str, Callable[[], None]] = {
