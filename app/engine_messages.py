@@ -69,7 +69,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The voice folder {folder} has no {file}."),
     QT_TRANSLATE_NOOP("EngineMessages", "{file} is not valid JSON ({error})."),
     QT_TRANSLATE_NOOP("EngineMessages", "The model folder {folder} cannot be used: {problems}"),
-    QT_TRANSLATE_NOOP("EngineMessages", "The download was cancelled; it resumes where it stopped next time."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The download was cancelled; the files already downloaded are kept for next time."),
     # Start-up fallbacks (EngineInfo.fallback_reason): fixed sentences, translated as they are.
     QT_TRANSLATE_NOOP("EngineMessages", "No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
     QT_TRANSLATE_NOOP("EngineMessages", "CUDA graphs disabled: running eagerly on the GPU."),

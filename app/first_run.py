@@ -2,7 +2,7 @@
 
 The download itself runs in the engine thread (a `Load` with a Hub id); this dialog only shows its
 progress in bytes and sends `Cancel`. huggingface_hub keeps partial files, so a cancelled or
-interrupted download (even across an app restart) resumes where it stopped.
+interrupted download (even across an app restart) keeps the files it finished and fetches the rest.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class FirstRunDialog(QDialog):
             self.download_button.setDescription(self.tr("Not available: offline mode is on (HF_HUB_OFFLINE)."))
         else:
             self.download_button.setDescription(
-                self.tr("%1 — shows progress, can be cancelled, and resumes after an interruption.")
+                self.tr("%1 — shows progress and can be cancelled; after an interruption the finished files are kept.")
                 .replace("%1", hub_id))
         self.download_button.clicked.connect(lambda: self.download_requested.emit(self.hub_id))
         self.folder_button = QCommandLinkButton(self.tr("Use a model folder on this computer"), choices)
@@ -95,8 +95,8 @@ class FirstRunDialog(QDialog):
         self.detail_label = QLabel(progress_page)
         self.detail_label.setStyleSheet("color: #666;")
         self.detail_label.setWordWrap(True)
-        note = QLabel(self.tr("You can cancel or close the app at any time: the download resumes where it "
-                              "stopped."), progress_page)
+        note = QLabel(self.tr("You can cancel or close the app at any time: the files already downloaded are "
+                              "kept, and the next download fetches the rest."), progress_page)
         note.setWordWrap(True)
         self.cancel_button = QPushButton(self.tr("Cancel download"), progress_page)
         self.cancel_button.clicked.connect(self._on_cancel)

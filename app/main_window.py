@@ -408,7 +408,7 @@ class MainWindow(QMainWindow):
             self.show_first_run(resume=self.settings.model_source is not None and not self.settings.demo)
         elif isinstance(event, DownloadCancelled):
             if self.first_run is not None:
-                self.first_run.show_choices(self.tr("Download cancelled. It resumes where it stopped next time."))
+                self.first_run.show_choices(self.tr("Download cancelled. The files already downloaded are kept for next time."))
         elif isinstance(event, Exported):
             self.exported_paths = event.paths
             self.banner.show_message("info", self.tr("Conversation exported: %1").replace(

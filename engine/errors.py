@@ -53,7 +53,7 @@ class DownloadCancelled(UserFacingError):
     kind = "model"
 
     def __init__(self) -> None:
-        message = "The download was cancelled; it resumes where it stopped next time."
+        message = "The download was cancelled; the files already downloaded are kept for next time."
         super().__init__(message, template=message)
 
 

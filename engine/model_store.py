@@ -1,7 +1,8 @@
 """Where the model comes from: a local folder in the Hub layout, or a Hub repo id.
 
 Downloads go through huggingface_hub into the app's own data folder (platformdirs), resume after a
-cancel or a restart (huggingface_hub keeps `.incomplete` files), and report progress in bytes.
+cancel or a restart (files already downloaded are kept; huggingface_hub 2.x starts a partly downloaded
+file over), and report progress in bytes.
 Before anything is loaded, a folder is checked and every missing or broken file is named.
 """
 
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import platformdirs
 
@@ -225,9 +227,16 @@ def is_offline(timeout_s: float = 1.5) -> bool:
 
     if constants.HF_HUB_OFFLINE:
         return True
-    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
     try:
-        with socket.create_connection((host, 443), timeout=timeout_s):
+        endpoint = urlsplit(constants.ENDPOINT)
+        host = endpoint.hostname
+        port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    except ValueError:  # a malformed HF_ENDPOINT (e.g. a port that is not a number)
+        return True
+    if not host:
+        return True
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
             return False
     except OSError:
         return True
@@ -256,7 +265,7 @@ def download(
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
 ) -> Path:
-    """Download a Hub repo into the app's model store, reporting bytes; resumes after a cancel."""
+    """Download a Hub repo into the app's model store, reporting bytes; files finished before a cancel are kept."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
@@ -284,13 +293,28 @@ def download(
     return folder_path
 
 
+class _NullWriter:
+    """A text stream that drops what tqdm writes."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
 def _byte_progress_class(progress: ProgressCallback | None, cancel: threading.Event | None) -> type:
     """A tqdm class that forwards huggingface_hub's byte counters to `progress` and honours `cancel`."""
     from tqdm.auto import tqdm
 
     class ByteProgress(tqdm):  # type: ignore[misc, valid-type]
+        monitor_interval = 0  # no tqdm monitor thread for bars nobody sees
+
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["disable"] = True  # no console output; we only want the counters
+            # No console output, but not `disable=True`: a disabled tqdm never counts (`n` stays 0) and
+            # lacks `desc` and the timing state that huggingface_hub reads (`format_dict`, Xet downloads).
+            kwargs["disable"] = False
+            kwargs["file"] = _NullWriter()
             super().__init__(*args, **kwargs)
             self._is_bytes = kwargs.get("unit") == "B"
 

@@ -346,7 +346,7 @@ def test_first_run_offers_download_folder_and_demo(qtbot, tmp_path: Path) -> Non
     assert isinstance(win.bridge.sent[-1], p.Cancel)
     _worker().post(p.DownloadCancelled("LiquidAI/LFM2.5-Audio-1.5B-JP"), p.StateChanged(p.EngineState.NO_MODEL))
     qtbot.waitUntil(lambda: not dialog.downloading)
-    assert "再開" in dialog.error_label.text()
+    assert "ダウンロード済みのファイルは次回も" in dialog.error_label.text()
 
     dialog.demo_button.click()
     assert commands_of(win, p.Load)[-1].demo is True

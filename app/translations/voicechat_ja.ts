@@ -148,8 +148,8 @@
       <translation>モデルフォルダー {folder} は使えません: {problems}</translation>
     </message>
     <message>
-      <source>The download was cancelled; it resumes where it stopped next time.</source>
-      <translation>ダウンロードを中止しました。次回は中断したところから再開します。</translation>
+      <source>The download was cancelled; the files already downloaded are kept for next time.</source>
+      <translation>ダウンロードを中止しました。ダウンロード済みのファイルは次回もそのまま使われます。</translation>
     </message>
     <message>
       <source>No CUDA GPU: running eagerly on the CPU (much slower than real time).</source>
@@ -194,8 +194,8 @@
     </message>
     <message>
       <location filename="../first_run.py" line="62" />
-      <source>%1 — shows progress, can be cancelled, and resumes after an interruption.</source>
-      <translation>%1 — 進捗を表示し、キャンセルでき、中断しても続きから再開します。</translation>
+      <source>%1 — shows progress and can be cancelled; after an interruption the finished files are kept.</source>
+      <translation>%1 — 進捗を表示し、キャンセルできます。中断しても、ダウンロード済みのファイルは残ります。</translation>
     </message>
     <message>
       <location filename="../first_run.py" line="65" />
@@ -229,8 +229,8 @@
     </message>
     <message>
       <location filename="../first_run.py" line="98" />
-      <source>You can cancel or close the app at any time: the download resumes where it stopped.</source>
-      <translation>いつでもキャンセルやアプリの終了ができます。ダウンロードは中断したところから再開します。</translation>
+      <source>You can cancel or close the app at any time: the files already downloaded are kept, and the next download fetches the rest.</source>
+      <translation>いつでもキャンセルやアプリの終了ができます。ダウンロード済みのファイルは残り、次回は残りのファイルだけをダウンロードします。</translation>
     </message>
     <message>
       <location filename="../first_run.py" line="101" />
@@ -413,8 +413,8 @@
     </message>
     <message>
       <location filename="../main_window.py" line="410" />
-      <source>Download cancelled. It resumes where it stopped next time.</source>
-      <translation>ダウンロードをキャンセルしました。次回は中断したところから再開します。</translation>
+      <source>Download cancelled. The files already downloaded are kept for next time.</source>
+      <translation>ダウンロードをキャンセルしました。ダウンロード済みのファイルは次回もそのまま使われます。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="413" />
