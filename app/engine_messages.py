@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from PySide6.QtCore import QT_TRANSLATE_NOOP, QCoreApplication
 
+from engine.protocol import MessagePart
+
 CONTEXT = "EngineMessages"
 
 # Every template the engine may send, listed so that pyside6-lupdate finds them (the engine cannot
@@ -68,7 +70,31 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The voice folder {folder} does not exist."),
     QT_TRANSLATE_NOOP("EngineMessages", "The voice folder {folder} has no {file}."),
     QT_TRANSLATE_NOOP("EngineMessages", "{file} is not valid JSON ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice} is a {kind} adapter; only LoRA voices are supported."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice} is a DoRA adapter; only plain LoRA voices are supported."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice} also replaces whole modules ({modules}); only LoRA weights are supported."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is unreadable ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice} holds a tensor that is not a LoRA weight: {key}."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice} holds no LoRA weights."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{voice}: module {module} has {weight} missing."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The voice {voice} targets {module}, a {kind}; only linear layers are supported."),
     QT_TRANSLATE_NOOP("EngineMessages", "The model folder {folder} cannot be used: {problems}"),
+    # ... and its problems (engine/model_store.py, engine/loading.py), joined by the separator.
+    QT_TRANSLATE_NOOP("EngineMessages", "; "),
+    QT_TRANSLATE_NOOP("EngineMessages", "{folder} is not a folder"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is missing"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is not valid JSON ({error})"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} does not hold a JSON object"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} lacks {keys}"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} (the weights) is missing"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} lacks {count} tensors (e.g. {names})"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} has tensors of the wrong shape for config.json: {tensors}"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is unreadable (truncated or corrupt: {error})"),
+    QT_TRANSLATE_NOOP("EngineMessages", '{file} lacks the {{"format": "pt"}} metadata that the loader requires'),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is truncated ({size} of {expected} bytes)"),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} does not describe a model liquid-audio can build ({error})"),
+    QT_TRANSLATE_NOOP("EngineMessages", "the audio decoder is missing (neither audio_detokenizer/ nor {file})"),
+    QT_TRANSLATE_NOOP("EngineMessages", "loading failed: {error}"),
     QT_TRANSLATE_NOOP("EngineMessages", "The download was cancelled; the files already downloaded are kept for next time."),
     # Start-up fallbacks (EngineInfo.fallback_reason): fixed sentences, translated as they are.
     QT_TRANSLATE_NOOP("EngineMessages", "No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
@@ -76,13 +102,26 @@ TEMPLATES = (
 )
 
 
-def engine_text(message: str, template: str = "", values: Iterable[tuple[str, str]] = ()) -> str:
-    """`message` in the UI language: its template translated and filled, or `message` unchanged."""
+def engine_text(
+    message: str,
+    template: str = "",
+    values: Iterable[tuple[str, str]] = (),
+    part_lists: Iterable[tuple[str, Iterable[MessagePart]]] = (),
+) -> str:
+    """`message` in the UI language: its template translated and filled, or `message` unchanged.
+
+    `part_lists` name values that are lists of pieces (a broken model folder's problems): each piece is
+    translated the same way, and they are joined with the UI language's separator.
+    """
     source = template or message
     translated = QCoreApplication.translate(CONTEXT, source)
     if translated == source and not template:
         return message
+    filled = dict(values)
+    separator = QCoreApplication.translate(CONTEXT, "; ")
+    for name, parts in part_lists:
+        filled[name] = separator.join(engine_text(part.text, part.template, part.values) for part in parts)
     try:
-        return translated.format(**dict(values))
+        return translated.format(**filled)
     except (KeyError, IndexError, ValueError):  # a translation with a broken placeholder: show the English
         return message

@@ -466,7 +466,7 @@ class MainWindow(QMainWindow):
             "export": self.tr("Export"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
-        message = engine_text(event.message, event.template, event.values)
+        message = engine_text(event.message, event.template, event.values, event.part_lists)
         text = f"<b>{title}:</b> {message}"
         if event.fatal:
             self.banner.show_message("error", text, details=event.details, action_id="restart",

@@ -6,6 +6,8 @@ Everything that the app shows in a dialog or the CLI prints as `error: ...` deri
 
 from __future__ import annotations
 
+from engine.protocol import MessagePart
+
 
 class UserFacingError(Exception):
     """An error with a clear, specific message meant for the user (no traceback needed).
@@ -22,12 +24,31 @@ class UserFacingError(Exception):
         self.message = message
         self.template = template
         self.values = values or {}
+        self.part_lists: dict[str, list[MessagePart]] = {}  # see EngineError.part_lists
 
     @classmethod
     def of(cls, template: str, **args: object) -> "UserFacingError":
         """The error whose message is `template` filled with `args` (translatable by the app)."""
         values = {name: str(value) for name, value in args.items()}
         return cls(template.format(**values), template=template, values=values)
+
+
+class Problem(str):
+    """One thing wrong with a model folder. It is its English text (so lists of problems read, join and
+    compare as strings), and it keeps the template and values the app translates it from."""
+
+    template: str
+    values: dict[str, str]
+
+    def __new__(cls, template: str, **args: object) -> "Problem":
+        values = {name: str(value) for name, value in args.items()}
+        problem = super().__new__(cls, template.format(**values))
+        problem.template = template
+        problem.values = values
+        return problem
+
+    def part(self) -> MessagePart:
+        return MessagePart(self.template, tuple(sorted(self.values.items())))
 
 
 class ModelFilesError(UserFacingError):
@@ -41,6 +62,10 @@ class ModelFilesError(UserFacingError):
         values = {"folder": str(folder), "problems": "; ".join(problems)}
         template = "The model folder {folder} cannot be used: {problems}"
         super().__init__(template.format(**values), template=template, values=values)
+        # A plain-string problem (e.g. a library's own message) has no translation and shows as it is.
+        self.part_lists = {
+            "problems": [p.part() if isinstance(p, Problem) else MessagePart("{text}", (("text", str(p)),)) for p in problems]
+        }
 
 
 class ModelNotFoundError(UserFacingError):

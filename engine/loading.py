@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from engine.errors import GpuMemoryError, ModelFilesError
+from engine.errors import GpuMemoryError, ModelFilesError, Problem
 from engine.model_store import check_model_folder
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def load_model(
             "Close other programs that use the GPU, or use a GPU with more memory."
         ) from error
     except (OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError) as error:
-        raise ModelFilesError(folder, [f"loading failed: {error}"]) from error
+        raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error
 
     with (folder / "config.json").open() as f:
         config = json.load(f)

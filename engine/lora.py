@@ -62,27 +62,30 @@ def load_voice(folder: str | Path) -> LoraVoice:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise LoraError.of("{file} is not valid JSON ({error}).", file=config_path, error=error) from error
     if str(config.get("peft_type", "LORA")).upper() != "LORA":
-        raise LoraError(f"{folder.name} is a {config.get('peft_type')} adapter; only LoRA voices are supported.")
+        raise LoraError.of("{voice} is a {kind} adapter; only LoRA voices are supported.", voice=folder.name, kind=config.get("peft_type"))
     if config.get("use_dora"):
-        raise LoraError(f"{folder.name} is a DoRA adapter; only plain LoRA voices are supported.")
+        raise LoraError.of("{voice} is a DoRA adapter; only plain LoRA voices are supported.", voice=folder.name)
     if config.get("modules_to_save"):
-        raise LoraError(f"{folder.name} also replaces whole modules ({config['modules_to_save']}); only LoRA weights are supported.")
+        raise LoraError.of(
+            "{voice} also replaces whole modules ({modules}); only LoRA weights are supported.",
+            voice=folder.name, modules=config["modules_to_save"],
+        )
 
     try:
         from safetensors.torch import load_file
 
         tensors = load_file(str(weights_path))
     except Exception as error:  # safetensors' own error types for corrupt files
-        raise LoraError(f"{weights_path} is unreadable ({error}).") from error
+        raise LoraError.of("{file} is unreadable ({error}).", file=weights_path, error=error) from error
 
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         match = _KEY.match(key)
         if match is None:
-            raise LoraError(f"{folder.name} holds a tensor that is not a LoRA weight: {key}.")
+            raise LoraError.of("{voice} holds a tensor that is not a LoRA weight: {key}.", voice=folder.name, key=key)
         pairs.setdefault(match["module"], {})[match["which"]] = tensor
     if not pairs:
-        raise LoraError(f"{folder.name} holds no LoRA weights.")
+        raise LoraError.of("{voice} holds no LoRA weights.", voice=folder.name)
 
     default_r = int(config.get("r", 8))
     default_alpha = float(config.get("lora_alpha", default_r))
@@ -91,7 +94,9 @@ def load_voice(folder: str | Path) -> LoraVoice:
     deltas = []
     for module, pair in sorted(pairs.items()):
         if set(pair) != {"A", "B"}:
-            raise LoraError(f"{folder.name}: module {module} has lora_{'A' if 'A' not in pair else 'B'} missing.")
+            raise LoraError.of(
+                "{voice}: module {module} has {weight} missing.", voice=folder.name, module=module, weight="lora_A" if "A" not in pair else "lora_B"
+            )
         r = _pattern_value(rank_pattern, module, default_r)
         alpha = float(_pattern_value(alpha_pattern, module, default_alpha))
         scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
@@ -136,7 +141,10 @@ class VoiceSwitcher:
                     voice=voice.name, module=delta.module,
                 )
             if not isinstance(module, nn.Linear):
-                raise LoraError(f"The voice {voice.name} targets {delta.module}, a {type(module).__name__}; only linear layers are supported.")
+                raise LoraError.of(
+                    "The voice {voice} targets {module}, a {kind}; only linear layers are supported.",
+                    voice=voice.name, module=delta.module, kind=type(module).__name__,
+                )
             out_features, in_features = module.weight.shape
             r = delta.a.shape[0]
             if delta.a.shape != (r, in_features) or delta.b.shape != (out_features, r):

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
-from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError
+from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError, Problem
 from engine.protocol import Progress
 
 APP_NAME = "VoiceChat"
@@ -47,45 +47,45 @@ def looks_like_repo_id(source: str) -> bool:
 # --------------------------------------------------------------------------- checking a folder
 
 
-def check_model_folder(folder: str | Path) -> list[str]:
+def check_model_folder(folder: str | Path) -> list[Problem]:
     """Name every missing or broken file; an empty list means the folder can be loaded."""
     folder = Path(folder)
     if not folder.is_dir():
-        return [f"{folder} is not a folder"]
-    problems: list[str] = []
+        return [Problem("{folder} is not a folder", folder=folder)]
+    problems: list[Problem] = []
     config = _check_config(folder / "config.json", problems)
     _check_weights(folder, config, problems)
     if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file()):
-        problems.append("tokenizer.json is missing")
+        problems.append(Problem("{file} is missing", file="tokenizer.json"))
     if not (folder / "tokenizer_config.json").is_file():
-        problems.append("tokenizer_config.json is missing")
+        problems.append(Problem("{file} is missing", file="tokenizer_config.json"))
     _check_audio_decoder(folder, problems)
     return problems
 
 
-def _check_config(path: Path, problems: list[str]) -> dict[str, Any] | None:
+def _check_config(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     if not path.is_file():
-        problems.append("config.json is missing")
+        problems.append(Problem("{file} is missing", file="config.json"))
         return None
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        problems.append(f"config.json is not valid JSON ({error})")
+        problems.append(Problem("{file} is not valid JSON ({error})", file="config.json", error=error))
         return None
     if not isinstance(config, dict):
-        problems.append("config.json does not hold a JSON object")
+        problems.append(Problem("{file} does not hold a JSON object", file="config.json"))
         return None
     missing = [key for key in _REQUIRED_CONFIG_KEYS if key not in config]
     if missing:
-        problems.append(f"config.json lacks {', '.join(missing)}")
+        problems.append(Problem("{file} lacks {keys}", file="config.json", keys=", ".join(missing)))
         return None
     return config
 
 
-def _check_weights(folder: Path, config: dict[str, Any] | None, problems: list[str]) -> None:
+def _check_weights(folder: Path, config: dict[str, Any] | None, problems: list[Problem]) -> None:
     path = folder / "model.safetensors"
     if not path.is_file():
-        problems.append("model.safetensors (the weights) is missing")
+        problems.append(Problem("{file} (the weights) is missing", file="model.safetensors"))
         return
     header = _read_safetensors_header(path, "model.safetensors", problems)
     if header is None or config is None:
@@ -100,9 +100,13 @@ def _check_weights(folder: Path, config: dict[str, Any] | None, problems: list[s
         if name in header.shapes and tuple(header.shapes[name]) != tuple(shape)
     )
     if missing:
-        problems.append(f"model.safetensors lacks {len(missing)} tensors (e.g. {', '.join(missing[:3])})")
+        problems.append(
+            Problem("{file} lacks {count} tensors (e.g. {names})", file="model.safetensors", count=len(missing), names=", ".join(missing[:3]))
+        )
     if wrong:
-        problems.append(f"model.safetensors has tensors of the wrong shape for config.json: {', '.join(wrong[:3])}")
+        problems.append(
+            Problem("{file} has tensors of the wrong shape for config.json: {tensors}", file="model.safetensors", tensors=", ".join(wrong[:3]))
+        )
 
 
 class _Header:
@@ -111,7 +115,7 @@ class _Header:
         self.metadata = metadata
 
 
-def _read_safetensors_header(path: Path, label: str, problems: list[str]) -> _Header | None:
+def _read_safetensors_header(path: Path, label: str, problems: list[Problem]) -> _Header | None:
     from safetensors import safe_open
 
     try:
@@ -119,13 +123,13 @@ def _read_safetensors_header(path: Path, label: str, problems: list[str]) -> _He
             metadata = f.metadata() or {}
             shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
     except Exception as error:  # safetensors raises its own error types for truncated/corrupt files
-        problems.append(f"{label} is unreadable (truncated or corrupt: {error})")
+        problems.append(Problem("{file} is unreadable (truncated or corrupt: {error})", file=label, error=error))
         return None
     if metadata.get("format") != "pt":
-        problems.append(f'{label} lacks the {{"format": "pt"}} metadata that the loader requires')
+        problems.append(Problem('{file} lacks the {{"format": "pt"}} metadata that the loader requires', file=label))
     expected_size = _safetensors_payload_end(path)
     if expected_size is not None and path.stat().st_size < expected_size:
-        problems.append(f"{label} is truncated ({path.stat().st_size} of {expected_size} bytes)")
+        problems.append(Problem("{file} is truncated ({size} of {expected} bytes)", file=label, size=path.stat().st_size, expected=expected_size))
     return _Header(shapes, metadata)
 
 
@@ -152,7 +156,7 @@ def _stored_as_tied(name: str, header: _Header) -> bool:
     return sibling in header.shapes
 
 
-def _expected_weight_shapes(config: dict[str, Any], problems: list[str]) -> dict[str, tuple[int, ...]] | None:
+def _expected_weight_shapes(config: dict[str, Any], problems: list[Problem]) -> dict[str, tuple[int, ...]] | None:
     """Build the model on the meta device (no memory, no time) and list the tensors it expects."""
     key = json.dumps(config, sort_keys=True)
     if key in _EXPECTED_CACHE:
@@ -162,7 +166,7 @@ def _expected_weight_shapes(config: dict[str, Any], problems: list[str]) -> dict
 
         model = build_model_from_config(config, device=torch.device("meta"))
     except Exception as error:  # a config liquid-audio cannot build a model from
-        problems.append(f"config.json does not describe a model liquid-audio can build ({error})")
+        problems.append(Problem("{file} does not describe a model liquid-audio can build ({error})", file="config.json", error=error))
         return None
     shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict(keep_vars=True).items()}
     _EXPECTED_CACHE[key] = shapes
@@ -199,23 +203,23 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
     return model
 
 
-def _check_audio_decoder(folder: Path, problems: list[str]) -> None:
+def _check_audio_decoder(folder: Path, problems: list[Problem]) -> None:
     detok = folder / "audio_detokenizer"
     if detok.is_dir():
         if not (detok / "config.json").is_file():
-            problems.append("audio_detokenizer/config.json is missing")
+            problems.append(Problem("{file} is missing", file="audio_detokenizer/config.json"))
         else:
             try:
                 json.loads((detok / "config.json").read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-                problems.append(f"audio_detokenizer/config.json is not valid JSON ({error})")
+                problems.append(Problem("{file} is not valid JSON ({error})", file="audio_detokenizer/config.json", error=error))
         weights = detok / "model.safetensors"
         if not weights.is_file():
-            problems.append("audio_detokenizer/model.safetensors is missing")
+            problems.append(Problem("{file} is missing", file="audio_detokenizer/model.safetensors"))
         else:
             _read_safetensors_header(weights, "audio_detokenizer/model.safetensors", problems)
     elif not (folder / MIMI_CHECKPOINT).is_file():
-        problems.append(f"the audio decoder is missing (neither audio_detokenizer/ nor {MIMI_CHECKPOINT})")
+        problems.append(Problem("the audio decoder is missing (neither audio_detokenizer/ nor {file})", file=MIMI_CHECKPOINT))
 
 
 # --------------------------------------------------------------------------- Hub

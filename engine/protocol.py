@@ -286,6 +286,18 @@ class Exported:
 
 
 @dataclass(frozen=True)
+class MessagePart:
+    """One translatable piece of a message: an English template with {name} placeholders, and values."""
+
+    template: str
+    values: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def text(self) -> str:
+        return self.template.format(**dict(self.values))
+
+
+@dataclass(frozen=True)
 class EngineError:
     """Something the user must be told about. The engine keeps running unless `fatal`."""
 
@@ -297,10 +309,13 @@ class EngineError:
     # translate (empty: show `message` as it is).
     template: str = ""
     values: tuple[tuple[str, str], ...] = ()
+    # Values that are lists of translatable pieces (a broken model folder's problems): the app
+    # translates each piece and joins them; `values` holds the English join.
+    part_lists: tuple[tuple[str, tuple[MessagePart, ...]], ...] = ()
 
     @classmethod
     def from_exception(cls, kind: str, error: object, *, details: str = "") -> "EngineError":
-        """From a UserFacingError or an AudioError (message, template and values carried over)."""
+        """From a UserFacingError or an AudioError (message, template, values and parts carried over)."""
         message = getattr(error, "message", None) or getattr(error, "user_message", str(error))
         return cls(
             kind=kind,
@@ -308,6 +323,7 @@ class EngineError:
             details=details or getattr(error, "details", ""),
             template=getattr(error, "template", ""),
             values=tuple(sorted(getattr(error, "values", {}).items())),
+            part_lists=tuple((name, tuple(parts)) for name, parts in sorted(getattr(error, "part_lists", {}).items())),
         )
 
 

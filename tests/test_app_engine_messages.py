@@ -72,3 +72,57 @@ def test_fixed_sentences_and_unknown_messages(japanese) -> None:  # noqa: ANN001
     # A value that looks like a placeholder is shown as it is, not expanded.
     template = "{source} is not downloaded yet."
     assert engine_text("{x} is not downloaded yet.", template, (("source", "{x}"),)) == "{x} はまだダウンロードされていません。"
+
+
+def test_a_broken_model_folder_reads_in_japanese_problem_by_problem(japanese, tiny_model_dir: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    import shutil
+
+    from engine.errors import ModelFilesError
+    from engine.loading import load_model
+
+    folder = tmp_path / "モデル"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / "tokenizer_config.json").unlink()
+    (folder / "audio_detokenizer" / "model.safetensors").unlink()
+    with pytest.raises(ModelFilesError) as caught:
+        load_model(folder, device="cpu")
+    event = p.EngineError.from_exception("model", caught.value)
+    assert [part.template for _, parts in event.part_lists for part in parts] == ["{file} is missing"] * 2
+    assert engine_text(event.message, event.template, event.values, event.part_lists) == (
+        f"モデルフォルダー {folder} は使えません: tokenizer_config.json がありません、"
+        "audio_detokenizer/model.safetensors がありません"
+    )
+    install_translator(QApplication.instance(), "en")
+    assert engine_text(event.message, event.template, event.values, event.part_lists) == event.message
+    assert event.message == (
+        f"The model folder {folder} cannot be used: tokenizer_config.json is missing; "
+        "audio_detokenizer/model.safetensors is missing"
+    )
+
+
+def test_a_problem_without_a_template_is_shown_as_written(japanese) -> None:  # noqa: ANN001
+    from engine.errors import ModelFilesError, Problem
+
+    error = ModelFilesError("/m", [Problem("{file} is missing", file="config.json"), "weird {braces} from a library"])
+    event = p.EngineError.from_exception("model", error)
+    assert engine_text(event.message, event.template, event.values, event.part_lists) == (
+        "モデルフォルダー /m は使えません: config.json がありません、weird {braces} from a library"
+    )
+
+
+def test_an_unsupported_adapter_reads_in_japanese(japanese, tmp_path: Path) -> None:  # noqa: ANN001
+    import json
+
+    from engine.errors import LoraError
+    from engine.lora import load_voice
+
+    voice = tmp_path / "ずんだもん"
+    voice.mkdir()
+    (voice / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "use_dora": True}))
+    (voice / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(LoraError) as caught:
+        load_voice(voice)
+    event = p.EngineError.from_exception("lora", caught.value)
+    assert engine_text(event.message, event.template, event.values) == (
+        "ずんだもん は DoRA アダプターです。使えるのは通常の LoRA の声だけです。"
+    )

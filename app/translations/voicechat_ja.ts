@@ -144,8 +144,100 @@
       <translation>{file} は正しい JSON ではありません ({error})。</translation>
     </message>
     <message>
+      <source>{voice} is a {kind} adapter; only LoRA voices are supported.</source>
+      <translation>{voice} は {kind} アダプターです。使えるのは LoRA の声だけです。</translation>
+    </message>
+    <message>
+      <source>{voice} is a DoRA adapter; only plain LoRA voices are supported.</source>
+      <translation>{voice} は DoRA アダプターです。使えるのは通常の LoRA の声だけです。</translation>
+    </message>
+    <message>
+      <source>{voice} also replaces whole modules ({modules}); only LoRA weights are supported.</source>
+      <translation>{voice} はモジュール全体も置き換えます ({modules})。使えるのは LoRA の重みだけです。</translation>
+    </message>
+    <message>
+      <source>{file} is unreadable ({error}).</source>
+      <translation>{file} を読めません ({error})。</translation>
+    </message>
+    <message>
+      <source>{voice} holds a tensor that is not a LoRA weight: {key}.</source>
+      <translation>{voice} に LoRA の重みではないテンソルがあります: {key}。</translation>
+    </message>
+    <message>
+      <source>{voice} holds no LoRA weights.</source>
+      <translation>{voice} には LoRA の重みがありません。</translation>
+    </message>
+    <message>
+      <source>{voice}: module {module} has {weight} missing.</source>
+      <translation>{voice}: モジュール {module} の {weight} がありません。</translation>
+    </message>
+    <message>
+      <source>The voice {voice} targets {module}, a {kind}; only linear layers are supported.</source>
+      <translation>声 {voice} は {module} ({kind}) を対象にしています。使えるのは線形層だけです。</translation>
+    </message>
+    <message>
       <source>The model folder {folder} cannot be used: {problems}</source>
       <translation>モデルフォルダー {folder} は使えません: {problems}</translation>
+    </message>
+    <message>
+      <source>; </source>
+      <translation>、</translation>
+    </message>
+    <message>
+      <source>{folder} is not a folder</source>
+      <translation>{folder} はフォルダーではありません</translation>
+    </message>
+    <message>
+      <source>{file} is missing</source>
+      <translation>{file} がありません</translation>
+    </message>
+    <message>
+      <source>{file} is not valid JSON ({error})</source>
+      <translation>{file} は正しい JSON ではありません ({error})</translation>
+    </message>
+    <message>
+      <source>{file} does not hold a JSON object</source>
+      <translation>{file} が JSON オブジェクトではありません</translation>
+    </message>
+    <message>
+      <source>{file} lacks {keys}</source>
+      <translation>{file} に {keys} がありません</translation>
+    </message>
+    <message>
+      <source>{file} (the weights) is missing</source>
+      <translation>{file} (重み) がありません</translation>
+    </message>
+    <message>
+      <source>{file} lacks {count} tensors (e.g. {names})</source>
+      <translation>{file} にテンソルが {count} 個足りません (例: {names})</translation>
+    </message>
+    <message>
+      <source>{file} has tensors of the wrong shape for config.json: {tensors}</source>
+      <translation>{file} に config.json と形の合わないテンソルがあります: {tensors}</translation>
+    </message>
+    <message>
+      <source>{file} is unreadable (truncated or corrupt: {error})</source>
+      <translation>{file} を読めません (途中で切れているか壊れています: {error})</translation>
+    </message>
+    <message>
+      <source>{file} lacks the {{"format": "pt"}} metadata that the loader requires</source>
+      <translation>{file} に読み込みに必要なメタデータ {{"format": "pt"}} がありません</translation>
+    </message>
+    <message>
+      <source>{file} is truncated ({size} of {expected} bytes)</source>
+      <translation>{file} が途中で切れています ({expected} バイト中 {size} バイト)</translation>
+    </message>
+    <message>
+      <source>{file} does not describe a model liquid-audio can build ({error})</source>
+      <translation>{file} は liquid-audio が組み立てられるモデルを表していません ({error})</translation>
+    </message>
+    <message>
+      <source>the audio decoder is missing (neither audio_detokenizer/ nor {file})</source>
+      <translation>音声デコーダーがありません (audio_detokenizer/ も {file} もありません)</translation>
+    </message>
+    <message>
+      <source>loading failed: {error}</source>
+      <translation>読み込みに失敗しました: {error}</translation>
     </message>
     <message>
       <source>The download was cancelled; the files already downloaded are kept for next time.</source>
