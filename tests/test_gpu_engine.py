@@ -294,3 +294,34 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
             got = model._prefill(**span.as_kwargs())
         assert got.shape == expected.shape
         assert _rel(got, expected) < 2e-2, seconds
+
+
+@torch.inference_mode(False)
+def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isolated_user_dirs) -> None:
+    """The product's own path: ChatSession.open on CUDA (step, prefill, decoder and encoder graphs, then
+    the warm-up turn), and turns of many take lengths in a small context, so that trims, rebuilds from
+    position 0 and prefills near the end of the context (eager tails) all run on the GPU."""
+    import numpy as np
+
+    from engine.protocol import SamplingSettings
+    from engine.realtime.backend import PREFILL_BUCKETS
+    from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TurnDone
+
+    session = ChatSession.open(None, demo=True, context_tokens=320)
+    backend = session.backend
+    assert session.info().fallback_reason is None and session.info().graphs_ready
+    assert set(backend.graphs) == {"decode", "text_head", "audio_head", *(f"prefill_{r}" for r in PREFILL_BUCKETS if r <= 320)}
+    assert session.encoder_graphs is not None and session.encoder_graphs.problems == []
+    rng = np.random.default_rng(0)
+    trims = 0
+    for i, seconds in enumerate([0.7, 3.3, 9.1, 1.2, 7.6, 2.2, 5.5, 0.9]):
+        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        outputs = list(session.respond(wave, SamplingSettings(greedy=i % 2 == 0), max_answer_seconds=1.5))
+        (done,) = [o for o in outputs if isinstance(o, TurnDone)]
+        pcm = np.concatenate([o.pcm.reshape(-1) for o in outputs if isinstance(o, AudioPieceOut)])
+        trims += sum(isinstance(o, ContextTrimmedInfo) for o in outputs)
+        assert done.stats.frames > 0 and pcm.size == done.stats.frames * 1920 and np.isfinite(pcm).all(), seconds
+        assert float(np.abs(pcm).max()) > 0.0
+        assert backend.positions == backend.backbone.positions == int(backend.backbone.position) <= 320
+    assert trims >= 3
+    session.close()
