@@ -309,7 +309,7 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
 
     session = ChatSession.open(None, demo=True, context_tokens=320)
     backend = session.backend
-    assert session.info().fallback_reason is None and session.info().graphs_ready
+    assert session.info.fallback_reason is None and session.info.graphs_ready
     assert set(backend.graphs) == {"decode", "text_head", "audio_head", *(f"prefill_{r}" for r in PREFILL_BUCKETS if r <= 320)}
     assert session.encoder_graphs is not None and session.encoder_graphs.problems == []
     rng = np.random.default_rng(0)
