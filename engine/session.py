@@ -47,6 +47,11 @@ SAMPLE_RATE_OUT = 24_000
 FRAME_SECONDS = 0.08  # one audio frame is 1920 samples at 24 kHz
 MIN_TAKE_SECONDS = 0.1
 DEFAULT_MAX_TAKE_SECONDS = 60.0
+# When a turn does not fit, the oldest exchanges are dropped until this share of the context is free
+# beyond the new turn and its answer. A trim rebuilds the cache (the kept history is re-embedded and
+# prefilled again), so dropping only just enough would rebuild on nearly every turn once the context
+# is full; with a quarter kept free, the next several turns fit as they are.
+TRIM_HEADROOM = 0.25
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -364,13 +369,15 @@ class ChatSession:
         conversation.add_audio_turn("user", mel[0].float())
         turn = conversation.open_assistant_turn()
 
-        # Keep room for the answer; drop the oldest whole turns if it would not fit.
+        # Keep room for the answer; drop the oldest whole turns if it would not fit, and then some
+        # (TRIM_HEADROOM), so that the next turns need no rebuild.
         reserve = budget + 2
         if conversation.positions + reserve > self.context_capacity:
             user_turn_and_prompt = conversation.turns[-2:]
             del conversation.turns[-2:]
             dropped = conversation.drop_oldest_turns(
-                sum(t.positions for t in user_turn_and_prompt) + reserve, self.context_capacity
+                sum(t.positions for t in user_turn_and_prompt) + reserve,
+                int(self.context_capacity * (1 - TRIM_HEADROOM)),
             )
             conversation.turns.extend(user_turn_and_prompt)
             self.backend.reset()

@@ -18,13 +18,15 @@ from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TextP
 GREEDY = SamplingSettings(greedy=True)
 
 
-def _open(model_dir) -> ChatSession:
+def _open(model_dir, context_tokens: int = 160) -> ChatSession:
     from engine.loading import load_model
 
     loaded = load_model(model_dir, device="cpu")
-    backend = GraphedBackend(loaded, context_tokens=160, capture=False)
+    backend = GraphedBackend(loaded, context_tokens=context_tokens, capture=False)
     decoder = make_audio_decoder(loaded, use_cuda_graphs=False)
-    return ChatSession(loaded, backend, decoder, context_tokens=160, fallback_reason="test", graphs_ready=False, model_id=None)
+    return ChatSession(
+        loaded, backend, decoder, context_tokens=context_tokens, fallback_reason="test", graphs_ready=False, model_id=None
+    )
 
 
 @pytest.fixture
@@ -39,7 +41,8 @@ def _turn(session: ChatSession, seconds: float, frequency: float):
     return outputs, done.stats
 
 
-def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(session: ChatSession) -> None:
+def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(tiny_model_dir) -> None:
+    session = _open(tiny_model_dir, context_tokens=220)  # three 0.5 s exchanges fit, a fourth does not
     outputs, stats = _turn(session, 0.5, 300)
     assert stats.frames > 0 and any(isinstance(o, AudioPieceOut) for o in outputs)
     assert sum(o.pcm.size for o in outputs if isinstance(o, AudioPieceOut)) == stats.frames * 1920
@@ -47,15 +50,18 @@ def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(sess
     assert [t.role for t in session.conversation.turns] == ["system", "user", "assistant"]
     assert session.backend.positions == session.context_used - 2  # incremental: only "\n"s not yet fed
 
-    _, _ = _turn(session, 0.5, 500)
-    outputs, stats = _turn(session, 0.5, 700)  # does not fit in 160 positions any more
+    _turn(session, 0.5, 500)
+    outputs, _ = _turn(session, 0.5, 700)
+    assert not any(isinstance(o, ContextTrimmedInfo) for o in outputs)
+    full = session.context_used
+    outputs, stats = _turn(session, 0.5, 900)  # does not fit in 220 positions any more
 
+    # Two exchanges go, not one: one would leave less than TRIM_HEADROOM of the context free.
     trimmed = [o for o in outputs if isinstance(o, ContextTrimmedInfo)]
-    assert len(trimmed) == 1 and trimmed[0].dropped_turns == 2
+    assert len(trimmed) == 1 and trimmed[0].dropped_turns == 4
     roles = [t.role for t in session.conversation.turns]
     assert roles == ["system", "user", "assistant", "user", "assistant"]
-    assert session.context_used <= 160
-    assert session.backend.positions == session.context_used - 2
+    assert session.context_used <= full and session.backend.positions == session.context_used - 2
 
     # The rebuilt cache is exact: a fresh reference backend fed the same (trimmed) history and the
     # same new take produces the same tokens as the session did after its rebuild.
@@ -74,6 +80,23 @@ def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(sess
     got = [p.ids if isinstance(p, TextPiece) else p.codes.tolist() for p in last_turn.pieces[1:-1]]
     assert got == expected
     assert isinstance(last_turn.pieces[1], TextPiece) and any(isinstance(p, AudioOutPiece) for p in last_turn.pieces)
+
+
+def test_a_trim_leaves_room_so_the_next_turn_needs_no_rebuild(tiny_model_dir) -> None:
+    """Dropping only just enough would rebuild the cache on every turn once the context is full."""
+    from engine.session import TRIM_HEADROOM
+
+    session = _open(tiny_model_dir, context_tokens=220)
+    trims, used = [], []
+    for frequency in (300, 500, 700, 900, 1100):
+        outputs, stats = _turn(session, 0.5, frequency)
+        trims.append(sum(o.dropped_turns for o in outputs if isinstance(o, ContextTrimmedInfo)))
+        used.append(session.context_used)
+    assert trims == [0, 0, 0, 4, 0]
+    exchange = used[1] - used[0]  # one 0.5 s take and its answer
+    # After the trim, the kept history plus the new exchange left TRIM_HEADROOM free, and the next
+    # exchange then fit where it was.
+    assert used[3] <= 220 * (1 - TRIM_HEADROOM) and used[4] == used[3] + exchange <= 220
 
 
 def test_reset_is_in_place(session: ChatSession) -> None:
