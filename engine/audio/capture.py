@@ -25,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream
+from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler, resample
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
 
@@ -121,8 +122,6 @@ class PushToTalkRecorder:
         self._stream: sd.InputStream | None = None
         self._device: AudioDevice | None = None
         self._stream_lock = threading.Lock()  # serialises open/close between engine and worker; never in callback
-        self._closing_stream = False
-        self._stream_died = False
         self._callback_error: str | None = None
 
         # Requests from the engine thread: monotonically increasing counters, read by the callback.
@@ -181,21 +180,11 @@ class PushToTalkRecorder:
                 return True
             self._close_stream_locked()
             try:
-                device = find_device(self.device_name, "input")
-                rate = int(self.requested_samplerate or round(device.default_samplerate))
-                channels = max(1, min(2, device.max_input_channels))
-                self._init_stream_state(rate, channels)
-                # The callback may run as soon as the stream starts: reset the flags before.
-                self._closing_stream = False
-                self._stream_died = False
-                stream = start_stream(
-                    sd.InputStream,
-                    device,
-                    self.device_name,
+                stream, device = open_stream(
                     "input",
-                    samplerate=rate,
-                    channels=channels,
-                    blocksize=self._blocksize,
+                    self.device_name,
+                    self.requested_samplerate,
+                    self._prepare_stream,
                     latency="low",
                     callback=self._on_audio,
                     finished_callback=self._on_stream_finished,
@@ -251,8 +240,15 @@ class PushToTalkRecorder:
 
     # ------------------------------------------------------------------ stream management
 
+    def _prepare_stream(self, rate: int, channels: int) -> dict[str, Any]:
+        self._init_stream_state(rate, channels)
+        return {"blocksize": self._blocksize}  # fixed blocks of block_s at the device's rate
+
     def _init_stream_state(self, rate: int, channels: int) -> None:
-        """Fresh preallocated buffers for a stream at `rate` (called before the stream exists)."""
+        """Fresh preallocated buffers and flags for a stream at `rate` (called before the stream starts:
+        its callback may run at once)."""
+        self._closing_stream = False
+        self._stream_died = False
         self._rate = rate
         self._channels = channels
         self._downmix_gain = np.float32(1.0 / channels)

@@ -184,11 +184,28 @@ def _device_error(template: str, *, device_name: str | None, kind: DeviceKind, d
     )
 
 
-def start_stream(stream_class: Callable[..., Any], device: AudioDevice, device_name: str | None, kind: DeviceKind, **settings: Any) -> Any:
-    """Create and start a float32 PortAudio stream on `device` (with the platform's host-API settings);
-    any failure becomes an AudioDeviceError naming the device."""
+def open_stream(
+    kind: DeviceKind,
+    device_name: str | None,
+    requested_samplerate: int | None,
+    prepare: Callable[[int, int], dict[str, Any]],
+    **settings: Any,
+) -> tuple[Any, AudioDevice]:
+    """Find the device, choose its rate (the requested one, else the device's default) and channel count
+    (mono or stereo), call `prepare(rate, channels)`, then create and start a float32 PortAudio stream
+    (with the platform's host-API settings, `settings`, and the settings `prepare` returned: those that
+    depend on the rate). `prepare` runs before the start because the callback may run as soon as the
+    stream starts. Any failure becomes an AudioDeviceError naming the device."""
+    device = find_device(device_name, kind)
+    rate = int(requested_samplerate or round(device.default_samplerate))
+    channels = max(1, min(2, device.channels(kind)))
+    settings.update(prepare(rate, channels))
+    stream_class = sd.InputStream if kind == "input" else sd.OutputStream
     try:
-        stream = stream_class(device=device.index, dtype="float32", extra_settings=stream_extra_settings(device), **settings)
+        stream = stream_class(
+            device=device.index, samplerate=rate, channels=channels, dtype="float32",
+            extra_settings=stream_extra_settings(device), **settings,
+        )
     except (sd.PortAudioError, ValueError) as exc:
         raise open_error(device_name, kind, exc) from exc
     try:
@@ -196,7 +213,7 @@ def start_stream(stream_class: Callable[..., Any], device: AudioDevice, device_n
     except sd.PortAudioError as exc:
         stream.close(ignore_errors=True)
         raise open_error(device_name, kind, exc) from exc
-    return stream
+    return stream, device
 
 
 def rescan_devices() -> None:

@@ -23,11 +23,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, find_device, start_stream
+from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler
 from engine.protocol import EngineError, Event
 
@@ -87,9 +88,6 @@ class StreamingPlayer:
         # Serialises the producer methods and stream (re)opening; re-entrant because begin_utterance opens the
         # stream. Never taken by the callback or by flush().
         self._lock = threading.RLock()
-        self._closing_stream = False
-        self._stream_died = False
-        self._died_reported = True
         self._callback_error: str | None = None
         self._uid = 0
         self.dropped_chunks = 0  # chunks enqueued with no utterance open (e.g. after a barge-in flush)
@@ -178,21 +176,11 @@ class StreamingPlayer:
                 return True
             self._close_stream_locked()
             try:
-                device = find_device(self.device_name, "output")
-                rate = int(self.requested_samplerate or round(device.default_samplerate))
-                channels = max(1, min(2, device.max_output_channels))
-                self._init_stream_state(rate)
-                # The callback may run as soon as the stream starts: reset the flags before.
-                self._closing_stream = False
-                self._stream_died = False
-                self._died_reported = False
-                stream = start_stream(
-                    sd.OutputStream,
-                    device,
-                    self.device_name,
+                stream, device = open_stream(
                     "output",
-                    samplerate=rate,
-                    channels=channels,
+                    self.device_name,
+                    self.requested_samplerate,
+                    self._prepare_stream,
                     blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
                     latency=self.latency,
                     callback=self._on_audio,
@@ -222,7 +210,16 @@ class StreamingPlayer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _prepare_stream(self, rate: int, channels: int) -> dict[str, Any]:
+        self._init_stream_state(rate)  # the callback fills whatever channel count the stream has
+        return {}
+
     def _init_stream_state(self, rate: int) -> None:
+        """Fresh buffers and flags for a stream at `rate` (called before the stream starts: its callback
+        may run at once)."""
+        self._closing_stream = False
+        self._stream_died = False
+        self._died_reported = False
         self._rate = rate
         self._ring = np.zeros(max(1, round(self.buffer_s * rate)), dtype=np.float32)
         self._margin_frames = round(self.safety_margin_s * rate)
