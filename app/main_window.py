@@ -73,6 +73,12 @@ from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
 from app.widgets.transcript import TranscriptView
 
 
+# The engine's templates for "no device at all" (engine/audio/devices.py): a device list that has
+# devices again makes them stale.
+NO_MICROPHONE_TEMPLATE = "No microphone was found. Connect one and try again."
+NO_SPEAKER_TEMPLATE = "No speaker was found. Connect one and try again."
+
+
 def _format_gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
@@ -581,9 +587,13 @@ class MainWindow(QMainWindow):
         # Shown at start, next to any speaker problem, not only when push-to-talk is pressed.
         no_mic = self.tr("No microphone was found. Connect one, then choose it in Settings.")
         if self.mic_missing:
-            self.audio_problems["no-microphone"] = no_mic
+            if NO_MICROPHONE_TEMPLATE not in self.audio_problems:  # not twice, in the engine's words and ours
+                self.audio_problems["no-microphone"] = no_mic
         else:
             self.audio_problems.pop("no-microphone", None)
+            self.audio_problems.pop(NO_MICROPHONE_TEMPLATE, None)
+        if event.outputs:
+            self.audio_problems.pop(NO_SPEAKER_TEMPLATE, None)
         if self.audio_problems:
             self._show_audio_problems()
         elif self.banner_error_kind == "audio_device" and not self.banner.isHidden():
@@ -640,7 +650,7 @@ class MainWindow(QMainWindow):
         message = engine_text(event.message, event.template, event.values, event.part_lists)
         if event.kind == "audio_device":
             # Several device problems at once (no microphone and no speaker) are all shown, together.
-            if event.template == "No microphone was found. Connect one and try again.":
+            if event.template == NO_MICROPHONE_TEMPLATE:
                 self.audio_problems.pop("no-microphone", None)  # the same problem, in the engine's words
             self.audio_problems[event.template or event.message] = message
             self._show_audio_problems()

@@ -81,12 +81,14 @@ class GlobalPttKey(QObject):
         return None
 
     def stop(self) -> None:
+        """Stop the hook. Not waited for: under X11 pynput's listener thread ends only at the next X
+        event; once stopped it passes nothing on (no target), and it is a daemon thread."""
         listener, self._listener = self._listener, None
+        with self._lock:
+            self._target = None
+            self._down = False
         if listener is not None:
             listener.stop()
-            listener.join(2.0)
-        with self._lock:
-            self._down = False
 
     def set_key(self, key: Qt.Key) -> None:
         self.key = key
