@@ -157,15 +157,18 @@ class SettingsDialog(QDialog):
         form.addRow(self.tr("Speaker"), self.output_device)
         if devices is not None:
             # Say plainly that nothing was found, rather than offer only "System default".
+            missing = []
             for combo, names, text in ((self.input_device, devices.inputs, self.tr("No microphone was found.")),
                                        (self.output_device, devices.outputs, self.tr("No speaker was found."))):
                 if not names:
                     combo.setItemText(0, self.tr("System default (none found)"))
-                    note = QLabel(text + " " + self.tr("Connect one; this list is refreshed each time the "
-                                                       "settings are opened."), tab)
-                    note.setWordWrap(True)
-                    note.setStyleSheet("color: #c62828;")
-                    form.addRow("", note)
+                    missing.append(text)
+            if missing:
+                missing.append(self.tr("Connect one; this list is refreshed each time the settings are opened."))
+                note = QLabel("\n".join(missing), tab)
+                note.setWordWrap(True)
+                note.setStyleSheet("color: #c62828;")
+                form.addRow(note)
         return tab
 
     def _build_general_tab(self, s: Settings) -> QWidget:
@@ -187,10 +190,14 @@ class SettingsDialog(QDialog):
         language.addItem("English", "en")
         language.setCurrentIndex(max(0, language.findData(s.language)))
         self.language = language
+        key_box = QVBoxLayout()
+        key_box.setSpacing(2)
+        key_box.addWidget(self.ptt_key)
+        key_box.addSpacing(6)
+        key_box.addWidget(self.global_ptt)
+        key_box.addWidget(global_note)
         form = QFormLayout(tab)
-        form.addRow(self.tr("Push-to-talk key"), self.ptt_key)
-        form.addRow("", self.global_ptt)
-        form.addRow("", global_note)
+        form.addRow(self.tr("Push-to-talk key"), key_box)
         form.addRow(self.tr("Language (after restart)"), self.language)
         return tab
 
