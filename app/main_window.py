@@ -476,6 +476,7 @@ class MainWindow(QMainWindow):
     def restart_engine(self) -> None:
         self.engine_dead = False
         self.banner.hide()
+        self.audio_problems.clear()  # the new engine reports its devices afresh
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
             item.replay_button.setEnabled(False)  # the old engine took their audio with it
         if self.transcript.user_items or self.transcript.assistant_items:
@@ -654,9 +655,11 @@ class MainWindow(QMainWindow):
                 self.audio_problems.pop("no-microphone", None)  # the same problem, in the engine's words
             self.audio_problems[event.template or event.message] = message
             self._show_audio_problems()
-            # A press that could not open the microphone: the button must not go on looking pressed.
-            self.ptt.cancel_hold()
-            self.key_filter.end_hold()
+            if self.state is not EngineState.RECORDING:
+                # A press that could not open the microphone: the button must not go on looking
+                # pressed. (While the engine records, e.g. a speaker problem, the take goes on.)
+                self.ptt.cancel_hold()
+                self.key_filter.end_hold()
             return
         titles = {
             "model": self.tr("Model"),

@@ -321,6 +321,14 @@ def test_a_microphone_that_fails_to_open_ends_the_press(qtbot, window) -> None: 
     qtbot.waitUntil(lambda: not window.ptt.held)
     assert window.ptt.text() == "押して話す（Space）" and "既定のマイクを開けません" in window.banner.text
 
+    # A speaker problem while the engine really records does not end the take.
+    window.ptt.key_down()
+    _worker().post(p.StateChanged(p.EngineState.RECORDING),
+                   p.EngineError("audio_device", NO_SPEAKER, template=NO_SPEAKER))
+    qtbot.waitUntil(lambda: "スピーカーが見つかりません" in window.banner.text)
+    assert window.ptt.held and window.ptt.text() == "録音中… 離すと送信"
+    assert "既定のマイクを開けません" in window.banner.text  # both problems stay in view
+
 
 def test_the_device_list_names_the_system_default_once(qtbot, window) -> None:  # noqa: ANN001
     _worker().post(p.Devices(("default", "USB Mic"), ("default", "Speakers")))
