@@ -158,13 +158,19 @@ def engine_text(
     if translated == source and not template:
         return message
     filled = dict(values)
-    separator = QCoreApplication.translate(CONTEXT, "; ")
     for name, parts in part_lists:
-        filled[name] = separator.join(engine_text(part.text, part.template, part.values) for part in parts)
+        filled[name] = engine_parts(parts)
     try:
         return translated.format(**filled)
     except (KeyError, IndexError, ValueError):  # a translation with a broken placeholder: show the English
         return message
+
+
+def engine_parts(parts: Iterable[MessagePart]) -> str:
+    """A list of translatable pieces (a broken model folder's problems), each translated, joined with
+    the UI language's separator."""
+    separator = QCoreApplication.translate(CONTEXT, "; ")
+    return separator.join(engine_text(part.text, part.template, part.values) for part in parts)
 
 
 def engine_str(text: str) -> str:

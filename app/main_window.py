@@ -62,7 +62,7 @@ from engine.protocol import (
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import engine_str, engine_text
+from app.engine_messages import engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
@@ -77,6 +77,8 @@ from app.widgets.transcript import TranscriptView
 # devices again makes them stale.
 NO_MICROPHONE_TEMPLATE = "No microphone was found. Connect one and try again."
 NO_SPEAKER_TEMPLATE = "No speaker was found. Connect one and try again."
+# engine/errors.py ModelFilesError: a folder that does not hold a usable model.
+MODEL_FOLDER_TEMPLATE = "The model folder {folder} cannot be used: {problems}"
 
 
 def _format_gib(n: int) -> str:
@@ -679,7 +681,7 @@ class MainWindow(QMainWindow):
             self.banner_error_kind = ""
             if self.banner.level == "error":
                 self.banner.hide()
-            self.show_first_run(message)
+            self.show_first_run(self._plain_load_error(event, message))
             return
         self.banner_error_kind = event.kind
         if event.fatal:
@@ -687,6 +689,18 @@ class MainWindow(QMainWindow):
                                      action_text=self.tr("Restart engine"))
         else:
             self.banner.show_message("error", text, details=event.details)
+
+    def _plain_load_error(self, event: EngineError, message: str) -> str:
+        """A failed load in words a new user follows: a broken folder says what to do first, and lists
+        what is wrong after that (the engine's message names file formats and tensors)."""
+        if event.template != MODEL_FOLDER_TEMPLATE:
+            return message
+        folder = dict(event.values).get("folder", "")
+        parts = dict(event.part_lists).get("problems", ())
+        problems = engine_parts(parts) if parts else dict(event.values).get("problems", "")
+        return (self.tr("The folder %1 does not hold a usable model. Choose the folder that holds all of the model's "
+                        "files (config.json, model.safetensors and the others), or download the model.")
+                .replace("%1", folder) + "\n" + self.tr("What is wrong: %1").replace("%1", problems))
 
     def on_engine_stopped(self, error: str) -> None:
         if not error:

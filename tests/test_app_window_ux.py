@@ -523,7 +523,10 @@ def test_a_broken_folder_is_said_once_and_never_saved(qtbot, tmp_path: Path) -> 
     error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
     _worker().post(p.StateChanged(p.EngineState.NO_MODEL), p.EngineError.from_exception("model", error))
     qtbot.waitUntil(lambda: win.first_run is not None and win.first_run.error_label.isVisible())
-    assert win.first_run.error_label.text() == f"モデルフォルダー {broken} は使えません: config.json がありません"
+    # In plain words first (what to do), then what is wrong, translated.
+    assert win.first_run.error_label.text() == (
+        f"フォルダー「{broken}」には使えるモデルがありません。モデルのファイル一式（config.json、model.safetensors "
+        "など）が入ったフォルダーを選ぶか、モデルをダウンロードしてください。\n問題：config.json がありません")
     assert win.banner.isHidden()  # said once, in the dialog the user answers
     assert load_settings(win.settings_path).settings.model_source is None
 

@@ -817,6 +817,14 @@
       <source>No microphone was found. Connect one, then choose it in Settings.</source>
       <translation>マイクが見つかりません。マイクを接続してから、設定で選んでください。</translation>
     </message>
+    <message>
+      <source>The folder %1 does not hold a usable model. Choose the folder that holds all of the model's files (config.json, model.safetensors and the others), or download the model.</source>
+      <translation>フォルダー「%1」には使えるモデルがありません。モデルのファイル一式（config.json、model.safetensors など）が入ったフォルダーを選ぶか、モデルをダウンロードしてください。</translation>
+    </message>
+    <message>
+      <source>What is wrong: %1</source>
+      <translation>問題：%1</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
