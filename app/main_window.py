@@ -66,9 +66,9 @@ from app.engine_messages import engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
+from app.widgets.global_ptt import GlobalPttKey
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
-from app.widgets.global_ptt import GlobalPttKey
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
 from app.widgets.transcript import TranscriptView
 

@@ -215,7 +215,15 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
     window.on_event(p.InputLevel(0.12, 0.5, False))  # type: ignore[attr-defined]
     saved.append(_grab(window, out / f"state-recording-{language}.png"))
     window.ptt.key_up()  # type: ignore[attr-defined]
+    window.on_event(p.UserTakeAdded(5, 1.8))  # type: ignore[attr-defined]
+    window.on_event(p.StateChanged(p.EngineState.THINKING))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-thinking-{language}.png"))
+    window.on_event(p.AssistantTurnStarted(6))  # type: ignore[attr-defined]
+    window.on_event(p.TextDelta(6, "はい、"))  # type: ignore[attr-defined]
+    window.on_event(p.AssistantTurnFinished(6, "はい、", 0.2, True))  # type: ignore[attr-defined]
+    window.on_event(p.TurnMetrics(6, 39.0, 77.0, 99.0, 150.0, 236.0, 13.26, 3, "", True, 0))  # type: ignore[attr-defined]
     window.on_event(p.StateChanged(p.EngineState.IDLE))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-answer-stopped-{language}.png"))
     window.on_event(p.EngineError("gpu_memory", "The GPU ran out of memory during the prefill; try a shorter context.",  # type: ignore[attr-defined]
                                   template="The GPU ran out of memory during the prefill; try a shorter context."))
     saved.append(_grab(window, out / f"state-error-{language}.png"))
