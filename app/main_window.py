@@ -232,8 +232,8 @@ class MainWindow(QMainWindow):
             if problem is not None:
                 self.key_filter.global_hook_active = False
                 self.banner.show_message("warning", self.tr("The push-to-talk key cannot work outside this window "
-                                                            "on this system (%1). It works while VoiceChat is "
-                                                            "the active window.").replace("%1", problem))
+                                                            "on this system. It works while VoiceChat is the "
+                                                            "active window."), details=problem)
                 return
             self.global_key = hook
         else:

@@ -130,15 +130,13 @@ def test_the_button_looks_recording_only_while_the_engine_records(qtbot, window)
 # ------------------------------------------------------------------------------------------ 2. system-wide key
 
 
-@pytest.fixture
-def x_display(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A real X server (Xvfb, with the RECORD and XTEST extensions pynput uses)."""
+def _xvfb(monkeypatch: pytest.MonkeyPatch, *options: str) -> Iterator[str]:
     xvfb = shutil.which("Xvfb")
     if xvfb is None:
         pytest.skip("Xvfb is not installed (apt-get install xvfb)")
     display = next(n for n in range(140, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists()
                    and not Path(f"/tmp/.X{n}-lock").exists())
-    proc = subprocess.Popen([xvfb, f":{display}", "-screen", "0", "640x480x24", "-nolisten", "tcp"],
+    proc = subprocess.Popen([xvfb, f":{display}", "-screen", "0", "640x480x24", "-nolisten", "tcp", *options],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while not Path(f"/tmp/.X11-unix/X{display}").exists():
@@ -150,6 +148,18 @@ def x_display(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     yield f":{display}"
     proc.terminate()
     proc.wait(5)
+
+
+@pytest.fixture
+def x_display(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A real X server (Xvfb, with the RECORD and XTEST extensions pynput uses)."""
+    yield from _xvfb(monkeypatch)
+
+
+@pytest.fixture
+def x_display_without_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An X server on which pynput's listener cannot hook the keyboard (no RECORD extension)."""
+    yield from _xvfb(monkeypatch, "-extension", "RECORD")
 
 
 def test_the_system_wide_key_holds_one_take_while_the_window_is_not_active(qtbot, tmp_path: Path,  # noqa: ANN001
@@ -219,6 +229,19 @@ def test_without_a_usable_hook_the_window_says_so_and_keeps_its_key(qtbot, tmp_p
     win.activateWindow()
     _key(win, QEvent.Type.KeyPress)
     assert win.ptt.held  # the in-window key still works
+    win.close()
+
+
+def test_a_hook_that_cannot_start_is_reported_without_hanging(qtbot, tmp_path: Path,  # noqa: ANN001
+                                                              x_display_without_record: str) -> None:
+    ScriptedWorker.instances.clear()
+    started = time.monotonic()
+    win = make_window(tmp_path, settings=Settings(model_source="/models/lfm", global_ptt=True))
+    qtbot.addWidget(win)
+    assert time.monotonic() - started < 5  # pynput's own wait() would block here for ever
+    assert win.global_key is None and not win.key_filter.global_hook_active
+    assert win.banner.level == "warning" and "ウィンドウの外で使えません" in win.banner.text
+    assert "record_create_context" in win.banner.message.toolTip()  # the technical reason, for a bug report
     win.close()
 
 

@@ -762,8 +762,8 @@
       <translation>標準</translation>
     </message>
     <message>
-      <source>The push-to-talk key cannot work outside this window on this system (%1). It works while VoiceChat is the active window.</source>
-      <translation>このシステムでは、プッシュトゥトークのキーをこのウィンドウの外で使えません（%1）。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
+      <source>The push-to-talk key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
+      <translation>このシステムでは、プッシュトゥトークのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
     </message>
     <message>
       <source>Erase the conversation?</source>

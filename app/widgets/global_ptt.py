@@ -12,6 +12,7 @@ settings suggest a key that other programs do not use (e.g. F9 rather than Space
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -30,6 +31,22 @@ _NAMED_KEYS: dict[Qt.Key, str] = {
 }
 
 
+def _listener_class(keyboard: Any) -> type:
+    """pynput's listener, keeping a failure of its thread (no hook on this system) to report it, rather
+    than letting it escape as an unhandled thread exception (which the app shows as a crash)."""
+
+    class Listener(keyboard.Listener):  # type: ignore[misc, name-defined]
+        failure: BaseException | None = None
+
+        def run(self) -> None:
+            try:
+                super().run()
+            except Exception as exc:  # noqa: BLE001 - reported by GlobalPttKey.start
+                self.failure = exc
+
+    return Listener
+
+
 def pynput_key(key: Qt.Key, keyboard: Any) -> Any | None:
     """The pynput key (from the `pynput.keyboard` module given) for a Qt key; None if it has none."""
     name = _NAMED_KEYS.get(key)
@@ -46,6 +63,7 @@ class GlobalPttKey(QObject):
 
     pressed = Signal()
     released = Signal()
+    START_TIMEOUT_S = 3.0
 
     def __init__(self, key: Qt.Key, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -61,22 +79,32 @@ class GlobalPttKey(QObject):
         return self._listener is not None and self._listener.running
 
     def start(self) -> str | None:
-        """Start the hook; returns None, or why it cannot run here (shown to the user)."""
+        """Start the hook; returns None, or why it cannot run here (technical, for the details)."""
         if self._listener is not None:
             return None
         try:
             # Imported only when the option is on: on Linux pynput needs an X display at import.
             from pynput import keyboard
         except Exception as exc:  # noqa: BLE001 - ImportError, or the backend's own errors
-            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"pynput cannot be used: {type(exc).__name__}: {exc}"
         self._keyboard = keyboard
         self.set_key(self.key)
-        listener = keyboard.Listener(on_press=self._on_press, on_release=self._on_release)
+        listener = _listener_class(keyboard)(on_press=self._on_press, on_release=self._on_release)
         listener.daemon = True
         listener.start()
-        listener.wait()  # the hook is installed when this returns
-        if not listener.running:
-            return "the keyboard hook could not be installed"
+        # wait() returns once the hook is installed, but never if the listener fails first (e.g. an X
+        # server without the RECORD extension): wait on a helper thread, while the listener lives.
+        waiter = threading.Thread(target=listener.wait, daemon=True, name="ptt-hook-wait")
+        waiter.start()
+        deadline = time.monotonic() + self.START_TIMEOUT_S
+        while waiter.is_alive() and listener.is_alive() and time.monotonic() < deadline:
+            waiter.join(0.02)
+        if waiter.is_alive() or not listener.running:
+            # Not listener.stop(): under X11 it too waits for the hook that never came.
+            failure = listener.failure
+            if failure is None:
+                return "the keyboard hook could not be installed"
+            return f"the keyboard hook could not be installed: {type(failure).__name__}: {failure}"
         self._listener = listener
         return None
 
