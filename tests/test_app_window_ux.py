@@ -174,6 +174,13 @@ def test_the_system_wide_key_holds_one_take_while_the_window_is_not_active(qtbot
 
     from pynput import keyboard  # the same library, as another program's key presses
 
+    from app.widgets.global_ptt import pynput_key
+
+    assert pynput_key(Qt.Key.Key_Space, keyboard) == keyboard.Key.space
+    assert pynput_key(Qt.Key.Key_F9, keyboard) == keyboard.Key.f9
+    assert pynput_key(Qt.Key.Key_A, keyboard) == keyboard.KeyCode.from_char("a")
+    assert pynput_key(Qt.Key.Key_5, keyboard) == keyboard.KeyCode.from_char("5")
+
     controller = keyboard.Controller()
     controller.press(keyboard.Key.f9)
     qtbot.waitUntil(lambda: len(commands_of(win, p.StartTake)) == 1, timeout=5000)
