@@ -96,9 +96,49 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "the audio decoder is missing (neither audio_detokenizer/ nor {file})"),
     QT_TRANSLATE_NOOP("EngineMessages", "loading failed: {error}"),
     QT_TRANSLATE_NOOP("EngineMessages", "The download was cancelled; the files already downloaded are kept for next time."),
-    # Start-up fallbacks (EngineInfo.fallback_reason): fixed sentences, translated as they are.
+    # Start-up fallbacks (EngineInfo.fallback_reason) and the demo model's name (EngineInfo.model_name):
+    # engine.errors.Message strings, shown through engine_str().
     QT_TRANSLATE_NOOP("EngineMessages", "No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
     QT_TRANSLATE_NOOP("EngineMessages", "CUDA graphs disabled: running eagerly on the GPU."),
+    QT_TRANSLATE_NOOP("EngineMessages", "CUDA graph capture ran out of GPU memory ({error}); running eagerly."),
+    QT_TRANSLATE_NOOP("EngineMessages", "CUDA graph capture failed ({error}); running eagerly on the GPU."),
+    QT_TRANSLATE_NOOP("EngineMessages", "demo (random weights)"),
+    # The worker's answers to commands that cannot be done now (engine/worker.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The model is not loaded yet."),
+    QT_TRANSLATE_NOOP("EngineMessages", "That turn has no audio to replay."),
+    QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
+    QT_TRANSLATE_NOOP("EngineMessages", "There is nothing to export yet."),
+    # Audio streams (engine/audio/).
+    QT_TRANSLATE_NOOP("EngineMessages", "Audio capture failed."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Audio playback failed."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The previous take is still being processed; press again in a moment."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Could not save the audio device choice."),
+    QT_TRANSLATE_NOOP(
+        "EngineMessages",
+        'The microphone "{name}" stopped delivering audio (unplugged?). It will be reopened on the next push-to-talk.',
+    ),
+    QT_TRANSLATE_NOOP(
+        "EngineMessages", 'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.'
+    ),
+    # Recordings and audio files (engine/session.py, engine/audio_files.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording is empty."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording is too short ({seconds} s; at least {minimum} s is needed)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording is too long ({seconds} s; at most {maximum} s)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording contains invalid samples (NaN or infinity)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} does not exist."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is not a file."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is not a readable audio file ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} cannot be read ({error})."),
+    # Models (engine/model_store.py, engine/loading.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "{source} is neither a model folder nor a Hub repo id like {example}."),
+    QT_TRANSLATE_NOOP("EngineMessages", "A revision can only be pinned for a Hub repo id, not for a folder."),
+    QT_TRANSLATE_NOOP(
+        "EngineMessages",
+        "The GPU ran out of memory while loading the model ({memory}). "
+        "Close other programs that use the GPU, or use a GPU with more memory.",
+    ),
+    # A problem that is a library's own message (engine/errors.py): shown as it is.
+    QT_TRANSLATE_NOOP("EngineMessages", "{text}"),
 )
 
 
@@ -118,10 +158,22 @@ def engine_text(
     if translated == source and not template:
         return message
     filled = dict(values)
-    separator = QCoreApplication.translate(CONTEXT, "; ")
     for name, parts in part_lists:
-        filled[name] = separator.join(engine_text(part.text, part.template, part.values) for part in parts)
+        filled[name] = engine_parts(parts)
     try:
         return translated.format(**filled)
     except (KeyError, IndexError, ValueError):  # a translation with a broken placeholder: show the English
         return message
+
+
+def engine_parts(parts: Iterable[MessagePart]) -> str:
+    """A list of translatable pieces (a broken model folder's problems), each translated, joined with
+    the UI language's separator."""
+    separator = QCoreApplication.translate(CONTEXT, "; ")
+    return separator.join(engine_text(part.text, part.template, part.values) for part in parts)
+
+
+def engine_str(text: str) -> str:
+    """A text the engine hands over as a plain string (a status-bar name, a fallback reason) in the
+    UI language. Such strings may be `engine.errors.Message`s, which carry their template and values."""
+    return engine_text(text, getattr(text, "template", ""), tuple(getattr(text, "values", {}).items()))

@@ -124,6 +124,10 @@ class FirstRunDialog(QDialog):
         self.error_label.setText(message or "")
         self.error_label.setVisible(bool(message))
         self.stack.setCurrentIndex(0)
+        # Grow to fit the message (wrapped labels only report their height once laid out), so that
+        # the reason and the choices below it are never clipped.
+        self.layout().activate()
+        self.resize(self.width(), max(self.height(), self.sizeHint().height()))
 
     def show_downloading(self) -> None:
         self.download_title.setText("<b>" + self.tr("Downloading %1").replace("%1", self.hub_id) + "</b>")

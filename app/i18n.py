@@ -5,7 +5,8 @@ Source strings are English (in the code, via `tr()`); the Japanese lives in
 (pyproject: `app/translations/*.qm`). To update after changing UI strings:
 
     .venv/bin/pyside6-lupdate app/*.py app/widgets/*.py -ts app/translations/voicechat_ja.ts
-    (translate in .venv/bin/pyside6-linguist; tests/test_app_widgets.py fails on any untranslated string)
+    (translate in .venv/bin/pyside6-linguist; tests/test_app_widgets.py fails on any untranslated string,
+    tests/test_ui_strings.py on any string of app/ or message of engine/ that the catalogue lacks)
     .venv/bin/pyside6-lrelease app/translations/voicechat_ja.ts -qm app/translations/voicechat_ja.qm
 
 Do not pass -no-obsolete: the "CrashReporter" strings of app/crash.py go through a `_tr()` helper that

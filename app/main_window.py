@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths, Qt, QTimer
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QProgressBar,
     QSplitter,
     QToolBar,
@@ -60,14 +62,23 @@ from engine.protocol import (
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import engine_text
+from app.engine_messages import engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
-from app.settings_dialog import SettingsDialog
+from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
+from app.widgets.global_ptt import GlobalPttKey
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
 from app.widgets.transcript import TranscriptView
+
+
+# The engine's templates for "no device at all" (engine/audio/devices.py): a device list that has
+# devices again makes them stale.
+NO_MICROPHONE_TEMPLATE = "No microphone was found. Connect one and try again."
+NO_SPEAKER_TEMPLATE = "No speaker was found. Connect one and try again."
+# engine/errors.py ModelFilesError: a folder that does not hold a usable model.
+MODEL_FOLDER_TEMPLATE = "The model folder {folder} cannot be used: {problems}"
 
 
 def _format_gib(n: int) -> str:
@@ -90,7 +101,20 @@ class MainWindow(QMainWindow):
         self.exported_paths: tuple[str, ...] = ()
         self.audio_chunks = 0  # answer audio chunks queued for playback in this session
         self.demo_override = False  # `--demo` on the command line: demo model, not saved
-        self.setWindowTitle(self.tr("VoiceChat — Japanese voice chat"))
+        # Turns the engine holds (what an export would write): the transcript may show more, e.g.
+        # turns from before an engine restart.
+        self.engine_turns = 0
+        # The model settings that last loaded: a folder is saved as the model only once it has
+        # loaded, so a broken folder never becomes the model of the next start.
+        self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+        self.mic_missing = False
+        self.audio_problems: dict[str, str] = {}  # audio device problems shown together in the banner
+        self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
+        self.confirm_box: QMessageBox | None = None
+        self.clear_after_turn = False  # a new system prompt during a turn: clear once the turn is over
+        self.global_key: GlobalPttKey | None = None
+        # The platform adds the application's display name ("VoiceChat") to the title itself.
+        self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
         self._build_ui()
         self.bridge.event_received.connect(self.on_event)
@@ -98,6 +122,7 @@ class MainWindow(QMainWindow):
         self.key_filter = PttKeyFilter(self, self.ptt, key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space)
         QApplication.instance().installEventFilter(self.key_filter)
         self._apply_ptt_key_label()
+        self._apply_global_ptt()
         self.set_state(EngineState.LOADING)
         if loaded.warning:
             self.banner.show_message("warning", self.tr("Settings problem: %1").replace("%1", loaded.warning))
@@ -189,6 +214,32 @@ class MainWindow(QMainWindow):
         key = key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space
         self.ptt.set_key_name(key_to_text(key, native=True))
 
+    def _apply_global_ptt(self) -> None:
+        """Start or stop the system-wide push-to-talk key as the settings say."""
+        key = key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space
+        if not self.settings.global_ptt:
+            if self.global_key is not None:
+                self.global_key.stop()
+                self.global_key = None
+            self.key_filter.global_hook_active = False
+            return
+        if self.global_key is None:
+            hook = GlobalPttKey(key, self)
+            # Emitted on the hook's thread: queued into the Qt thread, into the same hold and debounce.
+            hook.pressed.connect(self.key_filter.key_pressed, Qt.ConnectionType.QueuedConnection)
+            hook.released.connect(self.key_filter.key_released, Qt.ConnectionType.QueuedConnection)
+            problem = hook.start()
+            if problem is not None:
+                self.key_filter.global_hook_active = False
+                self.banner.show_message("warning", self.tr("The push-to-talk key cannot work outside this window "
+                                                            "on this system. It works while VoiceChat is the "
+                                                            "active window."), details=problem)
+                return
+            self.global_key = hook
+        else:
+            self.global_key.set_key(key)
+        self.key_filter.global_hook_active = True
+
     # ================================================================== start-up
 
     def start_engine(self) -> None:
@@ -211,8 +262,16 @@ class MainWindow(QMainWindow):
                     context_tokens=s.context_tokens, allow_download=allow_download)
 
     def _save_settings(self) -> None:
+        settings = self.settings
+        source = settings.model_source
+        if (source, settings.model_revision, settings.demo) != self.confirmed_model and source and looks_like_path(source):
+            # A folder that has not loaded yet is not saved: if it is broken, the next start must not
+            # try it again. (A Hub id is saved at once, so that a download can be resumed.)
+            model_source, model_revision, demo = self.confirmed_model
+            settings = dataclasses.replace(settings, model_source=model_source, model_revision=model_revision,
+                                           demo=demo)
         try:
-            save_settings(self.settings, self.settings_path)
+            save_settings(settings, self.settings_path)
         except OSError as exc:
             self.banner.show_message("error", self.tr("The settings could not be saved: %1").replace("%1", str(exc)))
 
@@ -278,18 +337,75 @@ class MainWindow(QMainWindow):
     def end_take(self) -> None:
         self.bridge.send(EndTake())
 
+    def has_conversation(self) -> bool:
+        return bool(self.transcript.user_items or self.transcript.assistant_items)
+
+    def confirm_erase(self, question: str, proceed: Callable[[], None],
+                      keep: Callable[[], None] | None = None) -> QMessageBox | None:
+        """Ask before `proceed` erases the conversation, offering to export it first; `keep` runs if
+        the user keeps it. Without a conversation there is nothing to lose: `proceed` runs at once.
+
+        The box is window-modal but asynchronous (open()), so the engine's events keep arriving."""
+        if not self.has_conversation():
+            proceed()
+            return None
+        box = QMessageBox(QMessageBox.Icon.Question, self.tr("Erase the conversation?"), question,
+                          QMessageBox.StandardButton.NoButton, self)
+        if self.engine_turns:
+            box.setInformativeText(self.tr("To keep a copy, export it first (audio, transcript and timings)."))
+            box.export_button = box.addButton(self.tr("Export first…"), QMessageBox.ButtonRole.AcceptRole)
+        else:
+            box.export_button = None
+        box.erase_button = box.addButton(self.tr("Erase the conversation"), QMessageBox.ButtonRole.DestructiveRole)
+        box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
+        box.setDefaultButton(box.keep_button)
+        box.setEscapeButton(box.keep_button)
+
+        def on_finished() -> None:
+            clicked = box.clickedButton()
+            self.confirm_box = None
+            box.deleteLater()
+            if clicked is box.erase_button or (clicked is box.export_button and box.export_button is not None
+                                               and self.choose_export_path()):
+                proceed()  # an export is sent first, so the engine writes it before it forgets
+            elif keep is not None:
+                keep()
+
+        box.finished.connect(on_finished)
+        self.confirm_box = box
+        box.open()
+        return box
+
     def reset_conversation(self) -> None:
+        self.confirm_erase(self.tr("Start a new conversation? The current conversation will be erased."),
+                           self._reset_now)
+
+    def _reset_now(self) -> None:
         self.bridge.send(Reset())
         self.transcript.clear()
-        self.rtf.clear_value()
+        self.engine_turns = 0
+        self.clear_after_turn = False
+        self._reset_statistics()
 
-    def choose_export_path(self) -> None:
+    def _reset_statistics(self) -> None:
+        # A new conversation starts new statistics: the RTF readout and the latency history alike.
+        self.rtf.clear_value()
+        self.latency.clear()
+
+    def choose_export_path(self) -> bool:
+        """Ask where to export and send the export; False if there is nothing to export or no file was chosen."""
+        if not self.engine_turns:
+            # Said before any file dialog: there is no point choosing a file for nothing.
+            self.banner.show_message("info", self.tr("There is nothing to export yet."))
+            return False
         folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
         default = str(Path(folder) / time.strftime("voicechat-%Y%m%d-%H%M%S.wav"))
         path, _ = QFileDialog.getSaveFileName(self, self.tr("Export conversation"), default,
                                               self.tr("WAV audio (*.wav)"))
-        if path:
-            self.export_to(path)
+        if not path:
+            return False
+        self.export_to(path)
+        return True
 
     def export_to(self, path: str) -> None:
         if not path.lower().endswith(".wav"):
@@ -306,18 +422,35 @@ class MainWindow(QMainWindow):
         return dialog
 
     def apply_settings(self, new: Settings) -> None:
+        """Apply the dialog's settings; a new system prompt erases the conversation, so it asks first."""
+        old = self.settings
+        if new.system_prompt != old.system_prompt and self.has_conversation():
+            self.confirm_erase(
+                self.tr("The new system prompt starts a new conversation: the current conversation will be erased."),
+                lambda: self._apply_settings(new),
+                # Kept: everything else is applied, the prompt stays as it was.
+                lambda: self._apply_settings(dataclasses.replace(new, system_prompt=old.system_prompt)))
+            return
+        self._apply_settings(new)
+
+    def _apply_settings(self, new: Settings) -> None:
         """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
         old, self.settings = self.settings, new
         self._save_settings()
-        if new.system_prompt != old.system_prompt and (self.transcript.user_items or self.transcript.assistant_items):
+        if new.system_prompt != old.system_prompt:
             # The engine starts a new conversation with a new prompt (the prompt is the start of the
-            # model's context), so the window does too, and says so.
-            self.transcript.clear()
-            self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
+            # model's context); during a turn it does so once the answer is over, and so does the window.
+            if self.state in (EngineState.RECORDING, EngineState.THINKING, EngineState.SPEAKING):
+                self.clear_after_turn = True
+            else:
+                self._start_new_conversation_for_prompt()
         if (new.sampling, new.system_prompt, new.max_answer_seconds) != (
                 old.sampling, old.system_prompt, old.max_answer_seconds):
             self.bridge.send(ApplySettings(new.sampling, new.system_prompt, new.max_answer_seconds))
         if (new.input_device, new.output_device) != (old.input_device, old.output_device):
+            self.audio_problems.clear()  # new devices: the old ones' problems no longer apply
+            if self.banner_error_kind == "audio_device":
+                self.banner.hide()
             self.bridge.send(SelectDevices(new.input_device, new.output_device))
         model_changed = (new.model_source, new.model_revision, new.demo, new.context_tokens) != (
             old.model_source, old.model_revision, old.demo, old.context_tokens)
@@ -328,17 +461,30 @@ class MainWindow(QMainWindow):
         if new.ptt_key != old.ptt_key:
             self.key_filter.set_key(key_from_text(new.ptt_key) or Qt.Key.Key_Space)
             self._apply_ptt_key_label()
+        if (new.ptt_key, new.global_ptt) != (old.ptt_key, old.global_ptt):
+            self._apply_global_ptt()
         if new.language != old.language:
             self.banner.show_message("info", self.tr("The language changes the next time VoiceChat starts."))
+
+    def _start_new_conversation_for_prompt(self) -> None:
+        self.clear_after_turn = False
+        had_conversation = self.has_conversation()
+        self.transcript.clear()
+        self.engine_turns = 0
+        self._reset_statistics()
+        if had_conversation:
+            self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
 
     def restart_engine(self) -> None:
         self.engine_dead = False
         self.banner.hide()
+        self.audio_problems.clear()  # the new engine reports its devices afresh
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
             item.replay_button.setEnabled(False)  # the old engine took their audio with it
         if self.transcript.user_items or self.transcript.assistant_items:
             self.transcript.add_notice(self.tr("The engine was restarted; earlier turns cannot be replayed or "
                                                "exported, and the model does not remember them."))
+        self.engine_turns = 0
         self.set_state(EngineState.LOADING)
         self.bridge.restart()
         self._send_setup()
@@ -349,6 +495,8 @@ class MainWindow(QMainWindow):
         elif action_id == "choose_model":
             self.banner.hide()
             self.show_first_run()
+        elif action_id == "settings":
+            self.open_settings()
 
     # ================================================================== engine events
 
@@ -356,13 +504,16 @@ class MainWindow(QMainWindow):
         self.state = state
         self.state_indicator.set_state(state)
         usable = state not in (EngineState.LOADING, EngineState.NO_MODEL) and not self.engine_dead
-        self.ptt.setEnabled(usable)
+        self.ptt.set_recording(state is EngineState.RECORDING)
+        self.ptt.setEnabled(usable and not self.mic_missing)
         self.stop_action.setEnabled(state in (EngineState.THINKING, EngineState.SPEAKING))
         self.export_action.setEnabled(not self.engine_dead)
         self.reset_action.setEnabled(usable)
         if state is not EngineState.LOADING:
             self.progress_label.clear()
             self.progress_bar.hide()
+        if self.clear_after_turn and state in (EngineState.IDLE, EngineState.NO_MODEL):
+            self._start_new_conversation_for_prompt()
 
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
         if isinstance(event, InputLevel):
@@ -376,14 +527,20 @@ class MainWindow(QMainWindow):
         elif isinstance(event, LiveRtf):
             self.rtf.set_rtf(event.rtf, live=True)
         elif isinstance(event, UserTakeAdded):
+            self.engine_turns += 1
             self.transcript.add_user_take(event.turn_id, event.duration_s)
+            self.latency.start_turn()  # the "this turn" column is about the new turn from now on
         elif isinstance(event, AssistantTurnStarted):
             self.transcript.start_assistant(event.turn_id, event.greedy)
+            self.latency.start_turn()
         elif isinstance(event, AssistantTurnFinished):
             self.transcript.finish_assistant(event.turn_id, event.text, event.duration_s, event.cancelled)
         elif isinstance(event, TurnMetrics):
             self.latency.add_turn(event)
-            if event.rtf is not None:
+            if event.cancelled:
+                # A stopped answer's figure (a few frames' start-up over a fraction of a second) is no RTF.
+                self.rtf.set_stopped()
+            elif event.rtf is not None:
                 self.rtf.set_rtf(event.rtf, live=False)
         elif isinstance(event, ContextUsage):
             self.context_gauge.set_usage(event.used_tokens, event.capacity_tokens)
@@ -402,8 +559,13 @@ class MainWindow(QMainWindow):
                 self._close_first_run()  # a model is loaded: the first run is over
             if self.banner.level == "warning" and self.banner._action_id == "choose_model":
                 self.banner.hide()
+            if self.banner_error_kind in ("model", "gpu_memory") and not self.banner.isHidden():
+                self.banner.hide()  # an earlier load's error: this load worked
+                self.banner_error_kind = ""
+            self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+            self._save_settings()  # now a folder chosen for this load is known to work
         elif isinstance(event, Devices):
-            self.devices = event
+            self._on_devices(event)
         elif isinstance(event, ModelMissing):
             self.show_first_run(resume=self.settings.model_source is not None and not self.settings.demo)
         elif isinstance(event, DownloadCancelled):
@@ -411,10 +573,42 @@ class MainWindow(QMainWindow):
                 self.first_run.show_choices(self.tr("Download cancelled. The files already downloaded are kept for next time."))
         elif isinstance(event, Exported):
             self.exported_paths = event.paths
-            self.banner.show_message("info", self.tr("Conversation exported: %1").replace(
-                "%1", ", ".join(Path(p).name for p in event.paths)), details="\n".join(event.paths))
+            folder = str(Path(event.paths[0]).parent) if event.paths else ""
+            self.banner.show_message("info", self.tr("Conversation exported to %1: %2")
+                                     .replace("%1", folder).replace("%2", ", ".join(Path(p).name for p in event.paths)),
+                                     details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
+
+    def _on_devices(self, event: Devices) -> None:
+        self.devices = event
+        self.mic_missing = not event.inputs
+        self.ptt.set_missing(self.tr("No microphone found") if self.mic_missing else "")
+        if self.mic_missing:
+            self.ptt.cancel_hold()
+            self.key_filter.end_hold()
+        # Shown at start, next to any speaker problem, not only when push-to-talk is pressed.
+        no_mic = self.tr("No microphone was found. Connect one, then choose it in Settings.")
+        if self.mic_missing:
+            if NO_MICROPHONE_TEMPLATE not in self.audio_problems:  # not twice, in the engine's words and ours
+                self.audio_problems["no-microphone"] = no_mic
+        else:
+            self.audio_problems.pop("no-microphone", None)
+            self.audio_problems.pop(NO_MICROPHONE_TEMPLATE, None)
+        if event.outputs:
+            self.audio_problems.pop(NO_SPEAKER_TEMPLATE, None)
+        if self.audio_problems:
+            self._show_audio_problems()
+        elif self.banner_error_kind == "audio_device" and not self.banner.isHidden():
+            self.banner.hide()
+            self.banner_error_kind = ""
+        self.set_state(self.state)
+
+    def _show_audio_problems(self) -> None:
+        title = self.tr("Audio device")
+        text = "<br>".join(f"<b>{title}:</b> {problem}" for problem in self.audio_problems.values())
+        self.banner_error_kind = "audio_device"
+        self.banner.show_message("error", text, action_id="settings", action_text=self.tr("Settings…"))
 
     def _on_take_rejected(self, event: TakeRejected) -> None:
         if event.reason == "too_short":
@@ -456,6 +650,19 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, event: EngineError) -> None:
         self.last_error = event
+        message = engine_text(event.message, event.template, event.values, event.part_lists)
+        if event.kind == "audio_device":
+            # Several device problems at once (no microphone and no speaker) are all shown, together.
+            if event.template == NO_MICROPHONE_TEMPLATE:
+                self.audio_problems.pop("no-microphone", None)  # the same problem, in the engine's words
+            self.audio_problems[event.template or event.message] = message
+            self._show_audio_problems()
+            if self.state is not EngineState.RECORDING:
+                # A press that could not open the microphone: the button must not go on looking
+                # pressed. (While the engine records, e.g. a speaker problem, the take goes on.)
+                self.ptt.cancel_hold()
+                self.key_filter.end_hold()
+            return
         titles = {
             "model": self.tr("Model"),
             "lora": self.tr("Voice"),
@@ -466,17 +673,34 @@ class MainWindow(QMainWindow):
             "export": self.tr("Export"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
-        message = engine_text(event.message, event.template, event.values, event.part_lists)
         text = f"<b>{title}:</b> {message}"
+        # A failed load leaves no model: the first-run choices are offered again, with the reason,
+        # and the reason is said there only (not twice, in the banner behind the dialog too).
+        no_model = event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL
+        if no_model or (self.first_run is not None and self.first_run.downloading):
+            self.banner_error_kind = ""
+            if self.banner.level == "error":
+                self.banner.hide()
+            self.show_first_run(self._plain_load_error(event, message))
+            return
+        self.banner_error_kind = event.kind
         if event.fatal:
             self.banner.show_message("error", text, details=event.details, action_id="restart",
                                      action_text=self.tr("Restart engine"))
         else:
             self.banner.show_message("error", text, details=event.details)
-        # A failed load leaves no model: offer the choices again, with the reason.
-        no_model = event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL
-        if no_model or (self.first_run is not None and self.first_run.downloading):
-            self.show_first_run(message)
+
+    def _plain_load_error(self, event: EngineError, message: str) -> str:
+        """A failed load in words a new user follows: a broken folder says what to do first, and lists
+        what is wrong after that (the engine's message names file formats and tensors)."""
+        if event.template != MODEL_FOLDER_TEMPLATE:
+            return message
+        folder = dict(event.values).get("folder", "")
+        parts = dict(event.part_lists).get("problems", ())
+        problems = engine_parts(parts) if parts else dict(event.values).get("problems", "")
+        return (self.tr("The folder %1 does not hold a usable model. Choose the folder that holds all of the model's "
+                        "files (config.json, model.safetensors and the others), or download the model.")
+                .replace("%1", folder) + "\n" + self.tr("What is wrong: %1").replace("%1", problems))
 
     def on_engine_stopped(self, error: str) -> None:
         if not error:
@@ -501,10 +725,11 @@ class MainWindow(QMainWindow):
             self.graphs_label.setText(self.tr("CUDA graphs ready"))
             self.graphs_label.setStyleSheet("color: #2e7d32;")
         else:
-            reason = engine_text(info.fallback_reason) if info.fallback_reason else "—"
-            self.graphs_label.setText(self.tr("No CUDA graphs: %1").replace("%1", reason))
+            # The reason says itself that there are no CUDA graphs ("No CUDA GPU: running eagerly…").
+            self.graphs_label.setText(engine_str(info.fallback_reason) if info.fallback_reason
+                                      else self.tr("No CUDA graphs"))
             self.graphs_label.setStyleSheet("color: #ef6c00;")
-        self.model_label.setText(self.tr("Model: %1").replace("%1", info.model_name))
+        self.model_label.setText(self.tr("Model: %1").replace("%1", engine_str(info.model_name)))
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
         self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
 
@@ -512,6 +737,9 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         QApplication.instance().removeEventFilter(self.key_filter)
+        if self.global_key is not None:
+            self.global_key.stop()
+            self.global_key = None
         self._save_settings()
         # Let the engine close its audio streams; it is a daemon thread, so a hung engine cannot keep
         # the process alive.

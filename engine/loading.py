@@ -105,9 +105,10 @@ def load_model(
                 processor.audio_detokenizer  # noqa: B018 (the property builds and caches the module)
     except torch.OutOfMemoryError as error:
         _free_cuda_memory()
-        raise GpuMemoryError(
-            f"The GPU ran out of memory while loading the model ({_memory_summary(device)}). "
-            "Close other programs that use the GPU, or use a GPU with more memory."
+        raise GpuMemoryError.of(
+            "The GPU ran out of memory while loading the model ({memory}). "
+            "Close other programs that use the GPU, or use a GPU with more memory.",
+            memory=_memory_summary(device),
         ) from error
     except (OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError) as error:
         raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error

@@ -361,7 +361,8 @@ def resolve_model(
             raise ModelFilesError(path, problems)
         return path
     if not looks_like_repo_id(source):
-        raise ModelNotFoundError(f"{source} is neither a model folder nor a Hub repo id like {DEFAULT_REPO_ID}.")
+        raise ModelNotFoundError.of("{source} is neither a model folder nor a Hub repo id like {example}.",
+                                    source=source, example=DEFAULT_REPO_ID)
     local = find_local_model(source, revision)
     if local is not None:
         return local

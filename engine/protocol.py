@@ -314,6 +314,12 @@ class EngineError:
     part_lists: tuple[tuple[str, tuple[MessagePart, ...]], ...] = ()
 
     @classmethod
+    def templated(cls, kind: str, template: str, **args: object) -> "EngineError":
+        """The error whose message is `template` filled with `args` (translatable by the app)."""
+        values = {name: str(value) for name, value in args.items()}
+        return cls(kind=kind, message=template.format(**values), template=template, values=tuple(sorted(values.items())))
+
+    @classmethod
     def from_exception(cls, kind: str, error: object, *, details: str = "") -> "EngineError":
         """From a UserFacingError or an AudioError (message, template, values and parts carried over)."""
         message = getattr(error, "message", None) or getattr(error, "user_message", str(error))

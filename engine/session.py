@@ -22,7 +22,7 @@ import torch
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
 from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece
-from engine.errors import AudioInputError, GpuMemoryError, LoraError, ModelNotFoundError
+from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
     GeneratedFrame,
@@ -161,9 +161,11 @@ def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_
     if wave.size == 0:
         raise AudioInputError("The recording is empty.")
     if seconds < MIN_TAKE_SECONDS:
-        raise AudioInputError(f"The recording is too short ({seconds:.2f} s; at least {MIN_TAKE_SECONDS} s is needed).")
+        raise AudioInputError.of("The recording is too short ({seconds} s; at least {minimum} s is needed).",
+                                 seconds=f"{seconds:.2f}", minimum=MIN_TAKE_SECONDS)
     if seconds > max_seconds:
-        raise AudioInputError(f"The recording is too long ({seconds:.1f} s; at most {max_seconds:g} s).")
+        raise AudioInputError.of("The recording is too long ({seconds} s; at most {maximum} s).",
+                                 seconds=f"{seconds:.1f}", maximum=f"{max_seconds:g}")
     if not np.all(np.isfinite(wave)):
         raise AudioInputError("The recording contains invalid samples (NaN or infinity).")
 
@@ -220,15 +222,15 @@ class ChatSession:
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
         report(Progress("load_weights", None, str(folder)))
-        loaded = load_model(folder, device=torch_device, name="demo (random weights)" if demo else (model_id or folder.name))
+        loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
         fallback_reason: str | None = None
         graphs_ready = False
         backend: StepBackend
         if torch_device.type != "cuda":
-            fallback_reason = "No CUDA GPU: running eagerly on the CPU (much slower than real time)."
+            fallback_reason = Message("No CUDA GPU: running eagerly on the CPU (much slower than real time).")
             backend = EagerBackend(loaded.model)
         elif not use_cuda_graphs:
-            fallback_reason = "CUDA graphs disabled: running eagerly on the GPU."
+            fallback_reason = Message("CUDA graphs disabled: running eagerly on the GPU.")
             backend = EagerBackend(loaded.model)
         else:
             backend, fallback_reason = _graphed_backend_or_fallback(loaded, context_tokens, report)
@@ -479,9 +481,11 @@ def _graphed_backend_or_fallback(
         return GraphedBackend(loaded, context_tokens=context_tokens), None
     except torch.OutOfMemoryError as error:
         torch.cuda.empty_cache()
-        return EagerBackend(loaded.model), f"CUDA graph capture ran out of GPU memory ({error}); running eagerly."
+        return EagerBackend(loaded.model), Message("CUDA graph capture ran out of GPU memory ({error}); running eagerly.",
+                                                   error=error)
     except (ImportError, RuntimeError) as error:
-        return EagerBackend(loaded.model), f"CUDA graph capture failed ({error}); running eagerly on the GPU."
+        return EagerBackend(loaded.model), Message("CUDA graph capture failed ({error}); running eagerly on the GPU.",
+                                                   error=error)
 
 
 __all__ = [

@@ -51,6 +51,9 @@ class Settings:
     max_answer_seconds: float = 30.0
     context_tokens: int = 4096
     ptt_key: str = "Space"  # QKeySequence text (portable form)
+    # The push-to-talk key also works while another application has the focus (a system-wide key
+    # hook, app/widgets/global_ptt.py); off by default, since it watches every key press.
+    global_ptt: bool = False
     language: str = "auto"  # "auto" follows the system locale; see app/i18n.py
 
 
@@ -150,6 +153,7 @@ _FIELD_CHECKS: dict[str, Any] = {
     "max_answer_seconds": lambda v: _check_float(v, 1.0, 600.0),
     "context_tokens": lambda v: _check_int(v, 512, 131072),
     "ptt_key": _check_key,
+    "global_ptt": _check_bool,
     "language": _check_language,
 }
 

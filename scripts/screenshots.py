@@ -1,5 +1,6 @@
-"""Render the main window, the settings dialog and the first-run dialog on a real X server (Xvfb)
-and save PNGs, so a person can look at the UI without running the app.
+"""Render every state of the main window (loading, ready, recording, speaking, an error, no
+microphone, a stopped engine) and every dialog (settings tabs, first run, confirmations) on a real X
+server (Xvfb) and save PNGs, so a person can look at the UI without running the app.
 
     .venv/bin/python scripts/screenshots.py [--out screenshots] [--lang ja|en|both] [--live]
 
@@ -117,15 +118,40 @@ def _live(window: object, app: object) -> None:
         time.sleep(0.02)
 
 
-def render(out: Path, language: str, live: bool, output_device: str | None = None) -> list[Path]:
-    os.environ["QT_QPA_PLATFORM"] = "xcb"
+def _new_window(settings: object, tmp: Path, live: bool = False) -> object:
+    from app.bridge import EngineBridge
+    from app.main_window import MainWindow
+    from engine.settings import LoadResult
+
+    bridge = EngineBridge() if live else EngineBridge(_NoEngine)
+    window = MainWindow(bridge, LoadResult(settings), tmp / "settings.json")  # type: ignore[arg-type]
+    window.resize(1180, 780)
+    window.show()
+    return window
+
+
+def _close(window: object) -> None:
     from PySide6.QtWidgets import QApplication
 
-    from app.bridge import EngineBridge
+    window.close()  # type: ignore[attr-defined]
+    _settle(QApplication.instance(), 0.1)
+
+
+def _grab_box(box: object, path: Path) -> Path:
+    """A confirmation box: grabbed, then answered "keep" so that nothing is erased."""
+    saved = _grab(box, path)
+    box.keep_button.click()  # type: ignore[attr-defined]
+    return saved
+
+
+def render(out: Path, language: str, live: bool, output_device: str | None = None) -> list[Path]:
+    """Every state of the main window and every dialog, in `language`."""
+    os.environ["QT_QPA_PLATFORM"] = "xcb"
     from app.i18n import install_translator
     from app.main import create_app
-    from app.main_window import MainWindow
-    from engine.settings import LoadResult, Settings
+    from engine import protocol as p
+    from engine.errors import Message, ModelFilesError, Problem
+    from engine.settings import Settings
 
     app = create_app(["screenshots"])
     install_translator(app, language)
@@ -134,35 +160,102 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
     else:
         settings = Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP", lora="/home/user/voices/alice-voice")
     tmp = Path(tempfile.mkdtemp(prefix="voicechat-shots-"))
-    bridge = EngineBridge() if live else EngineBridge(_NoEngine)
-    window = MainWindow(bridge, LoadResult(settings), tmp / "settings.json")
-    window.resize(1180, 780)
-    window.show()
+    saved: list[Path] = []
+
+    # Starting: nothing loaded yet.
+    window = _new_window(settings, tmp)
+    window.on_event(p.Progress("load_weights", None, "LiquidAI/LFM2.5-Audio-1.5B-JP"))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-loading-{language}.png"))
+    _close(window)
+
+    # Ready, an empty conversation, on a PC without a CUDA GPU (the demo model).
+    window = _new_window(Settings(demo=True), tmp)
+    for event in (p.EngineInfo("CPU", None, False,
+                               Message("No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
+                               Message("demo (random weights)"), None, 4096),
+                  p.Devices(("USB Microphone",), ("Speakers",)), p.StateChanged(p.EngineState.IDLE)):
+        window.on_event(event)  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-ready-demo-cpu-{language}.png"))
+    _close(window)
+
+    # No microphone and no speaker.
+    window = _new_window(settings, tmp)
+    for event in (p.EngineInfo("NVIDIA GeForce RTX 4070", int(4.6 * 2**30), True, None,
+                               "LiquidAI/LFM2.5-Audio-1.5B-JP", None, 4096),
+                  p.Devices((), ()), p.StateChanged(p.EngineState.IDLE),
+                  p.EngineError("audio_device", "No speaker was found. Connect one and try again.",
+                                template="No speaker was found. Connect one and try again.")):
+        window.on_event(event)  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-no-microphone-{language}.png"))
+    dialog = window.open_settings()  # type: ignore[attr-defined]
+    dialog.resize(640, 620)
+    dialog.tabs.setCurrentIndex(2)
+    saved.append(_grab(dialog, out / f"settings-audio-no-devices-{language}.png"))
+    dialog.reject()
+    _close(window)
+
+    # The engine died: the banner offers a restart.
+    window = _new_window(settings, tmp)
+    window.on_event(p.StateChanged(p.EngineState.IDLE))  # type: ignore[attr-defined]
+    window.on_engine_stopped("RuntimeError: CUDA error: an illegal memory access was encountered")  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-engine-stopped-{language}.png"))
+    _close(window)
+
+    # The conversation (the README's picture), then recording, then the confirmations.
+    window = _new_window(settings, tmp, live)
     if live:
         _live(window, app)
     else:
         _populate(window)
-    saved = [_grab(window, out / f"main-window-{language}.png")]
+    saved.append(_grab(window, out / f"main-window-{language}.png"))
+    window.on_event(p.AssistantTurnFinished(4, "東京でおすすめの公園なら、新宿御苑がいいと思います。", 3.2, False))  # type: ignore[attr-defined]
+    window.on_event(p.TurnMetrics(4, 41.0, 80.0, 104.0, 160.0, 244.0, 0.33, 55, "", False, 1))  # type: ignore[attr-defined]
+    window.on_event(p.StateChanged(p.EngineState.RECORDING))  # type: ignore[attr-defined]
+    window.ptt.key_down()  # type: ignore[attr-defined]
+    window.on_event(p.InputLevel(0.12, 0.5, False))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-recording-{language}.png"))
+    window.ptt.key_up()  # type: ignore[attr-defined]
+    window.on_event(p.UserTakeAdded(5, 1.8))  # type: ignore[attr-defined]
+    window.on_event(p.StateChanged(p.EngineState.THINKING))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-thinking-{language}.png"))
+    window.on_event(p.AssistantTurnStarted(6))  # type: ignore[attr-defined]
+    window.on_event(p.TextDelta(6, "はい、"))  # type: ignore[attr-defined]
+    window.on_event(p.AssistantTurnFinished(6, "はい、", 0.2, True))  # type: ignore[attr-defined]
+    window.on_event(p.TurnMetrics(6, 39.0, 77.0, 99.0, 150.0, 236.0, 13.26, 3, "", True, 0))  # type: ignore[attr-defined]
+    window.on_event(p.StateChanged(p.EngineState.IDLE))  # type: ignore[attr-defined]
+    saved.append(_grab(window, out / f"state-answer-stopped-{language}.png"))
+    window.on_event(p.EngineError("gpu_memory", "The GPU ran out of memory during the prefill; try a shorter context.",  # type: ignore[attr-defined]
+                                  template="The GPU ran out of memory during the prefill; try a shorter context."))
+    saved.append(_grab(window, out / f"state-error-{language}.png"))
+    window.banner.hide()  # type: ignore[attr-defined]
 
-    dialog = window.open_settings()
+    window.reset_conversation()  # type: ignore[attr-defined]
+    saved.append(_grab_box(window.confirm_box, out / f"confirm-new-conversation-{language}.png"))  # type: ignore[attr-defined]
+    from dataclasses import replace
+
+    window.apply_settings(replace(window.settings, system_prompt="あなたは親切な旅行案内係です。"))  # type: ignore[attr-defined]
+    saved.append(_grab_box(window.confirm_box, out / f"confirm-system-prompt-{language}.png"))  # type: ignore[attr-defined]
+
+    dialog = window.open_settings()  # type: ignore[attr-defined]
     dialog.resize(640, 620)
-    saved.append(_grab(dialog, out / f"settings-conversation-{language}.png"))
-    for index, name in ((1, "audio"), (2, "model")):
+    for index, name in enumerate(("general", "conversation", "audio", "model")):
         dialog.tabs.setCurrentIndex(index)
         saved.append(_grab(dialog, out / f"settings-{name}-{language}.png"))
     dialog.reject()
 
-    first = window.show_first_run()
+    first = window.show_first_run()  # type: ignore[attr-defined]
     saved.append(_grab(first, out / f"first-run-{language}.png"))
-    from engine import protocol as p
-
     first.set_progress(p.Progress("download", 0.41, "model.safetensors", 1_236_000_000, 3_010_000_000))
     saved.append(_grab(first, out / f"first-run-download-{language}.png"))
-    window.first_run = None
+    error = ModelFilesError("/home/user/models/LFM2.5-Audio", [Problem("{file} is missing", file="config.json"),
+                                                                Problem("{file} (the weights) is missing",
+                                                                        file="model.safetensors")])
+    window.state = p.EngineState.NO_MODEL  # type: ignore[attr-defined]
+    window.on_event(p.EngineError.from_exception("model", error))  # type: ignore[attr-defined]
+    saved.append(_grab(window.first_run, out / f"first-run-broken-folder-{language}.png"))  # type: ignore[attr-defined]
+    window.first_run = None  # type: ignore[attr-defined]
     first.hide()
-    window.close()
-    _settle(app, 0.2)
-    QApplication.processEvents()
+    _close(window)
     return saved
 
 

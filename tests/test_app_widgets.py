@@ -111,7 +111,7 @@ def test_latency_meter_shows_the_waterfall_and_session_percentiles(qtbot) -> Non
     assert p95.text() == "490 ms"
     assert meter.cells["prefill_done_ms"][0].text() == "90 ms"
     assert [bar.ms for bar in meter.chart.bars] == [40.0, 90.0, 120.0, 180.0, 2000.0]
-    assert meter.turns_label.text() == "計測したターン数：3"
+    assert meter.turns_label.text() == "計測したターン数：3（最後の回答は停止されたため数えていません）"
 
 
 def test_level_meter_converts_to_dbfs_and_holds_clipping(qtbot) -> None:  # noqa: ANN001
@@ -212,9 +212,11 @@ def test_push_to_talk_button_and_key_ignore_auto_repeat(qtbot, window) -> None: 
     for _ in range(5):  # holding the key: the platform sends repeated release/press pairs
         key(QEvent.Type.KeyRelease, auto_repeat=True)
         key(QEvent.Type.KeyPress, auto_repeat=True)
-    assert window.ptt.held and window.ptt.text() == "録音中… 離すと送信"
+    assert window.ptt.held and window.ptt.text() == "マイクを準備中…"  # not "recording" before the engine records
+    _worker().post(p.StateChanged(p.EngineState.RECORDING))
+    qtbot.waitUntil(lambda: window.ptt.text() == "録音中… 離すと送信")
     key(QEvent.Type.KeyRelease)
-    assert not window.ptt.held
+    qtbot.waitUntil(lambda: not window.ptt.held)  # after the release debounce
     qtbot.mouseClick(window.ptt, Qt.MouseButton.LeftButton)  # the mouse works too
     qtbot.waitUntil(lambda: len(commands_of(window, p.EndTake)) == 2)
     assert len(commands_of(window, p.StartTake)) == 2
@@ -230,7 +232,7 @@ def test_configured_key_replaces_space(qtbot, window) -> None:  # noqa: ANN001
     QApplication.sendEvent(window, QKeyEvent(QEvent.Type.KeyPress, Qt.Key.Key_F9, Qt.KeyboardModifier.NoModifier))
     assert window.ptt.held
     QApplication.sendEvent(window, QKeyEvent(QEvent.Type.KeyRelease, Qt.Key.Key_F9, Qt.KeyboardModifier.NoModifier))
-    assert not window.ptt.held
+    qtbot.waitUntil(lambda: not window.ptt.held)
     assert json.loads(window.settings_path.read_text(encoding="utf-8"))["ptt_key"] == "F9"
 
 
@@ -305,7 +307,9 @@ def test_reset_and_export_send_commands_and_show_the_result(qtbot, window, tmp_p
     qtbot.waitUntil(lambda: window.exported_paths != ())
     assert "talk.wav" in window.banner.text and window.banner.level == "info"
     window.reset_action.trigger()
-    assert commands_of(window, p.Reset)
+    assert window.confirm_box is not None and not commands_of(window, p.Reset)  # asked first
+    window.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
     assert window.transcript.user_items == {}
 
 

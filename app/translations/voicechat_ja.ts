@@ -251,6 +251,106 @@
       <source>CUDA graphs disabled: running eagerly on the GPU.</source>
       <translation>CUDA グラフは無効です: GPU で逐次実行しています。</translation>
     </message>
+    <message>
+      <source>CUDA graph capture ran out of GPU memory ({error}); running eagerly.</source>
+      <translation>CUDA グラフの作成中に GPU メモリーが足りなくなりました（{error}）。グラフなしで実行します。</translation>
+    </message>
+    <message>
+      <source>CUDA graph capture failed ({error}); running eagerly on the GPU.</source>
+      <translation>CUDA グラフを作成できませんでした（{error}）。GPU 上でグラフなしで実行します。</translation>
+    </message>
+    <message>
+      <source>demo (random weights)</source>
+      <translation>デモ（ランダムな重み）</translation>
+    </message>
+    <message>
+      <source>The model is not loaded yet.</source>
+      <translation>モデルはまだ読み込まれていません。</translation>
+    </message>
+    <message>
+      <source>That turn has no audio to replay.</source>
+      <translation>このターンには再生できる音声がありません。</translation>
+    </message>
+    <message>
+      <source>No model is loaded, so there is no voice to switch.</source>
+      <translation>モデルが読み込まれていないため、声を切り替えられません。</translation>
+    </message>
+    <message>
+      <source>There is nothing to export yet.</source>
+      <translation>まだエクスポートするものがありません。</translation>
+    </message>
+    <message>
+      <source>Audio capture failed.</source>
+      <translation>録音に失敗しました。</translation>
+    </message>
+    <message>
+      <source>Audio playback failed.</source>
+      <translation>再生に失敗しました。</translation>
+    </message>
+    <message>
+      <source>The previous take is still being processed; press again in a moment.</source>
+      <translation>前の録音をまだ処理しています。少し待ってからもう一度押してください。</translation>
+    </message>
+    <message>
+      <source>Could not save the audio device choice.</source>
+      <translation>オーディオデバイスの選択を保存できませんでした。</translation>
+    </message>
+    <message>
+      <source>The microphone "{name}" stopped delivering audio (unplugged?). It will be reopened on the next push-to-talk.</source>
+      <translation>マイク「{name}」から音声が届かなくなりました（抜かれた可能性があります）。次に押して話すときに開き直します。</translation>
+    </message>
+    <message>
+      <source>The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.</source>
+      <translation>スピーカー「{name}」の再生が止まりました（抜かれた可能性があります）。次の回答のときに開き直します。</translation>
+    </message>
+    <message>
+      <source>The recording is empty.</source>
+      <translation>録音が空です。</translation>
+    </message>
+    <message>
+      <source>The recording is too short ({seconds} s; at least {minimum} s is needed).</source>
+      <translation>録音が短すぎます（{seconds} 秒。{minimum} 秒以上必要です）。</translation>
+    </message>
+    <message>
+      <source>The recording is too long ({seconds} s; at most {maximum} s).</source>
+      <translation>録音が長すぎます（{seconds} 秒。最大 {maximum} 秒です）。</translation>
+    </message>
+    <message>
+      <source>The recording contains invalid samples (NaN or infinity).</source>
+      <translation>録音に無効なサンプル（NaN または無限大）が含まれています。</translation>
+    </message>
+    <message>
+      <source>{path} does not exist.</source>
+      <translation>{path} がありません。</translation>
+    </message>
+    <message>
+      <source>{path} is not a file.</source>
+      <translation>{path} はファイルではありません。</translation>
+    </message>
+    <message>
+      <source>{path} is not a readable audio file ({error}).</source>
+      <translation>{path} は読み込める音声ファイルではありません（{error}）。</translation>
+    </message>
+    <message>
+      <source>{path} cannot be read ({error}).</source>
+      <translation>{path} を読み込めません（{error}）。</translation>
+    </message>
+    <message>
+      <source>{source} is neither a model folder nor a Hub repo id like {example}.</source>
+      <translation>{source} はモデルのフォルダーでも、{example} のような Hub のリポジトリ ID でもありません。</translation>
+    </message>
+    <message>
+      <source>A revision can only be pinned for a Hub repo id, not for a folder.</source>
+      <translation>リビジョンを指定できるのは Hub のリポジトリ ID だけで、フォルダーには指定できません。</translation>
+    </message>
+    <message>
+      <source>The GPU ran out of memory while loading the model ({memory}). Close other programs that use the GPU, or use a GPU with more memory.</source>
+      <translation>モデルの読み込み中に GPU メモリーが足りなくなりました（{memory}）。GPU を使うほかのプログラムを閉じるか、メモリーの多い GPU を使ってください。</translation>
+    </message>
+    <message>
+      <source>{text}</source>
+      <translation>{text}</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -401,6 +501,18 @@
       <location filename="../widgets/latency.py" line="164" />
       <source>Turns measured: %1</source>
       <translation>計測したターン数：%1</translation>
+    </message>
+    <message>
+      <source> (the last answer was stopped and is not counted)</source>
+      <translation>（最後の回答は停止されたため数えていません）</translation>
+    </message>
+    <message>
+      <source>Playback underruns: %1 this turn, %2 in this conversation</source>
+      <translation>再生の途切れ：今回 %1 回、この会話で %2 回</translation>
+    </message>
+    <message>
+      <source>How often the speaker ran out of audio because the answer was generated slower than it played (heard as gaps).</source>
+      <translation>回答の生成が再生に追いつかず、スピーカーに送る音声が尽きた回数です（音の途切れとして聞こえます）。</translation>
     </message>
   </context>
   <context>
@@ -649,6 +761,70 @@
       <source>default</source>
       <translation>標準</translation>
     </message>
+    <message>
+      <source>The push-to-talk key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
+      <translation>このシステムでは、プッシュトゥトークのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
+    </message>
+    <message>
+      <source>Erase the conversation?</source>
+      <translation>会話を消去しますか？</translation>
+    </message>
+    <message>
+      <source>To keep a copy, export it first (audio, transcript and timings).</source>
+      <translation>残しておくには、先にエクスポートしてください（音声・文字起こし・タイミング）。</translation>
+    </message>
+    <message>
+      <source>Export first…</source>
+      <translation>先にエクスポート…</translation>
+    </message>
+    <message>
+      <source>Erase the conversation</source>
+      <translation>会話を消去</translation>
+    </message>
+    <message>
+      <source>Keep the conversation</source>
+      <translation>会話を残す</translation>
+    </message>
+    <message>
+      <source>Start a new conversation? The current conversation will be erased.</source>
+      <translation>新しい会話を始めますか？ 今の会話は消去されます。</translation>
+    </message>
+    <message>
+      <source>There is nothing to export yet.</source>
+      <translation>まだエクスポートするものがありません。</translation>
+    </message>
+    <message>
+      <source>The new system prompt starts a new conversation: the current conversation will be erased.</source>
+      <translation>新しいシステムプロンプトでは新しい会話が始まります。今の会話は消去されます。</translation>
+    </message>
+    <message>
+      <source>No CUDA graphs</source>
+      <translation>CUDA グラフなし</translation>
+    </message>
+    <message>
+      <source>Japanese voice chat</source>
+      <translation>日本語音声チャット</translation>
+    </message>
+    <message>
+      <source>Conversation exported to %1: %2</source>
+      <translation>会話を %1 にエクスポートしました：%2</translation>
+    </message>
+    <message>
+      <source>No microphone found</source>
+      <translation>マイクが見つかりません</translation>
+    </message>
+    <message>
+      <source>No microphone was found. Connect one, then choose it in Settings.</source>
+      <translation>マイクが見つかりません。マイクを接続してから、設定で選んでください。</translation>
+    </message>
+    <message>
+      <source>The folder %1 does not hold a usable model. Choose the folder that holds all of the model's files (config.json, model.safetensors and the others), or download the model.</source>
+      <translation>フォルダー「%1」には使えるモデルがありません。モデルのファイル一式（config.json、model.safetensors など）が入ったフォルダーを選ぶか、モデルをダウンロードしてください。</translation>
+    </message>
+    <message>
+      <source>What is wrong: %1</source>
+      <translation>問題：%1</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
@@ -670,6 +846,10 @@
       <source>Hold to talk (%1)</source>
       <translation>押して話す（%1）</translation>
     </message>
+    <message>
+      <source>Opening the microphone…</source>
+      <translation>マイクを準備中…</translation>
+    </message>
   </context>
   <context>
     <name>RtfReadout</name>
@@ -687,6 +867,10 @@
       <location filename="../widgets/meters.py" line="182" />
       <source>RTF %1</source>
       <translation>RTF %1</translation>
+    </message>
+    <message>
+      <source>RTF — (stopped)</source>
+      <translation>RTF —（停止）</translation>
     </message>
   </context>
   <context>
@@ -891,6 +1075,34 @@
       <location filename="../settings_dialog.py" line="220" />
       <source>Switching the voice is done in place, without reloading.</source>
       <translation>声の切り替えは読み込み直さずにその場で行います。</translation>
+    </message>
+    <message>
+      <source>General</source>
+      <translation>全般</translation>
+    </message>
+    <message>
+      <source>No microphone was found.</source>
+      <translation>マイクが見つかりません。</translation>
+    </message>
+    <message>
+      <source>No speaker was found.</source>
+      <translation>スピーカーが見つかりません。</translation>
+    </message>
+    <message>
+      <source>System default (none found)</source>
+      <translation>システムの既定（見つかりません）</translation>
+    </message>
+    <message>
+      <source>Connect one; this list is refreshed each time the settings are opened.</source>
+      <translation>接続してください。この一覧は設定を開くたびに更新されます。</translation>
+    </message>
+    <message>
+      <source>The key also works when VoiceChat is not the active window</source>
+      <translation>VoiceChat がアクティブでないときもキーを使う</translation>
+    </message>
+    <message>
+      <source>Hold the key while you use another program (a game, a browser) and speak. VoiceChat then watches this key system-wide; the key still reaches the program you are using, so choose one it does not need (e.g. F9 rather than Space).</source>
+      <translation>ほかのプログラム（ゲームやブラウザーなど）を使いながら、キーを押して話せます。VoiceChat はこのキーをシステム全体で監視します。キーは使用中のプログラムにも届くので、そのプログラムが使わないキーを選んでください（スペースより F9 など）。</translation>
     </message>
   </context>
   <context>

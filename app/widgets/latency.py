@@ -95,6 +95,9 @@ class LatencyMeter(QWidget):
         super().__init__(parent)
         self.history: list[TurnMetrics] = []
         self.last: TurnMetrics | None = None
+        # True from the start of a turn until its metrics arrive: "this turn" then shows that it is
+        # being measured, not the previous turn's figures.
+        self.measuring = False
         self.chart = WaterfallChart(self)
         # Numbers also as labels: readable by screen readers and by tests.
         self.table = QGridLayout()
@@ -114,11 +117,14 @@ class LatencyMeter(QWidget):
                 self.table.addWidget(cell, row, col)
             self.cells[attr] = cells
         self.turns_label = QLabel(self)
+        # Times playback ran dry (the answer was made slower than it played): heard as gaps.
+        self.underruns_label = QLabel(self)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.chart)
         layout.addLayout(self.table)
         layout.addWidget(self.turns_label)
+        layout.addWidget(self.underruns_label)
         self._refresh()
 
     def stage_names(self) -> list[str]:
@@ -130,14 +136,21 @@ class LatencyMeter(QWidget):
             self.tr("First sample audible"),
         ]
 
+    def start_turn(self) -> None:
+        self.last = None
+        self.measuring = True
+        self._refresh()
+
     def add_turn(self, metrics: TurnMetrics) -> None:
         self.last = metrics
+        self.measuring = False
         self.history.append(metrics)
         self._refresh()
 
     def clear(self) -> None:
         self.history.clear()
         self.last = None
+        self.measuring = False
         self._refresh()
 
     def values(self, attr: str) -> list[float]:
@@ -156,9 +169,19 @@ class LatencyMeter(QWidget):
             bars.append(_Bar(name, ms, color))
             values = self.values(attr)
             this_cell, p50_cell, p95_cell = self.cells[attr]
-            this_cell.setText(self._fmt(ms))
+            this_cell.setText("…" if self.measuring else self._fmt(ms))
             p50_cell.setText(self._fmt(percentile(values, 50)))
             p95_cell.setText(self._fmt(percentile(values, 95)))
         self.chart.set_bars(bars)
         counted = sum(1 for m in self.history if not m.cancelled)
-        self.turns_label.setText(self.tr("Turns measured: %1").replace("%1", str(counted)))
+        turns_text = self.tr("Turns measured: %1").replace("%1", str(counted))
+        if self.last is not None and self.last.cancelled:
+            turns_text += self.tr(" (the last answer was stopped and is not counted)")
+        self.turns_label.setText(turns_text)
+        this_turn = "…" if self.measuring else str(self.last.underruns) if self.last is not None else "—"
+        total = sum(m.underruns for m in self.history)
+        self.underruns_label.setText(self.tr("Playback underruns: %1 this turn, %2 in this conversation")
+                                     .replace("%1", this_turn).replace("%2", str(total)))
+        self.underruns_label.setStyleSheet("color: #c62828;" if total else "")
+        self.underruns_label.setToolTip(self.tr("How often the speaker ran out of audio because the answer was "
+                                                "generated slower than it played (heard as gaps)."))

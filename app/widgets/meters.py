@@ -173,6 +173,13 @@ class RtfReadout(QLabel):
         self.setText(self.tr("RTF —"))
         self.setStyleSheet("")
 
+    def set_stopped(self) -> None:
+        """The answer was stopped: its generation time over a fraction of a second of audio is no RTF."""
+        self.value = None
+        self.live = False
+        self.setText(self.tr("RTF — (stopped)"))
+        self.setStyleSheet("color: #757575;")
+
     def set_rtf(self, rtf: float | None, *, live: bool) -> None:
         if rtf is None:
             self.clear_value()

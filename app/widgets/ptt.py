@@ -3,11 +3,17 @@
 The key works anywhere in the main window (an application event filter), ignores auto-repeat
 (holding a key sends repeated press/release pairs on most platforms), and releases the take when the
 window loses focus while the key is held, so a take can never get stuck "on".
+
+Auto-repeat is not trusted to be flagged: under X11 Qt reports some repeat pairs with
+`isAutoRepeat() == False`. So a release only ends the take when no press follows it within
+`RELEASE_DEBOUNCE_MS`; a release followed at once by a press is one hold, whatever the platform says.
+The same two entry points (`key_pressed` / `key_released`) serve the optional system-wide key
+(app/widgets/global_ptt.py), so both sources share one hold and one debounce.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QPushButton, QSizePolicy, QWidget
 
@@ -34,6 +40,10 @@ class PttButton(QPushButton):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.held = False
+        # Set from the engine's state: the button looks like recording only while the engine really
+        # records (a press with no microphone must not turn it red).
+        self.recording = False
+        self.missing_text = ""  # why push-to-talk cannot work (no microphone), shown on the button
         self.key_name = "Space"
         self.setMinimumHeight(96)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
@@ -52,10 +62,29 @@ class PttButton(QPushButton):
         self.key_name = native_key_name
         self._refresh()
 
+    def set_recording(self, recording: bool) -> None:
+        if recording != self.recording:
+            self.recording = recording
+            self._refresh()
+
+    def set_missing(self, text: str) -> None:
+        """Say on the button what push-to-talk lacks (empty: nothing is missing)."""
+        if text != self.missing_text:
+            self.missing_text = text
+            self._refresh()
+
     def _refresh(self) -> None:
-        if self.held:
+        if self.held and self.recording:
             self.setText(self.tr("Recording… release to send"))
             self.setStyleSheet("QPushButton { background: #c62828; color: white; border-radius: 12px; }")
+        elif self.held:
+            # Pressed, but the engine is not recording (yet): the microphone is being opened, or
+            # could not be.
+            self.setText(self.tr("Opening the microphone…"))
+            self.setStyleSheet("QPushButton { background: #6d4c41; color: white; border-radius: 12px; }")
+        elif self.missing_text:
+            self.setText(self.missing_text)
+            self.setStyleSheet("QPushButton { background: #9e9e9e; color: white; border-radius: 12px; }")
         else:
             self.setText(self.tr("Hold to talk (%1)").replace("%1", self.key_name))
             self.setStyleSheet("QPushButton { background: #1565c0; color: white; border-radius: 12px; }"
@@ -85,6 +114,12 @@ class PttButton(QPushButton):
         self.setDown(False)
         self._end()
 
+    def cancel_hold(self) -> None:
+        """End a hold that cannot record (no microphone): the button stops looking pressed."""
+        if self.held:
+            self.setDown(False)
+            self._end()
+
     def changeEvent(self, event: QEvent) -> None:
         # Disabled while held (e.g. the engine died mid-take): end the take rather than leave it open.
         if event.type() == QEvent.Type.EnabledChange and not self.isEnabled() and self.held:
@@ -96,18 +131,54 @@ class PttButton(QPushButton):
 class PttKeyFilter(QObject):
     """Application-wide filter that turns the push-to-talk key into button presses while `window` is active."""
 
+    # A real release is followed by no press for far longer than this; an auto-repeat pair (flagged
+    # or not) is a release and a press within the same millisecond or two. Short enough that the
+    # take's end is not noticeably late (the tail the recorder keeps after a release is longer).
+    RELEASE_DEBOUNCE_MS = 60
+
     def __init__(self, window: QWidget, button: PttButton, key: Qt.Key) -> None:
         super().__init__(window)
         self.window = window
         self.button = button
         self.key = key
         self.key_held = False
+        # True while the system-wide hook drives the key: then it alone presses and releases (it
+        # sees the key in this window too), and this filter only keeps the key away from widgets.
+        self.global_hook_active = False
+        self._release_timer = QTimer(self)
+        self._release_timer.setSingleShot(True)
+        self._release_timer.setInterval(self.RELEASE_DEBOUNCE_MS)
+        self._release_timer.timeout.connect(self._release_now)
 
     def set_key(self, key: Qt.Key) -> None:
+        self.end_hold()
+        self.key = key
+
+    @property
+    def release_pending(self) -> bool:
+        return self._release_timer.isActive()
+
+    def key_pressed(self) -> None:
+        if self._release_timer.isActive():
+            self._release_timer.stop()  # a release and at once a press: the key never went up
+            return
+        if not self.key_held:
+            self.key_held = True
+            self.button.key_down()
+
+    def key_released(self) -> None:
+        if self.key_held and not self._release_timer.isActive():
+            self._release_timer.start()
+
+    def end_hold(self) -> None:
+        """End the hold now (focus lost, key changed): no debounce."""
+        self._release_timer.stop()
+        self._release_now()
+
+    def _release_now(self) -> None:
         if self.key_held:
             self.key_held = False
             self.button.key_up()
-        self.key = key
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         etype = event.type()
@@ -120,19 +191,15 @@ class PttKeyFilter(QObject):
                 # letting a shortcut with the same key swallow it.
                 event.accept()
                 return True
-            if event.isAutoRepeat():
-                return True  # swallow the repeats, the take is already running
+            if event.isAutoRepeat() or self.global_hook_active:
+                return True  # swallow: the take is already running, or the hook drives it
             if etype == QEvent.Type.KeyPress:
-                if not self.key_held:
-                    self.key_held = True
-                    self.button.key_down()
-            elif self.key_held:
-                self.key_held = False
-                self.button.key_up()
+                self.key_pressed()
+            else:
+                self.key_released()
             return True
-        if etype == QEvent.Type.ApplicationDeactivate and self.key_held:
-            self.key_held = False
-            self.button.key_up()
+        if etype == QEvent.Type.ApplicationDeactivate and not self.global_hook_active:
+            self.end_hold()
         return False
 
     def _window_is_target(self) -> bool:

@@ -3,7 +3,7 @@ streams in while it is generated (with replay of the spoken audio), and small no
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -104,7 +104,16 @@ class NoticeItem(QLabel):
 
 
 class TranscriptView(QScrollArea):
+    """The conversation, following the newest message unless the user has scrolled up to read.
+
+    Following is a state, not a check made when a message is added: the scroll range only grows
+    once the layout has run (after the message was added, and again as a streamed answer wraps onto
+    more lines), so the view scrolls to the end whenever the range changes while it follows. The
+    user scrolling away from the end stops following; scrolling back to the end resumes it.
+    """
+
     replay_requested = Signal(int)
+    FOLLOW_MARGIN_PX = 24  # this close to the end counts as "at the end"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -118,19 +127,36 @@ class TranscriptView(QScrollArea):
         self.user_items: dict[int, UserTakeItem] = {}
         self.assistant_items: dict[int, AssistantItem] = {}
         self.notices: list[NoticeItem] = []
+        self.following = True
+        self._scrolling = False  # True while the view itself moves the bar
+        bar = self.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range_changed)
+        bar.valueChanged.connect(self._on_value_changed)
         self.placeholder = NoticeItem(self.tr("Hold the button (or the push-to-talk key) and speak."), self._content)
         self._add(self.placeholder)
 
     def _add(self, widget: QWidget) -> None:
-        bar = self.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 40  # only follow if the user has not scrolled up
         self._layout.insertWidget(self._layout.count() - 1, widget)
-        if follow:
-            self._scroll_to_end_later()
 
-    def _scroll_to_end_later(self) -> None:
-        # The scroll range grows only after the layout has run, so scroll on the next event loop turn.
-        QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+    def _on_range_changed(self, _minimum: int, maximum: int) -> None:
+        if self.following:
+            self._scroll_to_end()
+
+    def _on_value_changed(self, value: int) -> None:
+        if not self._scrolling:  # the user (wheel, bar, keys) moved it
+            self.following = value >= self.verticalScrollBar().maximum() - self.FOLLOW_MARGIN_PX
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        self._scrolling = True
+        try:
+            bar.setValue(bar.maximum())
+        finally:
+            self._scrolling = False
+
+    def at_end(self) -> bool:
+        bar = self.verticalScrollBar()
+        return bar.value() >= bar.maximum() - self.FOLLOW_MARGIN_PX
 
     def _drop_placeholder(self) -> None:
         if self.placeholder is not None:
@@ -159,9 +185,6 @@ class TranscriptView(QScrollArea):
         if item is None:  # a delta without a start (should not happen): make the item anyway
             item = self.start_assistant(turn_id, greedy=False)
         item.append(text)
-        bar = self.verticalScrollBar()
-        if bar.value() >= bar.maximum() - 40:
-            self._scroll_to_end_later()
 
     def finish_assistant(self, turn_id: int, text: str, duration_s: float, cancelled: bool) -> None:
         item = self.assistant_items.get(turn_id)
@@ -182,6 +205,7 @@ class TranscriptView(QScrollArea):
         self.user_items.clear()
         self.assistant_items.clear()
         self.notices.clear()
+        self.following = True
         if self.placeholder is None:
             self.placeholder = NoticeItem(self.tr("Hold the button (or the push-to-talk key) and speak."),
                                           self._content)

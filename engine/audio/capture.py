@@ -514,8 +514,9 @@ class PushToTalkRecorder:
                     return
                 self._close_stream_locked()
             name = self.device_name or "(system default)"
-            self._on_event(EngineError(
-                kind="audio_device",
-                message=f'The microphone "{name}" stopped delivering audio (unplugged?). '
-                        f"It will be reopened on the next push-to-talk.",
+            self._on_event(EngineError.templated(
+                "audio_device",
+                'The microphone "{name}" stopped delivering audio (unplugged?). '
+                "It will be reopened on the next push-to-talk.",
+                name=name,
             ))

@@ -263,9 +263,10 @@ class StreamingPlayer:
         if self._stream_died and not self._died_reported:
             self._died_reported = True
             name = self.device_name or "(system default)"
-            self._on_event(EngineError(
-                kind="audio_device",
-                message=f'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.',
+            self._on_event(EngineError.templated(
+                "audio_device",
+                'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.',
+                name=name,
             ))
         return self.is_open
 
