@@ -278,10 +278,10 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
 
     model = full_size.model
-    graphs = EncoderGraphs(model.conformer, max_seconds=12.0, dtype=full_size.dtype, device=full_size.device)
-    assert graphs.problems == [] and sorted(graphs.rungs) == ladder(1200)
+    graphs = EncoderGraphs(model.conformer, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device)
+    assert graphs.problems == [] and sorted(graphs.rungs) == ladder(3001)  # up to a 30 s take (past 20 s too)
     rng = np.random.default_rng(7)
-    for seconds in (0.43, 3.97, 11.3):
+    for seconds in (0.43, 3.97, 11.3, 27.3):
         wave = torch.from_numpy((0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32))[None].cuda()
         mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
         conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
@@ -323,5 +323,12 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
         assert done.stats.frames > 0 and pcm.size == done.stats.frames * 1920 and np.isfinite(pcm).all(), seconds
         assert float(np.abs(pcm).max()) > 0.0
         assert backend.positions == backend.backbone.positions == int(backend.backbone.position) <= 320
+        if done.stats.trimmed_ahead_turns:  # rebuilt after the answer: the cache holds every position
+            assert backend.positions == session.context_used
+            # ... from the kept takes' embeddings, which equal liquid-audio's own prefill of the history
+            with torch.inference_mode():
+                expected = session.embed(session.conversation.span(0, backend.device))
+                got = session.embed_from(0)
+            assert got.shape == expected.shape and _rel(got, expected) < 2e-2
     assert trims >= 3
     session.close()
