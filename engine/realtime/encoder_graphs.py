@@ -71,6 +71,7 @@ class EncoderGraphs:
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
         self.capture_seconds: dict[int, float] = {}  # per rung: eager run, capture and check
+        self.reserved_after: dict[int, int] = {}  # per rung: the allocator's reserved bytes once it is done
         self._eager_forward = conformer.forward
         self._capture(ladder(math.ceil(max_seconds * MEL_FRAMES_PER_SECOND) + 1))  # a take's frames
 
@@ -111,6 +112,7 @@ class EncoderGraphs:
             except Exception as error:  # this rung stays eager (the others may still capture)
                 problem = f"{type(error).__name__}: {error}"
             self.capture_seconds[frames] = time.perf_counter() - started
+            self.reserved_after[frames] = torch.cuda.memory_reserved(self.device)
             if problem:
                 self.problems.append(f"{frames} frames: {problem}")
                 log.warning("audio encoder graph for %d mel frames not used: %s", frames, problem)
