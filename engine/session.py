@@ -33,7 +33,7 @@ from engine.generation import (
     TurnEnd,
     interleaved_decode,
 )
-from engine.loading import LoadedModel, default_device, load_model
+from engine.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
 from engine.lora import VoiceSwitcher, load_voice
 from engine.model_store import APP_NAME, check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
@@ -228,6 +228,8 @@ class ChatSession:
             folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
+        if torch_device.type == "cuda":
+            use_expandable_cuda_segments()
         report(Progress("load_weights", None, str(folder)))
         loaded = load_model(folder, device=torch_device, name="demo (random weights)" if demo else (model_id or folder.name))
         fallback_reason: str | None = None

@@ -123,8 +123,8 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size) -> None:
     from engine.realtime.backend import PREFILL_BUCKETS, GraphedBackend
 
-    engine = GraphedBackend(full_size, context_tokens=1024)
-    plain = GraphedBackend(full_size, context_tokens=1024, capture=False)  # eager, one unpadded span
+    engine = GraphedBackend(full_size, context_tokens=2048)
+    plain = GraphedBackend(full_size, context_tokens=2048, capture=False)  # eager, one unpadded span
     assert {f"prefill_{rows}" for rows in PREFILL_BUCKETS} <= set(engine.graphs) and plain.prefill_buckets == ()
     # Bitwise: every bucket's replay equals its eager twin from the same state (after a 20-position history).
     checking = ReplayVersusEager(engine)
@@ -136,10 +136,10 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
         engine.backbone.span_length.fill_(real)
         checking._check(f"prefill_{rows}")
     assert checking.steps_checked == len(PREFILL_BUCKETS)
-    # Against one unpadded eager prefill, within bf16 tolerance: spans that pad, and one that chunks
-    # (700 = 512, then 188 padded to 256). The cache's valid slots and the conv states agree too.
+    # Against one unpadded eager prefill, within bf16 tolerance: spans that pad (700 to 768), and one
+    # that chunks (1100 = 1024, then 76 padded to 128). The cache's valid slots and conv states agree too.
     engine.reset()
-    for turn, positions in enumerate((20, 45, 130, 700)):
+    for turn, positions in enumerate((20, 45, 130, 700, 1100)):
         prompt = _prompt(full_size, positions, seed=30 + turn)
         engine.prefill(prompt)
         plain.prefill(prompt)
@@ -149,7 +149,7 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
             if ours.dim() == 4:  # attention keys/values: the slots written so far
                 ours, theirs = ours[:, :, : plain.positions], theirs[:, :, : plain.positions]
             assert _rel(ours, theirs) < 2e-2, positions
-    assert engine.positions == 895
+    assert engine.positions == 1995
 
 
 def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: float) -> tuple[int, int]:

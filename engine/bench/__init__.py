@@ -80,6 +80,17 @@ def _memory_gb() -> dict[str, float]:
     return {"allocated": torch.cuda.memory_allocated() / 1e9, "reserved": torch.cuda.memory_reserved() / 1e9}
 
 
+def _pools() -> dict[str, dict[str, float]]:
+    """Reserved and allocated GB per caching-allocator pool: 'default', or one CUDA graph pool each."""
+    summary: dict[str, dict[str, float]] = {}
+    for segment in torch.cuda.memory_snapshot():
+        pool = tuple(segment.get("segment_pool_id", (0, 0)))
+        entry = summary.setdefault("default" if pool == (0, 0) else f"graph pool {pool}", {"reserved": 0.0, "allocated": 0.0})
+        entry["reserved"] += segment["total_size"] / 1e9
+        entry["allocated"] += segment["allocated_size"] / 1e9
+    return summary
+
+
 def _copy_bandwidth_gbs() -> float:
     """Achievable device memory bandwidth: a 2 GiB device-to-device copy, bytes read + written."""
     source = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()
@@ -320,6 +331,7 @@ class EngineBench:
             "encoder_rung_capture_s": {str(k): v for k, v in (self.encoder_graphs.capture_seconds if self.encoder_graphs else {}).items()},
             "memory_gb_after_each_phase": memory,
             "memory_gb_after_empty_cache": _memory_gb(),
+            "pools_after_startup": _pools(),
             "peak_reserved_gb_during_startup": torch.cuda.max_memory_reserved() / 1e9,
             "peak_allocated_gb_during_startup": torch.cuda.max_memory_allocated() / 1e9,
         }
@@ -829,6 +841,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print("error: the benchmark needs a CUDA GPU")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
+    from engine.loading import use_expandable_cuda_segments
+
+    expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
     if args.model:
         from engine.loading import load_model
         from engine.bench.random_model import suppress_stop_tokens
@@ -851,6 +866,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "environment": _environment(),
         "workload": {"schedule": f"{n_text}:{n_audio}", "frames": workload.frames, "turns": TURNS, "max_new_tokens": workload.max_new_tokens},
         "copy_bandwidth_gbs": bandwidth,
+        "allocator": {"expandable_segments": expandable_segments},
         "stage_bytes": stage_bytes,
         "floors_ms": floors,
         "modes": {},
