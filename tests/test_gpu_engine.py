@@ -123,8 +123,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size) -> None:
     from engine.realtime.backend import PREFILL_BUCKETS, GraphedBackend
 
-    engine = GraphedBackend(full_size, context_tokens=2048)
-    plain = GraphedBackend(full_size, context_tokens=2048, capture=False)  # eager, one unpadded span
+    # 4096 slots: the bitwise checks below advance the position by each bucket's rows in turn.
+    engine = GraphedBackend(full_size, context_tokens=4096)
+    plain = GraphedBackend(full_size, context_tokens=4096, capture=False)  # eager, one unpadded span
     assert {f"prefill_{rows}" for rows in PREFILL_BUCKETS} <= set(engine.graphs) and plain.prefill_buckets == ()
     # Bitwise: every bucket's replay equals its eager twin from the same state (after a 20-position history).
     checking = ReplayVersusEager(engine)

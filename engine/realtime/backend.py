@@ -58,6 +58,7 @@ class GraphedBackend:
     ) -> None:
         """`prefill_buckets`: padded prefill row counts; by default `PREFILL_BUCKETS` when the graphs are
         captured and none otherwise (eager, a padded row is pure waste)."""
+        started = time.perf_counter()
         model = loaded.model
         self.model = model
         self.device = loaded.device
@@ -89,6 +90,7 @@ class GraphedBackend:
         self.steps = self._steps()  # every graph's eager twin, by graph name
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
+        self.setup_seconds = time.perf_counter() - started  # static buffers, fused kernels and their checks
         if capturing:
             self.capture()
 
