@@ -366,6 +366,9 @@ class ChatSession:
             refresh = getattr(self.backend, "refresh_weights", None)
             if refresh is not None:
                 refresh()
+            # A voice may adapt the audio encoder too: a later rebuild encodes the kept takes afresh.
+            for take in self.conversation.audio_in_pieces():
+                take.embeddings = None
 
     def set_system_prompt(self, prompt: str) -> None:
         """A new system prompt starts a new conversation (the old prompt is baked into the cache)."""

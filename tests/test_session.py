@@ -141,6 +141,20 @@ def test_a_rebuild_reuses_the_takes_embeddings_instead_of_the_audio_encoder(tiny
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)  # batched vs one take at a time
 
 
+def test_a_voice_switch_forgets_the_kept_take_embeddings(tiny_model_dir) -> None:
+    session = _open(tiny_model_dir, context_tokens=400)
+    _turn(session, 0.5, 300)
+    takes = list(session.conversation.audio_in_pieces())
+    assert len(takes) == 1 and takes[0].embeddings is not None
+    session.switch_voice(None)  # (a voice may adapt the encoder: the next rebuild re-encodes)
+    assert takes[0].embeddings is None
+    with torch.no_grad():
+        got = session.embed_from(0)
+        expected = session.loaded.model._prefill(**session.conversation.span(0, torch.device("cpu")).as_kwargs())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)  # one take: liquid-audio's own prefill
+    assert takes[0].embeddings is not None
+
+
 def test_a_turn_larger_than_foreseen_trims_in_the_turn_with_headroom(tiny_model_dir) -> None:
     """A turn asking for a longer answer than the last turns did may not fit after all: it trims before
     its prefill, and leaves TRIM_HEADROOM free so that the next turns need no rebuild."""
