@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", default=None, help="a real model folder (default: full-size random weights)")
     bench.add_argument("--out", default="bench/results", help="where to write the JSON and markdown results")
     bench.add_argument("--modes", default="engine,recipe,eager", help="comma-separated modes, run in this order")
+    bench.add_argument("--long-turns", type=int, default=48, help="turns of the long-conversation scenario (0: skip it)")
     return parser
 
 

@@ -32,7 +32,7 @@ class PipelinedDecoder:
         self._ring = [torch.zeros(FRAME_SAMPLES, dtype=torch.float32, pin_memory=self.on_cuda) for _ in range(ring)]
         self._events = [torch.cuda.Event() if self.on_cuda else None for _ in range(ring)]
         self._side = torch.cuda.Stream(device) if self.on_cuda else None
-        self._codes_free = torch.cuda.Event() if self.on_cuda else None
+        self._codes_read = torch.cuda.Event() if self.on_cuda else None
         self._pending: deque[tuple[int, int]] = deque()  # (ring slot, sample count)
         self._submitted = 0
 
@@ -41,9 +41,17 @@ class PipelinedDecoder:
         self._pending.clear()
         self._submitted = 0
         self.decoder.reset()  # type: ignore[attr-defined]
+        if self._side is not None:  # the reset's writes (main stream) before the next step (side stream)
+            self._side.wait_stream(torch.cuda.current_stream(self.device))
 
     def submit(self, codes: torch.Tensor) -> None:
-        """Queue one frame (8 codes, on the model's device or the CPU) for decoding."""
+        """Queue one frame (8 codes, on the model's device or the CPU) for decoding.
+
+        The codes must be complete: the host has read their values (interleaved_decode yields a frame
+        only then). So the side stream decodes a turn's first frame at once instead of queueing behind
+        the main stream, which by then already holds the next backbone step: the first chunk, which
+        the user waits for, is ready about one backbone step (~1 ms on the H200) sooner.
+        """
         slot = self._submitted % len(self._ring)
         if len(self._pending) == len(self._ring):  # the host is a whole ring behind: wait for the oldest
             oldest, _ = self._pending[0]
@@ -57,14 +65,19 @@ class PipelinedDecoder:
                 self._events[slot].record()
         else:
             main = torch.cuda.current_stream(self.device)
-            main.wait_event(self._codes_free)  # the previous frame's codes have been read
-            codes_buffer.copy_(codes.reshape(-1), non_blocking=True)  # on the main stream, before the next head
-            self._side.wait_stream(main)
-            with torch.cuda.stream(self._side):
+            if self._submitted:
+                # Later frames queue behind the main stream's next backbone step, so that decoding
+                # overlaps the depthformer frame after it, which leaves more of the GPU idle than the
+                # backbone step does (H200 bench: 3.99 ms per frame this way, 4.09 overlapping the step).
+                self._side.wait_stream(main)
+            with torch.cuda.stream(self._side):  # after the previous frame's decoding: same stream
+                codes_buffer.copy_(codes.reshape(-1), non_blocking=True)
+                self._codes_read.record(self._side)
                 pcm = self.decoder.step(None)  # type: ignore[attr-defined]
-                self._codes_free.record(self._side)
                 self._ring[slot][: pcm.numel()].copy_(pcm, non_blocking=True)
                 self._events[slot].record(self._side)
+            # The next head writes the frame's codes again: only after the side stream has read them.
+            main.wait_event(self._codes_read)
         self._pending.append((slot, pcm.numel()))
         self._submitted += 1
 

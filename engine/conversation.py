@@ -8,6 +8,7 @@ into turns so that (a) only positions not yet in the cache are prefilled on the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,9 +30,15 @@ class TextPiece:
 
 @dataclass
 class AudioInPiece:
-    """One user utterance as log-mel features (128, T); it becomes ceil(T/8) positions."""
+    """One user utterance as log-mel features (128, T); it becomes ceil(T/8) positions.
+
+    `embeddings` keeps the backbone input rows the audio encoder made of it (positions, hidden), once it
+    has been embedded: a rebuild of the cache after a trim prefills them again instead of re-running
+    the conformer over every kept take.
+    """
 
     mel: torch.Tensor
+    embeddings: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def positions(self) -> int:
@@ -163,6 +170,14 @@ class Conversation:
             audio_out=(torch.stack(frames, 1) if frames else torch.empty((self.codebooks, 0), dtype=torch.long)).to(device),
             modality_flag=torch.tensor([modality], dtype=torch.long, device=device),
         )
+
+    def audio_in_pieces(self, start: int = 0) -> Iterator[AudioInPiece]:
+        """The user utterances among the positions from `start` on, in order (as `span` lays them out)."""
+        position = self.start.positions
+        for piece in (p for turn in self.turns for p in turn.pieces):
+            if isinstance(piece, AudioInPiece) and position + piece.positions > start:
+                yield piece
+            position += piece.positions
 
     def drop_oldest_turns(self, positions_needed: int, capacity: int) -> int:
         """Drop the oldest exchanges (a user turn with the answer to it) until `positions_needed`

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import platformdirs
 import torch
+from liquid_audio.utils import LFMModality, mel2emb_len
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece
+from engine.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
@@ -32,11 +33,11 @@ from engine.generation import (
     TurnEnd,
     interleaved_decode,
 )
-from engine.loading import LoadedModel, default_device, load_model
+from engine.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
 from engine.lora import VoiceSwitcher, load_voice
 from engine.model_store import APP_NAME, check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
-from engine.realtime.encoder_graphs import EncoderGraphs
+from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
 
 log = logging.getLogger(__name__)
@@ -47,10 +48,16 @@ SAMPLE_RATE_OUT = 24_000
 FRAME_SECONDS = 0.08  # one audio frame is 1920 samples at 24 kHz
 MIN_TAKE_SECONDS = 0.1
 DEFAULT_MAX_TAKE_SECONDS = 60.0
-# When a turn does not fit, the oldest exchanges are dropped until this share of the context is free
-# beyond the new turn and its answer. A trim rebuilds the cache (the kept history is re-embedded and
-# prefilled again), so dropping only just enough would rebuild on nearly every turn once the context
-# is full; with a quarter kept free, the next several turns fit as they are.
+# Context trims happen ahead, after an answer has been generated (while it plays): when the next turn
+# might not fit (a take as long as allowed, plus room for an answer as long as this one's budget), the
+# oldest exchanges are dropped and the cache is rebuilt from the kept turns' embeddings (a prefill, no
+# conformer: ~30 ms for 3000 positions on the H200), so no turn waits for a rebuild before its first
+# audio. At most this share of the context is held free for the next turn, so a small context still
+# keeps some history.
+NEXT_TURN_MAX_SHARE = 0.5
+# A turn that does not fit all the same (its answer budget or take is larger than the last turn's
+# limits foresaw) trims in the turn, and then drops exchanges until this share of the context is free
+# beyond the new turn and its answer, so that the next several turns fit as they are.
 TRIM_HEADROOM = 0.25
 
 ProgressCallback = Callable[[Progress], None]
@@ -89,6 +96,8 @@ class TurnStats:
     cancelled: bool = False
     end_reason: str = ""
     token_ids: list[int] = field(default_factory=list)
+    trimmed_ahead_turns: int = 0  # exchanges dropped after this answer, ahead of the next turn
+    trim_ahead_s: float = 0.0  # that trim's rebuild of the cache (after the last PCM chunk)
 
     @property
     def rtf(self) -> float | None:
@@ -221,6 +230,8 @@ class ChatSession:
             folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
+        if torch_device.type == "cuda":
+            use_expandable_cuda_segments()
         report(Progress("load_weights", None, str(folder)))
         loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
         fallback_reason: str | None = None
@@ -252,6 +263,9 @@ class ChatSession:
         if torch_device.type == "cuda":
             report(Progress("warm_up", None))
             session.warm_up()
+            # Capture and warm-up leave blocks in the caching allocator that no turn reuses (eager runs at
+            # every captured shape); handing them back keeps the reserved VRAM near what turns need.
+            torch.cuda.empty_cache()
         report(Progress("ready", 1.0))
         return session
 
@@ -259,6 +273,49 @@ class ChatSession:
         """liquid-audio's own prefill embeddings of a span; its audio encoder replays a graph if it can."""
         with self.encoder_graphs.installed(self.loaded.model) if self.encoder_graphs else contextlib.nullcontext():
             return self.loaded.model._prefill(**span.as_kwargs())
+
+    def embed_from(self, start: int) -> torch.Tensor:
+        """Backbone inputs (1, n, hidden) for the conversation's positions from `start` on.
+
+        Each take goes through the audio encoder once. A turn's span (one new take) is embedded by
+        liquid-audio's own `_prefill`, and the take's rows are kept on its piece. A span that holds takes
+        embedded before (the rebuild after a trim) is assembled from those rows and the text and audio-out
+        embeddings, with the same ops `_prefill` uses: the same values, and no conformer over the history.
+        """
+        conversation = self.conversation
+        device = self.loaded.device
+        span = conversation.span(start, device)
+        takes = list(conversation.audio_in_pieces(start))
+        new = [take for take in takes if take.embeddings is None]
+        if len(new) == len(takes) <= 1:
+            embeddings = self.embed(span)
+            if takes:
+                takes[0].embeddings = embeddings[0][span.modality_flag[0] == LFMModality.AUDIO_IN]  # a copy
+            return embeddings
+        for take in new:
+            take.embeddings = self.embed(_lone_take(take, conversation.codebooks, device))[0]
+        return self._assemble(span, [take.embeddings for take in takes])
+
+    def _assemble(self, span: PrefillInputs, take_rows: list[torch.Tensor]) -> torch.Tensor:
+        """`LFM2AudioModel._prefill`'s assembly of a span, with the takes' rows given."""
+        model = self.loaded.model
+        flags = span.modality_flag[0]
+        text = model.lfm.embed_tokens(span.text[0])
+        out = text.new_empty((flags.shape[0], text.shape[-1]))
+        out[flags == LFMModality.TEXT] = text
+        if take_rows:
+            out[flags == LFMModality.AUDIO_IN] = torch.cat(take_rows)
+        codes = span.audio_out[: model.codebooks] + model.codebook_offsets.unsqueeze(1)
+        out[flags == LFMModality.AUDIO_OUT] = model.audio_embedding(codes).sum(0, dtype=text.dtype)
+        return out[None]
+
+    def _prefill_from_cache_position(self) -> None:
+        """Prefill every position of the conversation the cache does not hold yet."""
+        embeddings = self.embed_from(self.backend.positions)
+        try:
+            self.backend.prefill(embeddings)
+        except torch.OutOfMemoryError as error:
+            raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
 
     def warm_up(self) -> None:
         """One short silent turn through the whole pipeline, then forgotten.
@@ -311,6 +368,9 @@ class ChatSession:
             refresh = getattr(self.backend, "refresh_weights", None)
             if refresh is not None:
                 refresh()
+            # A voice may adapt the audio encoder too: a later rebuild encodes the kept takes afresh.
+            for take in self.conversation.audio_in_pieces():
+                take.embeddings = None
 
     def set_system_prompt(self, prompt: str) -> None:
         """A new system prompt starts a new conversation (the old prompt is baked into the cache)."""
@@ -350,7 +410,7 @@ class ChatSession:
     ) -> Iterator[TurnOutput]:
         check_take(wave_16k, SAMPLE_RATE_IN, max_take_seconds)
         with self._lock:
-            yield from self._respond(wave_16k, sampling, max_answer_seconds, cancel, max_new_tokens)
+            yield from self._respond(wave_16k, sampling, max_answer_seconds, cancel, max_new_tokens, max_take_seconds)
 
     def _respond(
         self,
@@ -359,11 +419,13 @@ class ChatSession:
         max_answer_seconds: float,
         cancel: threading.Event | None,
         max_new_tokens: int | None,
+        max_take_seconds: float = DEFAULT_MAX_TAKE_SECONDS,
     ) -> Iterator[TurnOutput]:
         started = time.perf_counter()
         loaded = self.loaded
         device = loaded.device
         budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
+        answer_tokens = budget  # what the next turn is expected to ask for (see _trim_ahead)
 
         wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
         mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
@@ -387,13 +449,14 @@ class ChatSession:
                 yield ContextTrimmedInfo(dropped)
             budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
 
-        embeddings = self.embed(conversation.span(self.backend.positions, device))
+        embeddings = self.embed_from(self.backend.positions)
         _sync(device)
         stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
         try:
             self.backend.prefill(embeddings)
         except torch.OutOfMemoryError as error:
             raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
+        del embeddings
         _sync(device)
         prefill_done = time.perf_counter()
         stats.prefill_done_s = prefill_done - started
@@ -447,7 +510,48 @@ class ChatSession:
         stats.text = text.text()
         stats.cancelled = end is not None and end.reason == "cancelled"
         stats.end_reason = end.reason if end else ""
+        trim_started = time.perf_counter()
+        dropped = self._trim_ahead(answer_tokens, max_take_seconds)
+        if dropped:
+            stats.trimmed_ahead_turns = dropped
+            stats.trim_ahead_s = time.perf_counter() - trim_started
+            yield ContextTrimmedInfo(dropped)
         yield TurnDone(stats)
+
+    def next_turn_positions(self, answer_tokens: int, max_take_seconds: float) -> int:
+        """Positions the next turn may need: a take of `max_take_seconds` with its markup, and room for an
+        answer of `answer_tokens`; at most NEXT_TURN_MAX_SHARE of the context."""
+        conversation = self.conversation
+        markup = sum(
+            len(conversation.encode(text)) for text in ("<|im_start|>user\n", "<|im_end|>\n", "<|im_start|>assistant\n")
+        )
+        take = int(mel2emb_len(math.ceil(max_take_seconds * MEL_FRAMES_PER_SECOND) + 1)) + 1
+        return min(take + markup + answer_tokens + 2, int(self.context_capacity * NEXT_TURN_MAX_SHARE))
+
+    def _trim_ahead(self, answer_tokens: int, max_take_seconds: float) -> int:
+        """After an answer: if the next turn might not fit, drop the oldest exchanges now and rebuild the
+        cache from the kept turns' embeddings. Returns how many turns were dropped."""
+        conversation = self.conversation
+        needed = self.next_turn_positions(answer_tokens, max_take_seconds)
+        if conversation.positions + needed <= self.context_capacity:
+            return 0
+        dropped = conversation.drop_oldest_turns(needed, self.context_capacity)
+        if dropped:
+            self.backend.reset()
+            self._prefill_from_cache_position()
+            _sync(self.loaded.device)
+        return dropped
+
+
+def _lone_take(take: AudioInPiece, codebooks: int, device: torch.device) -> PrefillInputs:
+    """`_prefill` inputs for one take alone (its positions only)."""
+    return PrefillInputs(
+        text=torch.zeros((1, 0), dtype=torch.long, device=device),
+        audio_in=take.mel.to(device),
+        audio_in_lens=torch.tensor([take.mel.shape[1]], dtype=torch.long, device=device),
+        audio_out=torch.zeros((codebooks, 0), dtype=torch.long, device=device),
+        modality_flag=torch.full((1, take.positions), int(LFMModality.AUDIO_IN), dtype=torch.long, device=device),
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -455,9 +559,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# Takes up to this long replay a captured encoder graph; longer ones (rare) are encoded eagerly. Each
-# rung costs ~0.1 s of start-up, so the ladder stops where ordinary spoken turns end.
-ENCODER_GRAPH_SECONDS = 20.0
+# Takes up to this long replay a captured encoder graph; longer ones are encoded eagerly. The ladder
+# reaches the longest take the app accepts (every 5 s past 20 s: 23 rungs in all).
+ENCODER_GRAPH_SECONDS = DEFAULT_MAX_TAKE_SECONDS
 
 
 def _encoder_graphs_or_none(loaded: LoadedModel) -> EncoderGraphs | None:

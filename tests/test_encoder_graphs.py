@@ -19,12 +19,12 @@ from engine.realtime.encoder_graphs import EncoderGraphs, _Rung, ladder
 
 
 def test_ladder_steps_and_reach() -> None:
-    assert ladder(150) == [100, 200]
-    rungs = ladder(6001)
-    assert rungs[:10] == [100 * i for i in range(1, 11)]
-    assert rungs[10:15] == [1200, 1400, 1600, 1800, 2000]
-    assert rungs[15:] == [2500, 3000, 3500, 4000, 4500, 5000, 5500, 6000, 6500]
-    assert len(rungs) == 24
+    assert ladder(150) == [101, 201]
+    rungs = ladder(6001)  # a 60 s take
+    assert rungs[:10] == [100 * i + 1 for i in range(1, 11)]
+    assert rungs[10:15] == [1201, 1401, 1601, 1801, 2001]
+    assert rungs[15:] == [2501, 3001, 3501, 4001, 4501, 5001, 5501, 6001]
+    assert len(rungs) == 23 and ladder(6002)[-1] == 6501 and ladder(101) == [101]
 
 
 def _mel(loaded, seconds: float, frequency: float) -> torch.Tensor:

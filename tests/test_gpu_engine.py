@@ -123,8 +123,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size) -> None:
     from engine.realtime.backend import PREFILL_BUCKETS, GraphedBackend
 
-    engine = GraphedBackend(full_size, context_tokens=1024)
-    plain = GraphedBackend(full_size, context_tokens=1024, capture=False)  # eager, one unpadded span
+    # 4096 slots: the bitwise checks below advance the position by each bucket's rows in turn.
+    engine = GraphedBackend(full_size, context_tokens=4096)
+    plain = GraphedBackend(full_size, context_tokens=4096, capture=False)  # eager, one unpadded span
     assert {f"prefill_{rows}" for rows in PREFILL_BUCKETS} <= set(engine.graphs) and plain.prefill_buckets == ()
     # Bitwise: every bucket's replay equals its eager twin from the same state (after a 20-position history).
     checking = ReplayVersusEager(engine)
@@ -136,10 +137,10 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
         engine.backbone.span_length.fill_(real)
         checking._check(f"prefill_{rows}")
     assert checking.steps_checked == len(PREFILL_BUCKETS)
-    # Against one unpadded eager prefill, within bf16 tolerance: spans that pad, and one that chunks
-    # (700 = 512, then 188 padded to 256). The cache's valid slots and the conv states agree too.
+    # Against one unpadded eager prefill, within bf16 tolerance: spans that pad (700 to 768), and one
+    # that chunks (1100 = 1024, then 76 padded to 128). The cache's valid slots and conv states agree too.
     engine.reset()
-    for turn, positions in enumerate((20, 45, 130, 700)):
+    for turn, positions in enumerate((20, 45, 130, 700, 1100)):
         prompt = _prompt(full_size, positions, seed=30 + turn)
         engine.prefill(prompt)
         plain.prefill(prompt)
@@ -149,7 +150,7 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
             if ours.dim() == 4:  # attention keys/values: the slots written so far
                 ours, theirs = ours[:, :, : plain.positions], theirs[:, :, : plain.positions]
             assert _rel(ours, theirs) < 2e-2, positions
-    assert engine.positions == 895
+    assert engine.positions == 1995
 
 
 def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: float) -> tuple[int, int]:
@@ -278,10 +279,10 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
 
     model = full_size.model
-    graphs = EncoderGraphs(model.conformer, max_seconds=12.0, dtype=full_size.dtype, device=full_size.device)
-    assert graphs.problems == [] and sorted(graphs.rungs) == ladder(1200)
+    graphs = EncoderGraphs(model.conformer, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device)
+    assert graphs.problems == [] and sorted(graphs.rungs) == ladder(3001)  # up to a 30 s take (past 20 s too)
     rng = np.random.default_rng(7)
-    for seconds in (0.43, 3.97, 11.3):
+    for seconds in (0.43, 3.97, 11.3, 27.3):
         wave = torch.from_numpy((0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32))[None].cuda()
         mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
         conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
@@ -323,5 +324,12 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
         assert done.stats.frames > 0 and pcm.size == done.stats.frames * 1920 and np.isfinite(pcm).all(), seconds
         assert float(np.abs(pcm).max()) > 0.0
         assert backend.positions == backend.backbone.positions == int(backend.backbone.position) <= 320
+        if done.stats.trimmed_ahead_turns:  # rebuilt after the answer: the cache holds every position
+            assert backend.positions == session.context_used
+            # ... from the kept takes' embeddings, which equal liquid-audio's own prefill of the history
+            with torch.inference_mode():
+                expected = session.embed(session.conversation.span(0, backend.device))
+                got = session.embed_from(0)
+            assert got.shape == expected.shape and _rel(got, expected) < 2e-2
     assert trims >= 3
     session.close()

@@ -3,13 +3,15 @@ exchanges and rebuilds the cache once, exactly; a reset happens in place."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
 
 from conftest import sine
 from engine.audio_decoding import make_audio_decoder
-from engine.conversation import AudioOutPiece, TextPiece
+from engine.conversation import AudioOutPiece, TextPiece, Turn
 from engine.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
@@ -34,45 +36,75 @@ def session(tiny_model_dir):
     return _open(tiny_model_dir)
 
 
-def _turn(session: ChatSession, seconds: float, frequency: float):
-    outputs = list(session.respond(sine(seconds, 16000, frequency), GREEDY, max_new_tokens=45))
+def _turn(session: ChatSession, seconds: float, frequency: float, *, max_new_tokens: int = 45, max_take_seconds: float = 1.0):
+    outputs = list(
+        session.respond(sine(seconds, 16000, frequency), GREEDY, max_new_tokens=max_new_tokens, max_take_seconds=max_take_seconds)
+    )
     done = outputs[-1]
     assert isinstance(done, TurnDone)
     return outputs, done.stats
 
 
-def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(tiny_model_dir) -> None:
-    session = _open(tiny_model_dir, context_tokens=220)  # three 0.5 s exchanges fit, a fourth does not
+def _cache(backend: GraphedBackend) -> list[torch.Tensor]:
+    return [t.clone() for t in backend.backbone.snapshot()]
+
+
+def _trimmed(outputs) -> int:
+    return sum(o.dropped_turns for o in outputs if isinstance(o, ContextTrimmedInfo))
+
+
+def test_a_full_context_is_trimmed_after_the_answer_and_the_cache_rebuilt_exactly(tiny_model_dir) -> None:
+    session = _open(tiny_model_dir, context_tokens=220)
     outputs, stats = _turn(session, 0.5, 300)
     assert stats.frames > 0 and any(isinstance(o, AudioPieceOut) for o in outputs)
     assert sum(o.pcm.size for o in outputs if isinstance(o, AudioPieceOut)) == stats.frames * 1920
     assert "".join(o.text for o in outputs if isinstance(o, TextPieceOut)) == stats.text
     assert [t.role for t in session.conversation.turns] == ["system", "user", "assistant"]
     assert session.backend.positions == session.context_used - 2  # incremental: only "\n"s not yet fed
+    needed = session.next_turn_positions(45, 1.0)
+    assert 45 < needed <= 110  # a 1 s take with its markup and a 45-token answer; at most half the context
 
-    _turn(session, 0.5, 500)
-    outputs, _ = _turn(session, 0.5, 700)
-    assert not any(isinstance(o, ContextTrimmedInfo) for o in outputs)
-    full = session.context_used
-    outputs, stats = _turn(session, 0.5, 900)  # does not fit in 220 positions any more
-
-    # Two exchanges go, not one: one would leave less than TRIM_HEADROOM of the context free.
-    trimmed = [o for o in outputs if isinstance(o, ContextTrimmedInfo)]
-    assert len(trimmed) == 1 and trimmed[0].dropped_turns == 4
+    trims = []
+    for frequency in (500, 700, 900, 1100, 1300):
+        before = session.context_used
+        outputs, stats = _turn(session, 0.5, frequency)
+        trims.append(_trimmed(outputs))
+        if trims[-1]:
+            break
+        # No trim: the turn went on from where the cache was, and the next one fits as it is.
+        assert session.context_used > before and session.context_used + needed <= 220
+    assert trims[-1] > 0 and trims[:-1] == [0] * (len(trims) - 1), trims
+    # The trim came after the whole answer, as the turn's last output before TurnDone ...
+    kinds = [type(o).__name__ for o in outputs]
+    assert kinds[-2:] == ["ContextTrimmedInfo", "TurnDone"] and "AudioPieceOut" not in kinds[-2:]
+    assert stats.trimmed_ahead_turns == trims[-1] and stats.trim_ahead_s > 0
+    # ... and left room for the next turn, with everything kept in the rebuilt cache.
     roles = [t.role for t in session.conversation.turns]
-    assert roles == ["system", "user", "assistant", "user", "assistant"]
-    assert session.context_used <= full and session.backend.positions == session.context_used - 2
+    assert roles[0] == "system" and roles[1::2] == ["user"] * (len(roles) // 2) and roles[-1] == "assistant"
+    assert session.context_used + needed <= 220
+    assert session.backend.positions == session.context_used
 
-    # The rebuilt cache is exact: a fresh reference backend fed the same (trimmed) history and the
-    # same new take produces the same tokens as the session did after its rebuild.
-    conversation = session.conversation
-    last_turn = conversation.turns.pop()  # the answer just generated ...
-    conversation.open_assistant_turn()  # ... replaced by its opening "<|im_start|>assistant\n" alone
-    reference = EagerBackend(session.loaded.model)
+    # The rebuilt cache is what a fresh backend makes of liquid-audio's own prefill of the kept history.
+    model = session.loaded.model
+    reference = GraphedBackend(session.loaded, context_tokens=220, capture=False)
     with torch.no_grad():
-        reference.prefill(session.loaded.model._prefill(**conversation.span(0, torch.device("cpu")).as_kwargs()))
+        reference.prefill(model._prefill(**session.conversation.span(0, torch.device("cpu")).as_kwargs()))
+    for got, expected in zip(_cache(session.backend), _cache(reference)):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+    # The next turn needs no trim before its answer (this small context trims again after it) and
+    # generates what a backend fed the same history does.
+    history = list(session.conversation.turns)
+    outputs, _ = _turn(session, 0.5, 1500)
+    assert not any(isinstance(o, ContextTrimmedInfo) for o in outputs[:-2])
+    user_turn, last_turn = session.conversation.turns[-2:]
+    conversation = copy.copy(session.conversation)
+    conversation.turns = [*history, user_turn, Turn("assistant", last_turn.pieces[:1])]
+    fresh = GraphedBackend(session.loaded, context_tokens=220, capture=False)
+    with torch.no_grad():
+        fresh.prefill(model._prefill(**conversation.span(0, torch.device("cpu")).as_kwargs()))
     expected = []
-    for event in interleaved_decode(reference, Schedule(6, 9), GREEDY, max_new_tokens=45):
+    for event in interleaved_decode(fresh, Schedule(6, 9), GREEDY, max_new_tokens=45):
         if isinstance(event, GeneratedText):
             expected.append(TextPiece([event.token]).ids)
         elif isinstance(event, GeneratedFrame):
@@ -82,21 +114,66 @@ def test_full_context_drops_oldest_exchanges_and_rebuilds_the_cache_exactly(tiny
     assert isinstance(last_turn.pieces[1], TextPiece) and any(isinstance(p, AudioOutPiece) for p in last_turn.pieces)
 
 
-def test_a_trim_leaves_room_so_the_next_turn_needs_no_rebuild(tiny_model_dir) -> None:
-    """Dropping only just enough would rebuild the cache on every turn once the context is full."""
+def test_a_rebuild_reuses_the_takes_embeddings_instead_of_the_audio_encoder(tiny_model_dir) -> None:
+    session = _open(tiny_model_dir, context_tokens=220)
+    conformer = session.loaded.model.conformer
+    calls: list[int] = []
+    forward = conformer.forward
+
+    def counting(*args, **kwargs):
+        calls.append(int(args[0].shape[0]))
+        return forward(*args, **kwargs)
+
+    conformer.forward = counting
+    try:
+        for i, frequency in enumerate((300, 500, 700, 900, 1100)):
+            outputs, _ = _turn(session, 0.5, frequency)
+            assert calls == [1] * (i + 1)  # each take encoded once, alone; a trim adds no encoder call
+    finally:
+        del conformer.forward
+    assert sum(_trimmed(o) for o in [outputs]) >= 0
+    takes = list(session.conversation.audio_in_pieces())
+    assert takes and all(take.embeddings is not None and take.embeddings.shape[0] == take.positions for take in takes)
+    with torch.no_grad():
+        expected = session.loaded.model._prefill(**session.conversation.span(0, torch.device("cpu")).as_kwargs())
+        got = session.embed_from(0)
+    assert got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)  # batched vs one take at a time
+
+
+def test_a_voice_switch_forgets_the_kept_take_embeddings(tiny_model_dir) -> None:
+    session = _open(tiny_model_dir, context_tokens=400)
+    _turn(session, 0.5, 300)
+    takes = list(session.conversation.audio_in_pieces())
+    assert len(takes) == 1 and takes[0].embeddings is not None
+    session.switch_voice(None)  # (a voice may adapt the encoder: the next rebuild re-encodes)
+    assert takes[0].embeddings is None
+    with torch.no_grad():
+        got = session.embed_from(0)
+        expected = session.loaded.model._prefill(**session.conversation.span(0, torch.device("cpu")).as_kwargs())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)  # one take: liquid-audio's own prefill
+    assert takes[0].embeddings is not None
+
+
+def test_a_turn_larger_than_foreseen_trims_in_the_turn_with_headroom(tiny_model_dir) -> None:
+    """A turn asking for a longer answer than the last turns did may not fit after all: it trims before
+    its prefill, and leaves TRIM_HEADROOM free so that the next turns need no rebuild."""
     from engine.session import TRIM_HEADROOM
 
     session = _open(tiny_model_dir, context_tokens=220)
-    trims, used = [], []
-    for frequency in (300, 500, 700, 900, 1100):
-        outputs, stats = _turn(session, 0.5, frequency)
-        trims.append(sum(o.dropped_turns for o in outputs if isinstance(o, ContextTrimmedInfo)))
-        used.append(session.context_used)
-    assert trims == [0, 0, 0, 4, 0]
-    exchange = used[1] - used[0]  # one 0.5 s take and its answer
-    # After the trim, the kept history plus the new exchange left TRIM_HEADROOM free, and the next
-    # exchange then fit where it was.
-    assert used[3] <= 220 * (1 - TRIM_HEADROOM) and used[4] == used[3] + exchange <= 220
+    while True:
+        outputs, _ = _turn(session, 0.5, 300, max_new_tokens=20, max_take_seconds=0.5)
+        if session.context_used + 90 > 220:
+            break
+    assert not any(isinstance(o, ContextTrimmedInfo) for o in outputs)
+    turn = session.respond(sine(0.5, 16000, 900), GREEDY, max_new_tokens=90, max_take_seconds=0.5)
+    first = next(turn)
+    assert isinstance(first, ContextTrimmedInfo)  # before any text or audio
+    # The kept history, the new take and room for its 90-token answer leave TRIM_HEADROOM free.
+    assert session.context_used + 92 <= 220 * (1 - TRIM_HEADROOM)
+    outputs = list(turn)
+    assert isinstance(outputs[-1], TurnDone) and outputs[-1].stats.frames > 0
+    assert not any(isinstance(o, ContextTrimmedInfo) for o in outputs[:-2])
 
 
 def test_reset_is_in_place(session: ChatSession) -> None:

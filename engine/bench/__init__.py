@@ -76,6 +76,21 @@ def _median_ms(fn, *, repeats: int = 30, inner: int = 10) -> float:
     return statistics.median(times)
 
 
+def _memory_gb() -> dict[str, float]:
+    return {"allocated": torch.cuda.memory_allocated() / 1e9, "reserved": torch.cuda.memory_reserved() / 1e9}
+
+
+def _pools() -> dict[str, dict[str, float]]:
+    """Reserved and allocated GB per caching-allocator pool: 'default', or one CUDA graph pool each."""
+    summary: dict[str, dict[str, float]] = {}
+    for segment in torch.cuda.memory_snapshot():
+        pool = tuple(segment.get("segment_pool_id", (0, 0)))
+        entry = summary.setdefault("default" if pool == (0, 0) else f"graph pool {pool}", {"reserved": 0.0, "allocated": 0.0})
+        entry["reserved"] += segment["total_size"] / 1e9
+        entry["allocated"] += segment["allocated_size"] / 1e9
+    return summary
+
+
 def _copy_bandwidth_gbs() -> float:
     """Achievable device memory bandwidth: a 2 GiB device-to-device copy, bytes read + written."""
     source = torch.empty(2**30, dtype=torch.bfloat16, device="cuda").normal_()
@@ -284,19 +299,44 @@ class EngineBench:
         from engine.session import ChatSession, _encoder_graphs_or_none
 
         torch.cuda.reset_peak_memory_stats()
+        memory = {"weights_loaded": _memory_gb()}
         started = time.perf_counter()
         self.backend = GraphedBackend(loaded, context_tokens=CONTEXT)
+        _sync()
+        backend_s = time.perf_counter() - started
+        memory["step_and_prefill_graphs"] = _memory_gb()
         self.decoder = make_audio_decoder(loaded, use_cuda_graphs=True)
         _sync()
         self.capture_s = time.perf_counter() - started  # the step and prefill graphs, and the decoder's
+        memory["decoder_graph"] = _memory_gb()
         self.encoder_graphs = _encoder_graphs_or_none(loaded)
         _sync()
         self.encoder_capture_s = time.perf_counter() - started - self.capture_s
+        memory["encoder_graphs"] = _memory_gb()
         self.session = ChatSession(
             loaded, self.backend, self.decoder, context_tokens=CONTEXT, fallback_reason=None, graphs_ready=True,
             model_id=None, encoder_graphs=self.encoder_graphs,
         )
+        warm_started = time.perf_counter()
         self.session.warm_up()  # as ChatSession.open does at start-up, after the capture
+        _sync()
+        memory["warm_up"] = _memory_gb()
+        torch.cuda.empty_cache()  # as ChatSession.open does after the warm-up
+        self.startup = {
+            "startup_s": time.perf_counter() - started,
+            "step_and_prefill_graphs_s": backend_s,
+            "step_graphs_setup_s": self.backend.setup_seconds,  # of which: buffers, NVRTC kernels, their checks
+            "step_graphs_capture_s": self.backend.capture_seconds,  # of which: warm-up runs and captures
+            "decoder_graph_s": self.capture_s - backend_s,
+            "encoder_graphs_s": self.encoder_capture_s,
+            "warm_up_s": time.perf_counter() - warm_started,
+            "encoder_rung_capture_s": {str(k): v for k, v in (self.encoder_graphs.capture_seconds if self.encoder_graphs else {}).items()},
+            "memory_gb_after_each_phase": memory,
+            "memory_gb_after_empty_cache": _memory_gb(),
+            "pools_after_startup": _pools(),
+            "peak_reserved_gb_during_startup": torch.cuda.max_memory_reserved() / 1e9,
+            "peak_allocated_gb_during_startup": torch.cuda.max_memory_allocated() / 1e9,
+        }
         self._unseen = 0
         self.loaded = loaded
 
@@ -341,6 +381,7 @@ class EngineBench:
             "prefill_breakdown_ms": self.prefill_breakdown(workload),
             "components_ms": self.components(),
             "capture_s": self.capture_s + self.encoder_capture_s,  # everything captured at start-up
+            "startup": self.startup,
             "step_graphs_capture_s": self.capture_s,
             "encoder_graphs": {
                 "capture_s": self.encoder_capture_s,
@@ -348,7 +389,79 @@ class EngineBench:
                 "problems": self.encoder_graphs.problems if self.encoder_graphs else ["not captured (see the log)"],
             },
             "peak_vram_gb": torch.cuda.max_memory_allocated() / 1e9,
+            "peak_reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
         }
+
+    def long_conversation(self, workload: Workload, sampling: SamplingSettings, turns: int) -> dict[str, Any]:
+        """`turns` turns through the app's own ChatSession at the 4096-token context: takes of 0.6 to 60 s
+        (mostly short, some past the 20 s of ordinary speech, some at the 60 s limit), 108-frame answers,
+        so the context fills and trims many times. Starts from a freshly opened session's state (the
+        allocator emptied, as ChatSession.open leaves it); peak memory is over these turns only."""
+        from engine.session import ContextTrimmedInfo, TurnDone
+
+        session = self.session
+        session.reset()
+        session.conversation = _new_conversation(self.loaded, workload)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        rng = np.random.default_rng(16)
+        long_takes = {5: 25.0, 11: 45.0, 17: 59.0, 23: 60.0, 29: 33.0, 35: 52.0, 41: 60.0, 46: 21.0}
+        records = []
+        for index in range(turns):
+            seconds = long_takes.get(index, float(rng.uniform(0.6, 17.5)))
+            wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+            _sync()
+            stats, in_turn, seen_output = None, 0, False
+            for output in session.respond(wave, sampling, max_new_tokens=workload.max_new_tokens, max_take_seconds=60):
+                if isinstance(output, TurnDone):
+                    stats = output.stats
+                elif isinstance(output, ContextTrimmedInfo) and not seen_output:
+                    in_turn += output.dropped_turns  # before the prefill: its rebuild is in this turn's TTFA
+                else:
+                    seen_output = True
+            assert stats is not None and stats.frames == workload.frames, stats
+            audio = stats.frames * FRAME_SECONDS
+            records.append(
+                {
+                    "turn": index + 1,
+                    "take_s": seconds,
+                    "ttfa_ms": stats.first_pcm_s * 1e3,
+                    "trimmed": in_turn > 0 or stats.trimmed_ahead_turns > 0,
+                    "trimmed_in_turn_turns": in_turn,
+                    "trimmed_after_answer_turns": stats.trimmed_ahead_turns,
+                    "trim_after_answer_ms": stats.trim_ahead_s * 1e3,
+                    "audio_encoded_ms": stats.audio_encoded_s * 1e3,
+                    "prefill_done_ms": stats.prefill_done_s * 1e3,
+                    "first_text_ms": stats.first_text_s * 1e3,
+                    "first_audio_frame_ms": stats.first_audio_frame_s * 1e3,
+                    "rtf": (stats.prefill_done_s + stats.generation_s) / audio,
+                    "context_positions": session.context_used,
+                    "encoder_graph": self._encoder_rung_for(len(wave)) is not None,
+                    "reserved_gb": torch.cuda.memory_reserved() / 1e9,
+                    "allocated_gb": torch.cuda.memory_allocated() / 1e9,
+                }
+            )
+        session.reset()
+        ttfa = [r["ttfa_ms"] for r in records]
+        return {
+            "context_tokens": CONTEXT,
+            "answer_frames": workload.frames,
+            "turns": records,
+            "ttfa_ms_max": max(ttfa),
+            "ttfa_ms_median": statistics.median(ttfa),
+            "turns_over_25_ms": [r["turn"] for r in records if r["ttfa_ms"] > 25.0],
+            "turns_trimmed": sum(r["trimmed"] for r in records),
+            "turns_trimmed_in_turn": sum(r["trimmed_in_turn_turns"] > 0 for r in records),
+            "rtf_median": statistics.median(r["rtf"] for r in records),
+            "peak_reserved_gb": torch.cuda.max_memory_reserved() / 1e9,
+            "peak_allocated_gb": torch.cuda.max_memory_allocated() / 1e9,
+            "takes_encoded_eagerly": sum(not r["encoder_graph"] for r in records),
+        }
+
+    def _encoder_rung_for(self, samples: int) -> int | None:
+        frames = samples // 160 + 1  # the preprocessor's 10 ms hop, centred
+        rungs = self.encoder_graphs.rungs if self.encoder_graphs else {}
+        return next((rung for rung in sorted(rungs) if rung >= frames), None)
 
     def unseen_lengths_ttfa(self, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
         """Time to first audio for takes whose lengths this process has not encoded before.
@@ -449,6 +562,24 @@ class EngineBench:
                 "top_by_time": [[kernel, count / repeats, round(us / repeats, 1)] for kernel, (count, us) in ranked[:12]],
             }
         backend.backbone.restore(saved)
+        decoder = self.decoder.decoder
+        graph = getattr(decoder, "_graph", None)
+        if graph is not None:
+            decoder.reset()
+            graph.replay()
+            _sync()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(repeats):
+                    graph.replay()
+                _sync()
+            events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            report["decoder_frame"] = {
+                "kernels": len(events) / repeats,
+                "kernel_time_us": sum(e.time_range.elapsed_us() for e in events) / repeats,
+                "replay_span_us": 0.0,
+                "top_by_time": [],
+            }
+            decoder.reset()
         return report
 
     @torch.inference_mode()
@@ -467,6 +598,87 @@ class EngineBench:
             "depthformer_frame": _median_ms(backend.graphs["audio_head"].replay),
             "decoder_frame": decoder_ms,
         }
+
+
+# --------------------------------------------------------------------------- other GPUs (estimate)
+
+# Published memory bandwidth (GB/s) and VRAM (GB) of the cards users of this app have.
+CARDS: dict[str, tuple[float, float]] = {
+    "RTX 3060 12GB": (360.0, 12.0),
+    "RTX 4060": (272.0, 8.0),
+    "RTX 4070 Ti SUPER": (672.0, 16.0),
+    "RTX 4090": (1008.0, 24.0),
+    "RTX 5090": (1792.0, 32.0),
+}
+H200_PUBLISHED_GBS = 4800.0
+_STAGE_GRAPHS = {"backbone_step": "decode", "text_head": "text_head", "depthformer_frame": "audio_head", "decoder_frame": "decoder_frame"}
+
+
+def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, Any]:
+    """ESTIMATE, not a measurement: each stage on another card from what this run measured.
+
+    Per stage (one graph replay): time = bytes / bandwidth + kernels × per-kernel cost. The H200 run gives
+    the stage's bytes, its kernel count, and (measured time − bytes at the measured copy bandwidth) /
+    kernels as the per-kernel cost, which is kept for every card (batch-1 kernels are latency-bound,
+    and the recipe's depthformer frame measured 6.07 ms here against 5.7-6.2 ms published on a 4070 Ti
+    SUPER). Each card gets the H200's achieved share of its published bandwidth. Per frame: the 6:9
+    block's steps, the H200's measured host/overlap overhead per frame, and the decoder's bytes (it runs
+    beside the steps and shares the memory). First audio: the H200's turn-1 value plus each card's
+    extra bytes time for one prefill read of the backbone, the six text steps, one frame and one decoder
+    call. Not modelled: L2 size (the depthformer's 135 MB stack re-read per codebook may hit a 72-96 MB L2
+    on the 4090/5090: faster there), clocks, Windows' driver model.
+    """
+    engine = results["summary"][sampling_label]["engine"]
+    kernels = results.get("engine_kernels", {})
+    measured_gbs = results["copy_bandwidth_gbs"]
+    share = measured_gbs / H200_PUBLISHED_GBS
+    n_text, n_audio = (int(x) for x in results["workload"]["schedule"].split(":"))
+    stages: dict[str, dict[str, float]] = {}
+    for stage, graph in _STAGE_GRAPHS.items():
+        count = float(kernels.get(graph, {}).get("kernels", 0.0))
+        measured = float(engine[f"{stage}_ms"])
+        floor = results["stage_bytes"][stage] / (measured_gbs * 1e9) * 1e3
+        stages[stage] = {
+            "bytes": results["stage_bytes"][stage],
+            "kernels": count,
+            "h200_ms": measured,
+            "per_kernel_us": max(0.0, (measured - floor) * 1e3 / count) if count else 0.0,
+        }
+
+    def stage_ms(stage: str, gbs: float) -> float:
+        data = stages[stage]
+        return data["bytes"] / (gbs * 1e9) * 1e3 + data["kernels"] * data["per_kernel_us"] / 1e3
+
+    def block_ms(gbs: float) -> float:
+        return n_text * (stage_ms("backbone_step", gbs) + stage_ms("text_head", gbs)) + n_audio * (
+            stage_ms("backbone_step", gbs) + stage_ms("depthformer_frame", gbs)
+        )
+
+    h200_gbs = measured_gbs
+    overhead = engine["ms_per_frame"] - block_ms(h200_gbs) / n_audio  # host loop, prefill share, side stream
+    backbone_bytes = results["stage_bytes"]["backbone_step"]
+    ttfa_bytes = backbone_bytes + n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + (
+        results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]
+    )
+    floor_block_bytes = n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + n_audio * (
+        backbone_bytes + results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]
+    )
+    cards = {}
+    for card, (published, vram) in CARDS.items():
+        gbs = published * share
+        frame = block_ms(gbs) / n_audio + overhead + results["stage_bytes"]["decoder_frame"] / (gbs * 1e9) * 1e3
+        cards[card] = {
+            "published_bandwidth_gbs": published,
+            "assumed_bandwidth_gbs": gbs,
+            "vram_gb": vram,
+            "backbone_step_ms": stage_ms("backbone_step", gbs),
+            "depthformer_frame_ms": stage_ms("depthformer_frame", gbs),
+            "ms_per_frame": frame,
+            "rtf": frame / (FRAME_SECONDS * 1e3),
+            "ttfa_ms": engine["ttfa_turn1_ms"] + ttfa_bytes * (1 / gbs - 1 / h200_gbs) / 1e9 * 1e3,
+            "rtf_bandwidth_floor": floor_block_bytes / (gbs * 1e9) * 1e3 / n_audio / (FRAME_SECONDS * 1e3),
+        }
+    return {"label": "ESTIMATE from the H200 run's bytes and kernel counts, not a measurement", "stages": stages, "cards": cards}
 
 
 # --------------------------------------------------------------------------- report
@@ -566,6 +778,53 @@ def _markdown(results: dict[str, Any]) -> str:
                 f"| {name} | {data['kernels']:.0f} | {data['kernel_time_us']:.0f} | {data['replay_span_us']:.0f} | {largest} |"
             )
         lines.append("")
+    long = results.get("long_conversation")
+    if long and "turns" in long:
+        lines += [
+            f"## Long conversation ({len(long['turns'])} turns, context {long['context_tokens']}, sampled)",
+            "",
+            f"TTFA max {long['ttfa_ms_max']:.1f} ms, median {long['ttfa_ms_median']:.1f} ms; turns over 25 ms: "
+            f"{long['turns_over_25_ms'] or 'none'}; turns that trimmed: {long['turns_trimmed']} "
+            f"({long['turns_trimmed_in_turn']} before their answer); takes encoded eagerly: {long['takes_encoded_eagerly']}; "
+            f"RTF median {long['rtf_median']:.4f}; peak reserved {long['peak_reserved_gb']:.2f} GB, "
+            f"peak allocated {long['peak_allocated_gb']:.2f} GB.",
+            "",
+            "| turn | take s | TTFA ms | encoded ms | prefill done ms | trimmed (in turn / after answer) | trim after answer ms | positions | reserved GB |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in long["turns"]:
+            lines.append(
+                f"| {r['turn']} | {r['take_s']:.1f} | {r['ttfa_ms']:.1f} | {r['audio_encoded_ms']:.1f} | {r['prefill_done_ms']:.1f} | "
+                f"{r['trimmed_in_turn_turns']} / {r['trimmed_after_answer_turns']} | {r['trim_after_answer_ms']:.1f} | "
+                f"{r['context_positions']} | {r['reserved_gb']:.2f} |"
+            )
+        lines.append("")
+    startup = results.get("engine_startup")
+    if startup:
+        lines += [
+            "## Engine start-up",
+            "",
+            "| all | step + prefill graphs | decoder graph | encoder graphs | warm-up turn | peak reserved | reserved after |",
+            "|---|---|---|---|---|---|---|",
+            f"| {startup['startup_s']:.2f} s | {startup['step_and_prefill_graphs_s']:.2f} s | {startup['decoder_graph_s']:.2f} s | "
+            f"{startup['encoder_graphs_s']:.2f} s | {startup['warm_up_s']:.2f} s | {startup['peak_reserved_gb_during_startup']:.2f} GB | "
+            f"{startup['memory_gb_after_empty_cache']['reserved']:.2f} GB |",
+            "",
+        ]
+    estimate = results.get("card_estimates")
+    if estimate:
+        lines += [
+            f"## Other GPUs: {estimate['label']}",
+            "",
+            "| card | bandwidth GB/s (published) | backbone step ms | depthformer frame ms | ms/frame | RTF | RTF floor | TTFA ms | VRAM GB |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for card, e in estimate["cards"].items():
+            lines.append(
+                f"| {card} | {e['published_bandwidth_gbs']:.0f} | {e['backbone_step_ms']:.2f} | {e['depthformer_frame_ms']:.2f} | "
+                f"{e['ms_per_frame']:.2f} | {e['rtf']:.3f} | {e['rtf_bandwidth_floor']:.3f} | {e['ttfa_ms']:.0f} | {e['vram_gb']:.0f} |"
+            )
+        lines.append("")
     lines += ["## Notes", "", *results.get("notes", [])]
     return "\n".join(lines) + "\n"
 
@@ -584,6 +843,9 @@ def run_bench(args: argparse.Namespace) -> int:
         print("error: the benchmark needs a CUDA GPU")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
+    from engine.loading import use_expandable_cuda_segments
+
+    expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
     if args.model:
         from engine.loading import load_model
         from engine.bench.random_model import suppress_stop_tokens
@@ -606,6 +868,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "environment": _environment(),
         "workload": {"schedule": f"{n_text}:{n_audio}", "frames": workload.frames, "turns": TURNS, "max_new_tokens": workload.max_new_tokens},
         "copy_bandwidth_gbs": bandwidth,
+        "allocator": {"expandable_segments": expandable_segments},
         "stage_bytes": stage_bytes,
         "floors_ms": floors,
         "modes": {},
@@ -640,10 +903,26 @@ def run_bench(args: argparse.Namespace) -> int:
                 continue
             results["modes"][label][mode] = data
             print(json.dumps(_summary(data)), flush=True)
+        if mode == "engine" and engine is not None:
+            results["engine_startup"] = engine.startup
+            if getattr(args, "long_turns", 0):
+                print(f"[bench] long conversation: {args.long_turns} turns", flush=True)
+                try:
+                    long = engine.long_conversation(workload, next(iter(samplings.values())), args.long_turns)
+                except Exception as error:
+                    import traceback
+
+                    traceback.print_exc()
+                    long = {"error": f"{type(error).__name__}: {error}"}
+                results["long_conversation"] = long
+                print(json.dumps({k: v for k, v in long.items() if k != "turns"}), flush=True)
     for label in samplings:
         results["summary"][label] = {mode: _summary(data) for mode, data in results["modes"][label].items()}
     if engine is not None:
         results["engine_kernels"] = engine.kernel_profile()
+        first = next(iter(samplings))
+        if "engine" in results["summary"].get(first, {}):
+            results["card_estimates"] = estimate_cards(results, first)
     recipe_error = next(
         (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
     )

@@ -32,9 +32,11 @@ from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 
 
 # Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a
-# second plus the turn's template tokens), a 20 s take ~265. Below ~300 rows a batch-1 prefill costs
-# about one read of the weights whatever its row count, so padding up to twice the rows is cheap.
-PREFILL_BUCKETS = (32, 64, 128, 256, 512)
+# second plus the turn's template tokens), a 20 s take ~265, a 60 s take ~770; a rebuild after a trim
+# prefills up to ~3000. Below ~300 rows a batch-1 prefill costs about one read of the weights whatever
+# its row count, so padding up to twice the rows is cheap. H200, one replay: 256 / 512 / 768 / 1024
+# rows 3.7 / 4.9 / 6.3 / 7.6 ms, so one 768 or 1024 graph beats chunks of 512 + 256 or 512 + 512.
+PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
 # Up to this many rows the prefill graphs attend with batched matmuls, above it with the memory-efficient
 # SDPA kernel. A whole prefill graph over the 4096-slot cache at 32 / 64 / 128 / 256 / 512 rows (H200,
 # kernel time, bench runs 19 and 20): SDPA 2.98 / 3.03 / 3.19 / 3.55 / 4.77 ms, matmuls 1.69 / 1.90 /
@@ -56,6 +58,7 @@ class GraphedBackend:
     ) -> None:
         """`prefill_buckets`: padded prefill row counts; by default `PREFILL_BUCKETS` when the graphs are
         captured and none otherwise (eager, a padded row is pure waste)."""
+        started = time.perf_counter()
         model = loaded.model
         self.model = model
         self.device = loaded.device
@@ -87,6 +90,7 @@ class GraphedBackend:
         self.steps = self._steps()  # every graph's eager twin, by graph name
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
+        self.setup_seconds = time.perf_counter() - started  # static buffers, fused kernels and their checks
         if capturing:
             self.capture()
 

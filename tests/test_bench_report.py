@@ -1,0 +1,55 @@
+"""The benchmark's report (no GPU): the other-card estimate and the markdown, from a real run's bench.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.bench import CARDS, _markdown, estimate_cards
+
+RUN = Path(__file__).resolve().parents[1] / "bench" / "results" / "run-22-long-conversation" / "bench.json"
+SAMPLED = "sampled (top_k=4, temperature 1.0)"
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    return json.loads(RUN.read_text())
+
+
+def test_the_estimate_reproduces_the_h200_it_was_fitted_on(results: dict) -> None:
+    estimate = estimate_cards(results, SAMPLED)
+    assert "ESTIMATE" in estimate["label"]
+    measured = results["summary"][SAMPLED]["engine"]
+    share = results["copy_bandwidth_gbs"] / 4800.0
+    for stage, data in estimate["stages"].items():
+        assert data["kernels"] > 0 and data["bytes"] == results["stage_bytes"][stage]
+        # At the H200's own bandwidth the model gives back the stage time it was fitted on.
+        at_h200 = data["bytes"] / (results["copy_bandwidth_gbs"] * 1e9) * 1e3 + data["kernels"] * data["per_kernel_us"] / 1e3
+        assert at_h200 == pytest.approx(measured[f"{stage}_ms"], rel=1e-9)
+    cards = estimate["cards"]
+    assert list(cards) == list(CARDS)
+    for card, data in cards.items():
+        assert data["assumed_bandwidth_gbs"] == pytest.approx(CARDS[card][0] * share)
+        # Never faster than the H200 run, nor than the card's own bandwidth floor.
+        assert data["ms_per_frame"] > measured["ms_per_frame"] and data["rtf"] > data["rtf_bandwidth_floor"]
+        assert data["ttfa_ms"] > measured["ttfa_turn1_ms"]
+    by_bandwidth = sorted(cards.values(), key=lambda d: d["published_bandwidth_gbs"])
+    assert [d["rtf"] for d in by_bandwidth] == sorted((d["rtf"] for d in by_bandwidth), reverse=True)
+
+
+def test_the_stored_estimate_is_what_the_code_computes(results: dict) -> None:
+    assert estimate_cards(results, SAMPLED) == results["card_estimates"]
+
+
+def test_the_markdown_has_every_long_conversation_turn_and_the_estimate(results: dict) -> None:
+    text = _markdown(results)
+    long = results["long_conversation"]
+    assert len(long["turns"]) >= 40 and long["context_tokens"] == 4096
+    assert max(t["take_s"] for t in long["turns"]) == 60.0 and long["turns_trimmed"] > 0
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[1].strip().isdigit()]
+    assert len(rows) == len(long["turns"])
+    assert f"peak reserved {long['peak_reserved_gb']:.2f} GB" in text
+    assert "ESTIMATE" in text and all(card in text for card in CARDS)
+    assert "## Engine start-up" in text
