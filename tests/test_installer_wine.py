@@ -448,6 +448,7 @@ def test_all_users_install_upgrade_and_uninstall(
 
     _, log = wine.setup(release.setup, "/ALLUSERS")
     assert "64-bit install mode: Yes" in log
+    assert "-- Run entry --" not in log  # "launch VoiceChat" is skipped in a silent install
     assert_installed(wine, release, app_dir, shortcut, "HKLM")
     assert not wine.host(desktop).exists()  # the desktop icon is an unchecked task
     assert wine.registry("HKCU", UNINSTALL_KEY) is None
