@@ -271,6 +271,9 @@ def download(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+    # hf_xet reads this when huggingface_hub creates its session (on the first download): its logs
+    # and caches then stay in the app's folder, which the uninstaller can remove. A user's own wins.
+    os.environ.setdefault("HF_XET_CACHE", str(paths.hub_xet_cache_dir()))
     if is_offline():
         raise ModelNotFoundError.of(
             "{source} is not downloaded and there is no network connection. "

@@ -6,8 +6,9 @@ platformdirs with appname = appauthor = "VoiceChat":
     Linux    data ~/.local/share/VoiceChat, config ~/.config/VoiceChat, logs ~/.local/state/VoiceChat/log
              (each honours its XDG_*_HOME variable)
 
-On Windows everything the app writes is under `windows_app_folder()`, which is the folder the
-uninstaller deletes when the user asks it to remove their data (installer.iss, `UserDataDir`).
+On Windows all of these are inside %LOCALAPPDATA%\\VoiceChat\\VoiceChat, the folder the uninstaller
+deletes when the user asks it to remove their data (installer.iss, `UserDataDir`; checked by
+tests/test_installer_static.py and, for real, tests/test_installer_wine.py).
 Functions, not constants: platformdirs reads the environment when called, so tests can point the
 folders at a temporary home (tests/conftest.py, `isolated_user_dirs`).
 """
@@ -46,6 +47,11 @@ def models_dir() -> Path:
 
 def demo_model_dir() -> Path:
     return data_dir() / "demo-model"
+
+
+def hub_xet_cache_dir() -> Path:
+    """hf_xet's logs and caches (it would use ~/.cache/huggingface/xet, outside the app's folder)."""
+    return data_dir() / "hf-xet"
 
 
 def settings_file() -> Path:
