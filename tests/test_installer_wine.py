@@ -61,7 +61,8 @@ WINE_ENV = {
 }
 PREFIX_RECIPE = 1  # bump when the template prefix is made differently
 
-pytestmark = pytest.mark.timeout(900)
+# A cold run installs wine first (apt-get, up to 3 x wine_env.APT_TIMEOUT_S); warm, the module takes ~30 s.
+pytestmark = pytest.mark.timeout(1200)
 
 
 # --------------------------------------------------------------------------- what the sources say

@@ -29,7 +29,7 @@ WINE_PACKAGES = ["wine", "wine64", "wine32:i386"]
 # The npm package that ships ISCC.exe; 6.4.1 is the newest there (the Windows CI pins 6.4.3).
 INNOSETUP_NPM = "innosetup@6.4.1"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "voicechat-tests"
-APT_TIMEOUT_S = 1800
+APT_TIMEOUT_S = 300  # per apt-get call; three at most (update, install, the retry)
 
 _SECURITY_BELOW_POINT_RELEASE = """\
 # Written by tests/wine_env.py for one apt-get install; see the module docstring.
