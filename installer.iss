@@ -204,8 +204,9 @@ begin
   Result := ExpandConstant('{localappdata}\{#AppAuthor}\{#AppName}');
 end;
 
-// /REMOVEUSERDATA=yes or =no answers in advance; otherwise an interactive uninstall asks (the
-// default button is "No", which /SUPPRESSMSGBOXES also picks) and a silent one keeps the data.
+// /REMOVEUSERDATA=yes or =no answers in advance (the wine test uses it; so can an administrator's
+// script); otherwise an interactive uninstall asks, with "No" as the default button, and a silent
+// one, which cannot ask, keeps the data.
 function ShouldRemoveUserData(DataDir: String): Boolean;
 var
   Answer: String;
