@@ -6,8 +6,9 @@
 ; Keep all files of one release in the same folder; Setup.exe reads the .bin files next to it.
 ;
 ; tests/test_installer_wine.py compiles this very file with ISCC under wine and installs, upgrades
-; and uninstalls the result; tests/test_installer_static.py checks what ISCC cannot (the names
-; shared with the spec and the app). Needs Inno Setup 6.3 or newer (x64compatible).
+; and uninstalls the result; tests/test_installer_static.py checks what ISCC cannot (the fixed
+; AppId, the release slice size, every message in both languages, the data folder matching
+; engine/paths.py). Needs Inno Setup 6.3 or newer (x64compatible).
 ;
 ; Defines (ISCC /DName=Value), each with the default a release build uses:
 ;   AppVersion    the version shown in Windows' app list and in the file names
