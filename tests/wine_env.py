@@ -71,8 +71,10 @@ def _install_wine() -> Missing | None:
             return Missing(f"dpkg --add-architecture i386 failed: {_tail(added.stderr)}")
     # Not fatal by itself (stale or half-synced indexes); its output goes into the reason if the
     # install fails too.
-    update = _run(["apt-get", "update"])
-    install_args = ["apt-get", "install", "-y", "--no-install-recommends", *WINE_PACKAGES]
+    # Wait for another apt (e.g. scripts/bootstrap.sh in a parallel run) instead of failing on its lock.
+    wait_for_lock = ["-o", "DPkg::Lock::Timeout=120"]
+    update = _run(["apt-get", *wait_for_lock, "update"])
+    install_args = ["apt-get", *wait_for_lock, "install", "-y", "--no-install-recommends", *WINE_PACKAGES]
     first = _run(install_args)
     if first.returncode == 0:
         return None
