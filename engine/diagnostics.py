@@ -29,13 +29,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
-import platformdirs
-
-from engine import logs
+from engine import logs, paths
 
 logger = logging.getLogger(__name__)
 
-APP_NAME = "VoiceChat"
+APP_NAME = paths.APP_NAME
 DEFAULT_MODEL_REPO = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 REPORT_SCHEMA = 1
 
@@ -51,9 +49,9 @@ ERROR = "error"
 # --------------------------------------------------------------------------- small helpers
 
 
-def default_model_store(app_name: str = APP_NAME) -> Path:
+def default_model_store() -> Path:
     """Where the app keeps downloaded models: a Hugging Face cache under the user data dir."""
-    return Path(platformdirs.user_data_dir(app_name, app_name)) / "models"
+    return paths.models_dir()
 
 
 def _check(name: str, status: str, summary: str) -> dict[str, str]:
@@ -405,7 +403,7 @@ def collect_diagnostics(
     app_name: str = APP_NAME,
 ) -> dict[str, Any]:
     """Everything a bug report needs, as JSON-ready values. Never raises."""
-    store = model_store if model_store is not None else default_model_store(app_name)
+    store = model_store if model_store is not None else default_model_store()
     report: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -425,9 +423,9 @@ def collect_diagnostics(
         },
         "paths": {
             "log_file": str(logs.current_log_path()) if logs.current_log_path() else None,
-            "log_dir": str(logs.default_log_dir(app_name)),
-            "data_dir": platformdirs.user_data_dir(app_name, app_name),
-            "config_dir": platformdirs.user_config_dir(app_name, app_name),
+            "log_dir": str(logs.default_log_dir()),
+            "data_dir": str(paths.data_dir()),
+            "config_dir": str(paths.config_dir()),
         },
     }
     checks: list[dict[str, str]] = []
@@ -634,7 +632,7 @@ def write_diagnostics(report: dict[str, Any], path: Path | None = None) -> Path:
     if path is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         log_file = logs.current_log_path()
-        directory = log_file.parent if log_file is not None else logs.default_log_dir(report["app"]["name"])
+        directory = log_file.parent if log_file is not None else logs.default_log_dir()
         path = directory / f"diagnostics-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -24,9 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import platformdirs
+from engine import paths
 
-APP_NAME = "VoiceChat"
+APP_NAME = paths.APP_NAME
 LOG_FILE_NAME = "voicechat.log"
 # Native crashes (a segfault in a CUDA or PortAudio library) never reach Python's excepthook;
 # faulthandler dumps the Python stacks of all threads to this file instead. It is a separate file
@@ -47,9 +47,9 @@ _log_path: Path | None = None
 _native_crash_file: IO[str] | None = None
 
 
-def default_log_dir(app_name: str = APP_NAME) -> Path:
+def default_log_dir() -> Path:
     """The per-user log folder, e.g. %LOCALAPPDATA%\\VoiceChat\\VoiceChat\\Logs on Windows."""
-    return Path(platformdirs.user_log_dir(app_name, app_name))
+    return paths.log_dir()
 
 
 def current_log_path() -> Path | None:
@@ -81,7 +81,7 @@ def setup_logging(app_name: str = APP_NAME, *, log_dir: Path | None = None, leve
     Returns the log file's path. Safe to call again: the handlers of an earlier call are replaced.
     """
     global _log_path, _native_crash_file
-    directory = _usable_log_dir(log_dir if log_dir is not None else default_log_dir(app_name))
+    directory = _usable_log_dir(log_dir if log_dir is not None else default_log_dir())
     path = directory / (LOG_FILE_NAME if app_name == APP_NAME else f"{app_name.lower()}.log")
 
     formatter = logging.Formatter(LOG_FORMAT)

@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import platformdirs
-
+from engine import paths
 from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError, Problem
 from engine.protocol import Progress
 
-APP_NAME = "VoiceChat"
 DEFAULT_REPO_ID = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 MIMI_CHECKPOINT = "tokenizer-e351c8d8-checkpoint125.safetensors"
 _REQUIRED_CONFIG_KEYS = ("codebooks", "interleaved_n_text", "interleaved_n_audio", "preprocessor", "encoder", "lfm", "depthformer")
@@ -36,7 +34,7 @@ def default_model_source() -> str:
 
 def models_dir() -> Path:
     """The Hugging Face cache the app downloads into (kept by the uninstaller unless the user agrees)."""
-    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "models"
+    return paths.models_dir()
 
 
 def looks_like_repo_id(source: str) -> bool:
@@ -273,6 +271,9 @@ def download(
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+    # hf_xet reads this when huggingface_hub creates its session (on the first download): its logs
+    # and caches then stay in the app's folder, which the uninstaller can remove. A user's own wins.
+    os.environ.setdefault("HF_XET_CACHE", str(paths.hub_xet_cache_dir()))
     if is_offline():
         raise ModelNotFoundError.of(
             "{source} is not downloaded and there is no network connection. "

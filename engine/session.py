@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import platformdirs
 import torch
 from liquid_audio.utils import LFMModality, mel2emb_len
 
+from engine import paths
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
 from engine.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
@@ -35,7 +35,7 @@ from engine.generation import (
 )
 from engine.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
 from engine.lora import VoiceSwitcher, load_voice
-from engine.model_store import APP_NAME, check_model_folder, resolve_model
+from engine.model_store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
@@ -153,7 +153,7 @@ class IncrementalDetokenizer:
 
 
 def demo_model_folder() -> Path:
-    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "demo-model"
+    return paths.demo_model_dir()
 
 
 def ensure_demo_model(folder: Path | None = None) -> Path:

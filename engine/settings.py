@@ -24,7 +24,6 @@ from typing import Any
 
 from engine.protocol import MAX_TOP_K, SamplingSettings
 
-APP_NAME = "VoiceChat"
 SETTINGS_VERSION = 1
 
 # The prompt liquid-audio's own chat demo uses; it asks for interleaved text and speech, which is
@@ -59,9 +58,9 @@ class Settings:
 
 def default_settings_path() -> Path:
     # Imported here so that merely importing the dataclass costs nothing.
-    from platformdirs import user_config_dir
+    from engine import paths
 
-    return Path(user_config_dir(APP_NAME, APP_NAME)) / "settings.json"
+    return paths.settings_file()
 
 
 def to_json_dict(settings: Settings) -> dict[str, Any]:

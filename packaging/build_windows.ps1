@@ -13,7 +13,9 @@
     3. compiles the Qt translations (.ts -> .qm) when a .qm is missing or older,
     4. runs PyInstaller with packaging\voicechat.spec -> dist\VoiceChat\,
     5. optionally runs dist\VoiceChat\VoiceChat.exe --selftest (-SelfTest),
-    6. compiles installer.iss with ISCC -> Output\VoiceChat-Setup-<version>.exe and .bin slices.
+    6. compiles installer.iss with ISCC -> Output\VoiceChat-Setup-<version>.exe and .bin slices
+       (-RemoveVenvBeforeInstaller first deletes the build venv and PyInstaller's work folder, which
+       the installer does not need: CI runners have little disk to spare).
 
     Needs Python 3.12 (python.org or the py launcher) and Inno Setup 6.3 or newer.
     This file is ASCII on purpose: Windows PowerShell 5.1 reads BOM-less files as ANSI.
@@ -25,7 +27,8 @@ param(
     [string]$Iscc = (Join-Path ${env:ProgramFiles(x86)} "Inno Setup 6\ISCC.exe"),
     [string]$TorchIndex = "https://download.pytorch.org/whl/cu128",
     [switch]$SelfTest,
-    [switch]$SkipInstaller
+    [switch]$SkipInstaller,
+    [switch]$RemoveVenvBeforeInstaller
 )
 
 $ErrorActionPreference = "Stop"
@@ -46,8 +49,13 @@ function Invoke-Native {
 function Find-Python312 {
     if ($Python) { return $Python }
     if (Get-Command py -ErrorAction SilentlyContinue) {
+        # `py` complains on stderr when 3.12 is missing. Under "Stop", Windows PowerShell 5.1 turns
+        # redirected native stderr into a terminating error, so the fallback below would never run:
+        # relax the preference for this call only (the assignment is local to this function).
+        $ErrorActionPreference = "Continue"
         $exe = & py -3.12 -c "import sys; print(sys.executable)" 2>$null
-        if ($LASTEXITCODE -eq 0 -and $exe) { return $exe.Trim() }
+        $ErrorActionPreference = "Stop"
+        if ($LASTEXITCODE -eq 0 -and $exe) { return "$exe".Trim() }
     }
     $candidate = Get-Command python -ErrorAction SilentlyContinue
     if ($candidate) {
@@ -116,5 +124,12 @@ if ($SkipInstaller) { return }
 if (-not (Test-Path $Iscc)) { throw "Inno Setup compiler not found at $Iscc (install Inno Setup 6.3 or newer, or pass -Iscc)" }
 $Version = & $VenvPy -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])"
 if ($LASTEXITCODE -ne 0) { throw "could not read the version from pyproject.toml" }
+if ($RemoveVenvBeforeInstaller) {
+    foreach ($folder in @($Venv, (Join-Path $Root "build\pyinstaller"))) {
+        if (Test-Path $folder) { Remove-Item -Recurse -Force $folder }
+    }
+}
+# A stale slice of an earlier build would sit next to the new ones and be uploaded with them.
+if (Test-Path (Join-Path $Root "Output")) { Remove-Item -Recurse -Force (Join-Path $Root "Output") }
 Invoke-Native $Iscc "/DAppVersion=$($Version.Trim())" (Join-Path $Root "installer.iss")
 Get-ChildItem (Join-Path $Root "Output") | Format-Table Name, Length

@@ -31,9 +31,9 @@ class DeviceChoice:
 
 
 def default_choice_path() -> Path:
-    import platformdirs
+    from engine import paths
 
-    return platformdirs.user_config_path("voicechat", appauthor=False) / "audio-devices.json"
+    return paths.audio_devices_file()
 
 
 def load_device_choice(path: Path) -> DeviceChoice:

@@ -1,0 +1,62 @@
+"""The app's per-user folders: the one definition every module uses (and installer.iss mirrors).
+
+platformdirs with appname = appauthor = "VoiceChat":
+
+    Windows  data, config, logs: %LOCALAPPDATA%\\VoiceChat\\VoiceChat (logs in its Logs\\ folder)
+    Linux    data ~/.local/share/VoiceChat, config ~/.config/VoiceChat, logs ~/.local/state/VoiceChat/log
+             (each honours its XDG_*_HOME variable)
+
+On Windows all of these are inside %LOCALAPPDATA%\\VoiceChat\\VoiceChat, the folder the uninstaller
+deletes when the user asks it to remove their data (installer.iss, `UserDataDir`; checked by
+tests/test_installer_static.py and, for real, tests/test_installer_wine.py).
+Functions, not constants: platformdirs reads the environment when called, so tests can point the
+folders at a temporary home (tests/conftest.py, `isolated_user_dirs`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "VoiceChat"
+# platformdirs' "appauthor": on Windows the folders are %LOCALAPPDATA%\<author>\<name>.
+APP_AUTHOR = "VoiceChat"
+
+
+def _dirs() -> platformdirs.PlatformDirs:
+    return platformdirs.PlatformDirs(APP_NAME, APP_AUTHOR)
+
+
+def data_dir() -> Path:
+    return _dirs().user_data_path
+
+
+def config_dir() -> Path:
+    return _dirs().user_config_path
+
+
+def log_dir() -> Path:
+    return _dirs().user_log_path
+
+
+def models_dir() -> Path:
+    """The Hugging Face cache the app downloads models into."""
+    return data_dir() / "models"
+
+
+def demo_model_dir() -> Path:
+    return data_dir() / "demo-model"
+
+
+def hub_xet_cache_dir() -> Path:
+    """hf_xet's logs and caches (it would use ~/.cache/huggingface/xet, outside the app's folder)."""
+    return data_dir() / "hf-xet"
+
+
+def settings_file() -> Path:
+    return config_dir() / "settings.json"
+
+
+def audio_devices_file() -> Path:
+    return config_dir() / "audio-devices.json"
