@@ -98,3 +98,15 @@ class GpuMemoryError(UserFacingError):
     """The GPU ran out of memory while loading or preparing the model."""
 
     kind = "gpu_memory"
+
+
+class SettingsError(UserFacingError):
+    """A setting or a command-line value outside what the app accepts, or an unusable settings file."""
+
+    kind = "settings"
+
+
+class OutputPathError(UserFacingError):
+    """A file the user asked the app to write cannot be written there (the answer is kept elsewhere)."""
+
+    kind = "export"
