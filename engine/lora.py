@@ -150,16 +150,16 @@ MAX_RANK = 4096
 MAX_WEIGHT_CHANGE = 1000.0
 
 
-def _bad_field(voice: str, field: str, value: object, expected: str) -> LoraError:
+def _bad_field(voice: str, field: str, value: object, template: str, **extra: object) -> LoraError:
     return LoraError.of(
-        "{voice}: {field} in adapter_config.json must be {expected} (it is {value}).",
-        voice=voice, field=field, expected=expected, value=json.dumps(value, ensure_ascii=False)[:80],
+        "{voice}: {field} in adapter_config.json must be " + template + " (it is {value}).",
+        voice=voice, field=field, value=json.dumps(value, ensure_ascii=False)[:80], **extra,
     )
 
 
 def _rank(value: object, voice: str, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RANK:
-        raise _bad_field(voice, field, value, f"a whole number from 1 to {MAX_RANK}")
+        raise _bad_field(voice, field, value, "a whole number from 1 to {high}", high=MAX_RANK)
     return value
 
 

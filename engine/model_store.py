@@ -470,8 +470,9 @@ def _check_layer_types(file: str, prefix: str, section: dict[str, Any], allowed:
         problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file, key=f"{prefix}layer_types",
                                 choices=", ".join(allowed), value=_describe(layer_types)))
     elif isinstance(section.get("num_hidden_layers"), int) and len(layer_types) != section["num_hidden_layers"]:
-        problems.append(Problem("{file}: {key} must be {expected} (it is {value})", file=file, key=f"{prefix}layer_types",
-                                expected=f"{section['num_hidden_layers']} entries", value=f"{len(layer_types)} entries"))
+        problems.append(Problem("{file}: {key} has {count} entries, but {layers_key} is {layers}", file=file,
+                                key=f"{prefix}layer_types", count=len(layer_types), layers_key=f"{prefix}num_hidden_layers",
+                                layers=section["num_hidden_layers"]))
 
 
 _PREPROCESSOR_CACHE: set[str] = set()
