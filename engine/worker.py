@@ -299,22 +299,25 @@ class EngineWorker:
 
     def _on_Load(self, command: p.Load) -> None:
         self._abort_turn()
+        self._set_state(p.EngineState.LOADING)
+        source: str | None = None
+        if not command.demo:
+            # The new folder is checked (or downloaded) first: a missing or broken one leaves the
+            # loaded model as it was.
+            after_failure = p.EngineState.IDLE if self.session is not None else p.EngineState.NO_MODEL
+            try:
+                resolved = self._resolve_source(command)
+            except BaseException:
+                self._set_state(after_failure)  # before the error, so the window knows why
+                raise
+            if resolved is None:
+                self._set_state(after_failure)
+                return
+            source = str(resolved)
         if self.session is not None:
             # Free the old model before loading the new one: two copies rarely fit in VRAM.
             session, self.session = self.session, None
             session.close()
-        self._set_state(p.EngineState.LOADING)
-        source: str | None = None
-        if not command.demo:
-            try:
-                resolved = self._resolve_source(command)
-            except BaseException:
-                self._set_state(p.EngineState.NO_MODEL)  # before the error, so the window knows why
-                raise
-            if resolved is None:
-                self._set_state(p.EngineState.NO_MODEL)
-                return
-            source = str(resolved)
         try:
             self.session = self._open_session(source, command, lora=command.lora)
         except BaseException:
