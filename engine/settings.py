@@ -223,7 +223,7 @@ def load_settings(path: Path | None = None) -> LoadResult:
             size=len(raw), limit=validation.MAX_SETTINGS_BYTES,
         )
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a BOM (Windows Notepad) is still UTF-8
     except UnicodeDecodeError as exc:
         moved = _move_aside(path)
         return _bad_file(path, moved, "The settings file {path} is not UTF-8 text (byte {position}).", position=exc.start)
