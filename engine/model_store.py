@@ -315,6 +315,7 @@ _CONFIG_RANGES: dict[str, tuple[float, float]] = {
     "lfm.vocab_size": (1, _INT_LIMIT),
     "lfm.max_position_embeddings": (1, _INT_LIMIT),
     "lfm.conv_L_cache": (1, 1024),
+    "lfm.rope_theta": (1.0, 1e12),
     "depthformer.layers": (1, 64),
     "depthformer.dim": (32, 16384),
 }
@@ -329,9 +330,10 @@ _DETOKENIZER_RANGES: dict[str, tuple[float, float]] = {
     "vocab_size": (1, _INT_LIMIT),
     "max_position_embeddings": (1, _INT_LIMIT),
     "conv_L_cache": (1, 1024),
-    "sliding_window": (1, _INT_LIMIT),
+    "sliding_window": (1, 65536),  # sizes a mask built on every decode
 }
 _LAYER_TYPES = ("conv", "full_attention")
+_WINDOWS = ("hann", "hamming", "blackman", "bartlett")
 _DETOKENIZER_LAYER_TYPES = ("conv", "full_attention", "sliding_attention")
 
 
@@ -445,11 +447,19 @@ def check_model_config(config: dict[str, Any]) -> list[Problem]:
             problems.append(Problem("{file}: {key} must be an object (it is {value})", file=file, key=name, value=_describe(section)))
             continue
         if name == "lfm":
-            _check_section(file, "lfm.", section, _lfm2_fields(section), False, _CONFIG_RANGES, problems)
+            fields = _lfm2_fields(section)
+            for key in _CONFIG_RANGES:
+                if key.startswith("lfm.") and key[4:] in section:
+                    fields.setdefault(key[4:], float if isinstance(_CONFIG_RANGES[key][0], float) else int)
+            _check_section(file, "lfm.", section, fields, False, _CONFIG_RANGES, problems)
             _check_layer_types(file, "lfm.", section, _LAYER_TYPES, problems)
         else:
             _check_section(file, f"{name}.", section, _dataclass_fields(sections[name]), True, _CONFIG_RANGES, problems)
     if problems:
+        return problems
+    if config["preprocessor"]["window"] not in _WINDOWS:  # liquid-audio would build no window, and fail mid-turn
+        problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file, key="preprocessor.window",
+                                choices=", ".join(_WINDOWS), value=_describe(config["preprocessor"]["window"])))
         return problems
     if config["preprocessor"]["features"] != config["encoder"]["feat_in"]:
         problems.append(Problem("{file}: {key} must be {expected} (it is {value})", file=file, key="preprocessor.features",
@@ -496,7 +506,11 @@ def check_detokenizer_config(config: Any, file: str = "audio_detokenizer/config.
     if not isinstance(config, dict):
         return [Problem("{file} does not hold a JSON object", file=file)]
     problems: list[Problem] = []
-    _check_section(file, "", config, _lfm2_fields(config), False, _DETOKENIZER_RANGES, problems)
+    fields = _lfm2_fields(config)
+    for name in _DETOKENIZER_RANGES:  # keys whose default is None declare no type: they are counts
+        if name in config:
+            fields.setdefault(name, int)
+    _check_section(file, "", config, fields, False, _DETOKENIZER_RANGES, problems)
     _check_layer_types(file, "", config, _DETOKENIZER_LAYER_TYPES, problems)
     return problems
 
