@@ -82,10 +82,18 @@ def load_voice(folder: str | Path) -> LoraVoice:
     default_alpha = _alpha(config.get("lora_alpha", default_r), folder.name, "lora_alpha")
     use_rslora = config.get("use_rslora", False)
     if not isinstance(use_rslora, bool):
-        raise _bad_field(folder.name, "use_rslora", use_rslora, "true or false")
+        raise _bad_field(
+            folder.name, "use_rslora", use_rslora,
+            "{voice}: {field} in adapter_config.json "
+            "must be true or false (it is {value}).",
+        )
     base_model = config.get("base_model_name_or_path")
     if base_model is not None and not isinstance(base_model, str):
-        raise _bad_field(folder.name, "base_model_name_or_path", base_model, "a model name")
+        raise _bad_field(
+            folder.name, "base_model_name_or_path", base_model,
+            "{voice}: {field} in adapter_config.json "
+            "must be a model name (it is {value}).",
+        )
     rank_pattern = _pattern(config.get("rank_pattern"), folder.name, "rank_pattern", _rank)
     alpha_pattern = _pattern(config.get("alpha_pattern"), folder.name, "alpha_pattern", _alpha)
 
@@ -151,21 +159,27 @@ MAX_WEIGHT_CHANGE = 1000.0
 
 
 def _bad_field(voice: str, field: str, value: object, template: str, **extra: object) -> LoraError:
-    return LoraError.of(
-        "{voice}: {field} in adapter_config.json must be " + template + " (it is {value}).",
-        voice=voice, field=field, value=json.dumps(value, ensure_ascii=False)[:80], **extra,
-    )
+    """`template` is the whole message, with {voice}, {field} and {value} (the value as JSON, shortened)."""
+    return LoraError.of(template, voice=voice, field=field, value=json.dumps(value, ensure_ascii=False)[:80], **extra)
 
 
 def _rank(value: object, voice: str, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RANK:
-        raise _bad_field(voice, field, value, "a whole number from 1 to {high}", high=MAX_RANK)
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be a whole number from 1 to {high} (it is {value}).", high=MAX_RANK
+        )
     return value
 
 
 def _alpha(value: object, voice: str, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad_field(voice, field, value, "a finite number")
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be a finite number (it is {value}).",
+        )
     return float(value)
 
 
@@ -173,7 +187,11 @@ def _pattern(value: object, voice: str, field: str, check: object) -> dict[str, 
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _bad_field(voice, field, value, "an object of module names and numbers")
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be an object of module names and numbers (it is {value}).",
+        )
     return {str(key): check(item, voice, f"{field}.{key}") for key, item in value.items()}  # type: ignore[operator]
 
 

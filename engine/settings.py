@@ -195,7 +195,7 @@ def load_settings(path: Path | None = None) -> LoadResult:
     if path.is_symlink() and not path.exists():
         # A link to nothing: moved aside like a corrupt file, so that saving does not silently drop it.
         moved = _move_aside(path)
-        return _bad_file(path, moved, "The settings file {path} is a link to a missing file.")
+        return _bad_file(path, moved, "link")
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -204,10 +204,7 @@ def load_settings(path: Path | None = None) -> LoadResult:
         return _unreadable(path, exc)
     if path.is_file() and size > validation.MAX_SETTINGS_BYTES:
         moved = _move_aside(path)
-        return _bad_file(
-            path, moved, "The settings file {path} is too large ({size} bytes; at most {limit}).",
-            size=size, limit=validation.MAX_SETTINGS_BYTES,
-        )
+        return _bad_file(path, moved, "too_large", size=size, limit=validation.MAX_SETTINGS_BYTES)
     try:
         with path.open("rb") as f:
             raw = f.read(validation.MAX_SETTINGS_BYTES + 1)
@@ -218,22 +215,19 @@ def load_settings(path: Path | None = None) -> LoadResult:
         return _unreadable(path, exc)
     if len(raw) > validation.MAX_SETTINGS_BYTES:  # grew while we looked, or not a regular file
         moved = _move_aside(path)
-        return _bad_file(
-            path, moved, "The settings file {path} is too large ({size} bytes; at most {limit}).",
-            size=len(raw), limit=validation.MAX_SETTINGS_BYTES,
-        )
+        return _bad_file(path, moved, "too_large", size=len(raw), limit=validation.MAX_SETTINGS_BYTES)
     try:
         text = raw.decode("utf-8-sig")  # a BOM (Windows Notepad) is still UTF-8
     except UnicodeDecodeError as exc:
         moved = _move_aside(path)
-        return _bad_file(path, moved, "The settings file {path} is not UTF-8 text (byte {position}).", position=exc.start)
+        return _bad_file(path, moved, "not_utf8", position=exc.start)
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("the top level is not a JSON object")
     except (ValueError, RecursionError) as exc:
         moved = _move_aside(path)
-        return _bad_file(path, moved, "The settings file {path} was corrupt ({error}).", error=exc)
+        return _bad_file(path, moved, "corrupt", error=exc)
     settings, problems = from_json_dict(data)
     if not problems:
         return LoadResult(settings)
@@ -258,13 +252,35 @@ def _unreadable(path: Path, exc: OSError) -> LoadResult:
     return LoadResult(Settings(), problem=problem)
 
 
+# What was wrong with a settings file: (the message when it was moved aside, when it could not be).
+_BAD_FILE_TEMPLATES = {
+    "link": (
+        "The settings file {path} is a link to a missing file. It was moved to {moved}. Default settings are used.",
+        "The settings file {path} is a link to a missing file. Default settings are used.",
+    ),
+    "too_large": (
+        "The settings file {path} is too large ({size} bytes; at most {limit}). It was moved to {moved}. "
+        "Default settings are used.",
+        "The settings file {path} is too large ({size} bytes; at most {limit}). Default settings are used.",
+    ),
+    "not_utf8": (
+        "The settings file {path} is not UTF-8 text (byte {position}). It was moved to {moved}. Default settings are used.",
+        "The settings file {path} is not UTF-8 text (byte {position}). Default settings are used.",
+    ),
+    "corrupt": (
+        "The settings file {path} was corrupt ({error}). It was moved to {moved}. Default settings are used.",
+        "The settings file {path} was corrupt ({error}). Default settings are used.",
+    ),
+}
+
+
 def _bad_file(path: Path, moved: Path | None, reason: str, **values: object) -> LoadResult:
     """Defaults, and a message naming what was wrong and where the file's bytes are now."""
+    moved_template, kept_template = _BAD_FILE_TEMPLATES[reason]
     if moved is not None:
-        template = reason + " It was moved to {moved}. Default settings are used."
-        problem = SettingsError.of(template, path=path, moved=moved, **values)
+        problem = SettingsError.of(moved_template, path=path, moved=moved, **values)
     else:
-        problem = SettingsError.of(reason + " Default settings are used.", path=path, **values)
+        problem = SettingsError.of(kept_template, path=path, **values)
     return LoadResult(Settings(), problem=problem, moved_to=moved)
 
 

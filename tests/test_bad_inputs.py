@@ -205,6 +205,10 @@ def model_folder_cases(tiny_model_dir: Path) -> list[tuple[str, str, Callable[[P
         damages = FILE_DAMAGES + (("not UTF-8", "UTF-16") if relative.endswith(".json") else ())
         for how in damages:
             cases.append((f"{relative} {how}", relative, lambda folder, r=relative, h=how: damage_file(folder / r, h)))
+    # Valid JSON that is no tokenizer: only loading it can tell, and the message must name the file.
+    for relative in ("tokenizer.json", "tokenizer_config.json"):
+        cases.append((f"{relative} not a tokenizer", relative,
+                      lambda folder, r=relative: write_json(folder / r, {"version": "1.0", "model": {"type": "nonsense"}})))
     return cases
 
 
@@ -223,6 +227,10 @@ def test_every_damage_to_the_model_folder_is_named_or_harmless(tiny_model_dir: P
 
     cases = model_folder_cases(tiny_model_dir)
     assert len(cases) > 250
+    labels = {label for label, _, _ in cases}
+    for named_in_the_issue in ("config.json: preprocessor.sample_rate deleted", "tokenizer.json random bytes",
+                               "tokenizer.json not a tokenizer", "model.safetensors truncated"):
+        assert named_in_the_issue in labels
     global PRISTINE_NAMES
     PRISTINE_NAMES = {f.relative_to(tiny_model_dir).as_posix() for f in tiny_model_dir.rglob("*")}
     harmless: list[str] = []
@@ -266,6 +274,8 @@ def _model_folder_case(label: str, folder: Path, harmless: list[str]) -> None:
                 session = ChatSession.open(str(folder), device="cpu")
             except UserFacingError as error:
                 assert_clear(error)
+                if "tokenizer" in label:
+                    assert label.split(" ")[0] in error.message, error.message
             else:
                 outputs = list(session.respond(sine(0.5, 16000), p.SamplingSettings(greedy=True), max_new_tokens=4))
                 assert outputs and np.isfinite(np.concatenate(
@@ -366,8 +376,8 @@ def test_every_damage_to_a_voice_is_refused_or_harmless_and_the_voice_in_use_sta
         switcher.apply(None)
     assert all(torch.equal(t, pristine[n]) for n, t in model.state_dict().items())
     labels = [label for label, _ in cases]
-    for must in ("adapter_config.json: r 0", "weights: nan in " + labels[0][:0]):
-        assert any(label.startswith(must) for label in labels)
+    for named_in_the_issue in ("adapter_config.json: r 0", "weights: nan in", "weights: inf in", "weights: -inf in"):
+        assert any(label.startswith(named_in_the_issue) for label in labels)
     assert refused > len(cases) // 3
 
 
@@ -706,6 +716,9 @@ def test_every_bad_recording_and_output_path(question: Path, tmp_path: Path, cap
         "a folder": tmp_path / "out-folder",
         "a dangling link": tmp_path / "out-link.wav",
     }
+    if os.geteuid() != 0:  # permission bits do not stop root
+        (tmp_path / "read-only").mkdir(mode=0o555)
+        outputs["in a read-only folder"] = tmp_path / "read-only" / "answer.wav"
     original = question.read_bytes()
     for label, output in outputs.items():
         code, err = run_reply([str(question), str(output), "--demo", "--greedy"], capsys)
@@ -778,3 +791,69 @@ def test_real_cli_process_exits_with_one_clear_line(case: str, question: Path, g
                             text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert_one_error_line(result.returncode, result.stderr, case)
     assert question.read_bytes() == original and not answer.exists()
+
+
+# ============================================================================ the settings dialog
+
+
+def test_the_dialog_offers_exactly_the_ranges_the_cli_and_the_settings_file_accept(qtbot, japanese) -> None:  # noqa: ANN001
+    from app.settings_dialog import SettingsDialog
+    from engine.settings import Settings
+
+    dialog = SettingsDialog(Settings(), None)
+    qtbot.addWidget(dialog)
+    for box, allowed in ((dialog.audio_temperature, validation.TEMPERATURE), (dialog.text_temperature, validation.TEMPERATURE),
+                         (dialog.audio_top_k, validation.TOP_K), (dialog.text_top_k, validation.TOP_K),
+                         (dialog.max_answer, validation.MAX_ANSWER_SECONDS)):
+        assert (box.minimum(), box.maximum()) == (allowed.low, allowed.high)
+    ok = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
+    dialog.system_prompt.setPlainText("あ" * (validation.MAX_SYSTEM_PROMPT_CHARS + 1))
+    assert not ok.isEnabled() and dialog.prompt_error.isVisibleTo(dialog) and "長すぎ" in dialog.prompt_error.text()
+    dialog.system_prompt.setPlainText("あ" * validation.MAX_SYSTEM_PROMPT_CHARS)
+    assert ok.isEnabled() and not dialog.prompt_error.isVisibleTo(dialog)
+
+
+# ============================================================================ random input (hypothesis)
+
+from hypothesis import HealthCheck, given, settings as hypothesis_settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@hypothesis_settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.one_of(st.binary(max_size=400), st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass")),
+                     st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+                                  lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=6),
+                                  max_leaves=20).map(lambda v: json.dumps(v, ensure_ascii=False).encode("utf-8", "surrogatepass"))))
+def test_any_bytes_as_settings_never_crash_and_are_kept(raw: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from engine.settings import from_json_dict, load_settings, to_json_dict
+
+    folder = tmp_path_factory.mktemp("random-settings")
+    path = folder / "settings.json"
+    path.write_bytes(raw)
+    result = load_settings(path)
+    again, problems = from_json_dict(json.loads(json.dumps(to_json_dict(result.settings))))
+    assert problems == [] and again == result.settings
+    if result.problem is not None:
+        assert "\n" not in result.problem.message and translated(result.problem.template)
+        assert result.moved_to is not None and result.moved_to.read_bytes() == raw
+    if path.exists():
+        assert path.read_bytes() == raw
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(value=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-10**6, max_value=10**6)),
+       which=st.sampled_from(["audio_temperature", "audio_top_k", "max_answer_seconds", "context_tokens"]))
+def test_the_settings_file_and_the_cli_accept_the_same_values(value: float, which: str) -> None:
+    """One range for both: a value the settings file keeps is one the CLI check accepts, and back."""
+    from engine.settings import from_json_dict
+
+    allowed = {"audio_temperature": validation.TEMPERATURE, "audio_top_k": validation.TOP_K,
+               "max_answer_seconds": validation.MAX_ANSWER_SECONDS, "context_tokens": validation.CONTEXT_TOKENS}[which]
+    data = {"sampling": {which: value}} if which.startswith("audio") else {which: value}
+    _, problems = from_json_dict(data)
+    try:
+        validation.check_range("--flag", value, allowed)
+        cli_ok = True
+    except UserFacingError:
+        cli_ok = False
+    assert cli_ok == (problems == [])
