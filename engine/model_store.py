@@ -334,6 +334,7 @@ _DETOKENIZER_RANGES: dict[str, tuple[float, float]] = {
 }
 _LAYER_TYPES = ("conv", "full_attention")
 _WINDOWS = ("hann", "hamming", "blackman", "bartlett")
+_NORMALIZATIONS = ("per_feature", "all_features")
 _DETOKENIZER_LAYER_TYPES = ("conv", "full_attention", "sliding_attention")
 
 
@@ -457,9 +458,14 @@ def check_model_config(config: dict[str, Any]) -> list[Problem]:
             _check_section(file, f"{name}.", section, _dataclass_fields(sections[name]), True, _CONFIG_RANGES, problems)
     if problems:
         return problems
-    if config["preprocessor"]["window"] not in _WINDOWS:  # liquid-audio would build no window, and fail mid-turn
-        problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file, key="preprocessor.window",
-                                choices=", ".join(_WINDOWS), value=_describe(config["preprocessor"]["window"])))
+    # liquid-audio builds no window for another name (and fails mid-turn), and skips the normalisation
+    # the model was trained with for another normalisation name.
+    for key, choices in (("window", _WINDOWS), ("normalize", _NORMALIZATIONS)):
+        if config["preprocessor"][key] not in choices:
+            problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file,
+                                    key=f"preprocessor.{key}", choices=", ".join(choices),
+                                    value=_describe(config["preprocessor"][key])))
+    if problems:
         return problems
     if config["preprocessor"]["features"] != config["encoder"]["feat_in"]:
         problems.append(Problem("{file}: {key} must be {expected} (it is {value})", file=file, key="preprocessor.features",
