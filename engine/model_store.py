@@ -345,10 +345,11 @@ def _describe(value: Any) -> str:
 def _check_value(file: str, key: str, value: Any, kind: Any, ranges: dict[str, tuple[float, float]], short: str,
                  problems: list[Problem]) -> None:
     """One value against the type its config class declares (`kind`) and its range."""
+    import types
     import typing
 
     origin = typing.get_origin(kind)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(kind) if a is not type(None)]
         if value is None:
             return

@@ -61,7 +61,7 @@ def check_range(name: str, value: object, allowed: Range) -> float | int:
     if not isinstance(value, bool) and isinstance(value, (int, float)):
         number = value
     ok = number is not None and math.isfinite(number) and allowed.low <= number <= allowed.high
-    if ok and allowed.integer and float(number).is_integer() is False:  # type: ignore[arg-type]
+    if ok and allowed.integer and not float(number).is_integer():  # type: ignore[arg-type]
         ok = False
     if not ok:
         template = (
