@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """A bad flag is one clear line (`error: ...`) and exit status 2, like every other reply error."""
+
+    def error(self, message: str) -> "typing.NoReturn":
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voicechat", description="Push-to-talk voice chat with LFM2.5-Audio-1.5B-JP.")
     parser.add_argument("--selftest", action="store_true", help="check this PC, run one demo turn, write a diagnostics file")
     parser.add_argument("--demo", action="store_true", help="start the app on the tiny random demo model")
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=_OneLineErrors)
     reply = sub.add_parser("reply", help="answer one WAV file with a spoken WAV file")
     add_reply_arguments(reply)
     bench = sub.add_parser("bench", help="measure eager / recipe / engine speed side by side (GPU)")
@@ -40,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     # Every run logs to a file in the platform log folder, start-up failures included.
     setup_logging()
     install_excepthook(None)
+    if args.command in ("reply", "bench") and qt_args:
+        print(f"error: unrecognized arguments: {' '.join(qt_args)} (see `voicechat {args.command} --help`)", file=sys.stderr)
+        return 2
     if args.command == "reply":
         from engine.oneshot import run_reply
 

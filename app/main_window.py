@@ -124,8 +124,10 @@ class MainWindow(QMainWindow):
         self._apply_ptt_key_label()
         self._apply_global_ptt()
         self.set_state(EngineState.LOADING)
-        if loaded.warning:
-            self.banner.show_message("warning", self.tr("Settings problem: %1").replace("%1", loaded.warning))
+        if loaded.problem is not None:
+            problem = loaded.problem
+            text = engine_text(problem.message, problem.template, problem.values.items())
+            self.banner.show_message("warning", self.tr("Settings problem: %1").replace("%1", text))
 
     # ================================================================== layout
 

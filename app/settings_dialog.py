@@ -31,7 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.protocol import MAX_TOP_K, Devices, SamplingSettings
+from engine import validation
+from engine.protocol import Devices, SamplingSettings
 from engine.settings import CONTEXT_CHOICES, DEFAULT_MODEL_SOURCE, DEFAULT_SYSTEM_PROMPT, Settings
 
 
@@ -51,6 +52,7 @@ class SettingsDialog(QDialog):
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         self.buttons = buttons
+        self._check_prompt()
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs)
         layout.addWidget(buttons)
@@ -69,7 +71,7 @@ class SettingsDialog(QDialog):
 
         def temp_box(value: float) -> QDoubleSpinBox:
             box = QDoubleSpinBox(decoding)
-            box.setRange(0.05, 2.0)
+            box.setRange(validation.TEMPERATURE.low, validation.TEMPERATURE.high)
             box.setSingleStep(0.05)
             box.setDecimals(2)
             box.setValue(value)
@@ -77,14 +79,14 @@ class SettingsDialog(QDialog):
 
         def topk_box(value: int, maximum: int) -> QSpinBox:
             box = QSpinBox(decoding)
-            box.setRange(1, maximum)
+            box.setRange(int(validation.TOP_K.low), maximum)
             box.setValue(value)
             return box
 
         self.audio_temperature = temp_box(s.sampling.audio_temperature)
-        self.audio_top_k = topk_box(s.sampling.audio_top_k, MAX_TOP_K)
+        self.audio_top_k = topk_box(s.sampling.audio_top_k, int(validation.TOP_K.high))
         self.text_temperature = temp_box(s.sampling.text_temperature)
-        self.text_top_k = topk_box(s.sampling.text_top_k, MAX_TOP_K)
+        self.text_top_k = topk_box(s.sampling.text_top_k, int(validation.TOP_K.high))
         form = QFormLayout()
         form.addRow(self.tr("Audio temperature"), self.audio_temperature)
         form.addRow(self.tr("Audio top-k"), self.audio_top_k)
@@ -99,8 +101,8 @@ class SettingsDialog(QDialog):
 
         limits = QGroupBox(self.tr("Limits"), tab)
         self.max_answer = QDoubleSpinBox(limits)
-        self.max_answer.setRange(1.0, 600.0)
-        self.max_answer.setDecimals(0)
+        self.max_answer.setRange(validation.MAX_ANSWER_SECONDS.low, validation.MAX_ANSWER_SECONDS.high)
+        self.max_answer.setDecimals(1)
         self.max_answer.setSuffix(self.tr(" s"))
         self.max_answer.setValue(s.max_answer_seconds)
         self.context_size = QComboBox(limits)
@@ -119,8 +121,17 @@ class SettingsDialog(QDialog):
         self.system_prompt.setMinimumHeight(70)
         reset_prompt = QPushButton(self.tr("Default"), prompt_box)
         reset_prompt.clicked.connect(lambda: self.system_prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
+        # The same limit as the settings file (engine.validation); OK stays disabled beyond it.
+        self.prompt_error = QLabel(prompt_box)
+        self.prompt_error.setWordWrap(True)
+        self.prompt_error.setStyleSheet("color: #b00020;")
+        self.prompt_error.hide()
+        self.system_prompt.textChanged.connect(self._check_prompt)
         p_layout = QHBoxLayout(prompt_box)
-        p_layout.addWidget(self.system_prompt, 1)
+        prompt_column = QVBoxLayout()
+        prompt_column.addWidget(self.system_prompt, 1)
+        prompt_column.addWidget(self.prompt_error)
+        p_layout.addLayout(prompt_column, 1)
         p_layout.addWidget(reset_prompt, 0, Qt.AlignmentFlag.AlignTop)
 
         layout = QVBoxLayout(tab)
@@ -128,6 +139,20 @@ class SettingsDialog(QDialog):
         layout.addWidget(limits)
         layout.addWidget(prompt_box)
         return tab
+
+    def _check_prompt(self) -> None:
+        length = len(self.system_prompt.toPlainText())
+        too_long = length > validation.MAX_SYSTEM_PROMPT_CHARS
+        self.prompt_error.setText(self.tr("The system prompt is too long (%1 characters; at most %2).")
+                                  .replace("%1", str(length)).replace("%2", str(validation.MAX_SYSTEM_PROMPT_CHARS)))
+        self.prompt_error.setVisible(too_long)
+        if hasattr(self, "buttons"):
+            self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(not too_long)
+
+    def accept(self) -> None:
+        if len(self.system_prompt.toPlainText()) > validation.MAX_SYSTEM_PROMPT_CHARS:
+            return  # the message under the prompt says why
+        super().accept()
 
     def _update_sampling_enabled(self) -> None:
         sampling = not self.greedy_radio.isChecked()

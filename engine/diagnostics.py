@@ -500,8 +500,34 @@ def collect_diagnostics(
     else:
         checks.append(_check("model", WARNING, f"{model_repo} is not downloaded yet; the app downloads it on first start."))
 
+    checks.append(_settings_check())
     report["checks"] = checks
     return report
+
+
+def _settings_check() -> dict[str, str]:
+    """Whether the settings file can be used. Only looked at: a copy is checked, and the app itself
+    moves a bad file aside on its next start."""
+    import tempfile
+
+    from engine.settings import default_settings_path, load_settings
+
+    try:
+        path = default_settings_path()
+        if not path.exists() and not path.is_symlink():
+            return _check("settings", OK, "No settings file yet (first start).")
+        if not path.is_file():
+            return _check("settings", WARNING, f"{path} is not a readable file; the app starts with default settings.")
+        with tempfile.TemporaryDirectory(prefix="voicechat-settings-check-") as folder:
+            copy = Path(folder) / path.name
+            shutil.copyfile(path, copy)
+            problem = load_settings(copy).problem
+            if problem is None:
+                return _check("settings", OK, f"{path} is valid.")
+            message = problem.message.replace(folder, str(path.parent))
+    except Exception as exc:  # noqa: BLE001 - a report never raises
+        return _check("settings", WARNING, f"The settings file could not be checked: {_error_text(exc)}")
+    return _check("settings", WARNING, f"{message} (The app does this when it starts next.)")
 
 
 def _jsonable(value: Any) -> Any:

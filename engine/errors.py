@@ -9,6 +9,12 @@ from __future__ import annotations
 from engine.protocol import MessagePart
 
 
+def _one_line(name: str, value: object) -> str:
+    """A library's error text can span lines (with a traceback of its own); a message is one line."""
+    text = str(value)
+    return " ".join(text.split()) if name == "error" else text
+
+
 class UserFacingError(Exception):
     """An error with a clear, specific message meant for the user (no traceback needed).
 
@@ -29,7 +35,7 @@ class UserFacingError(Exception):
     @classmethod
     def of(cls, template: str, **args: object) -> "UserFacingError":
         """The error whose message is `template` filled with `args` (translatable by the app)."""
-        values = {name: str(value) for name, value in args.items()}
+        values = {name: _one_line(name, value) for name, value in args.items()}
         return cls(template.format(**values), template=template, values=values)
 
 
@@ -42,12 +48,11 @@ class Message(str):
     values: dict[str, str]
 
     def __new__(cls, template: str, **args: object) -> "Message":
-        values = {name: str(value) for name, value in args.items()}
+        values = {name: _one_line(name, value) for name, value in args.items()}
         problem = super().__new__(cls, template.format(**values))
         problem.template = template
         problem.values = values
         return problem
-
 
 
 class Problem(Message):
@@ -104,3 +109,15 @@ class GpuMemoryError(UserFacingError):
     """The GPU ran out of memory while loading or preparing the model."""
 
     kind = "gpu_memory"
+
+
+class SettingsError(UserFacingError):
+    """A setting or a command-line value outside what the app accepts, or an unusable settings file."""
+
+    kind = "settings"
+
+
+class OutputPathError(UserFacingError):
+    """A file the user asked the app to write cannot be written there (the answer is kept elsewhere)."""
+
+    kind = "export"

@@ -87,8 +87,13 @@ def interleaved_decode(
     *,
     max_new_tokens: int,
     cancel: threading.Event | None = None,
+    max_frames: int | None = None,
 ) -> Iterator[GeneratedText | GeneratedFrame | TurnEnd]:
-    """Yield text tokens and audio frames as they are produced; the prompt must be prefilled."""
+    """Yield text tokens and audio frames as they are produced; the prompt must be prefilled.
+
+    The answer ends after `max_new_tokens` positions or `max_frames` audio frames (the end-of-audio
+    frame not counted), whichever comes first."""
+    frames = 0
     text_mode = True
     left = schedule.n_text - 1
     text_done = False
@@ -113,7 +118,11 @@ def interleaved_decode(
                 left = schedule.n_text
             if values[0] == END_OF_AUDIO:
                 text_mode = True
+            else:
+                frames += 1
             yield GeneratedFrame(codes, values, pending)
+            if max_frames is not None and frames >= max_frames:
+                break  # like the token limit: the last frame is not fed back
         if cancel is not None and cancel.is_set():
             yield TurnEnd("cancelled", im_end_fed=False)
             return

@@ -118,7 +118,12 @@ def load_model(
     try:
         # Path (not str): liquid-audio treats a str as a Hub repo id and would try to download it.
         model = LFM2AudioModel.from_pretrained(folder, dtype=dtype, device=device).eval()
-        processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
+        try:
+            processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:
+            raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error
         if processor.detokenizer_path is not None:
             # Built now (not lazily mid-conversation), in float32 like liquid-audio does: its
             # torch.polar has no bf16 kernel, and the decoder is small.
@@ -131,7 +136,9 @@ def load_model(
             "Close other programs that use the GPU, or use a GPU with more memory.",
             memory=_memory_summary(device),
         ) from error
-    except (OSError, RuntimeError, ValueError, KeyError, json.JSONDecodeError) as error:
+    except ModelFilesError:
+        raise
+    except Exception as error:  # the folder passed the check, so whatever fails here is a broken file
         raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error
 
     with (folder / "config.json").open() as f:
@@ -147,6 +154,19 @@ def load_model(
         interleaved_n_audio=int(config["interleaved_n_audio"]),
         codebooks=int(config["codebooks"]),
     )
+
+
+def _tokenizer_problem(folder: Path, error: Exception) -> Problem:
+    """The processor failed to load: name the tokenizer's files when they are what is broken."""
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(folder)
+    except Exception as tokenizer_error:  # noqa: BLE001 - the tokenizer library's own error types
+        files = ", ".join(name for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+                          if (folder / name).is_file())
+        return Problem("the tokenizer ({files}) cannot be loaded: {error}", files=files, error=tokenizer_error)
+    return Problem("loading failed: {error}", error=error)
 
 
 def _free_cuda_memory() -> None:

@@ -59,10 +59,13 @@ def load_voice(folder: str | Path) -> LoraVoice:
         raise LoraError.of("The voice folder {folder} has no {file}.", folder=folder, file=ADAPTER_WEIGHTS)
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise LoraError.of("{file} is not valid JSON ({error}).", file=config_path, error=error) from error
-    if str(config.get("peft_type", "LORA")).upper() != "LORA":
-        raise LoraError.of("{voice} is a {kind} adapter; only LoRA voices are supported.", voice=folder.name, kind=config.get("peft_type"))
+    if not isinstance(config, dict):
+        raise LoraError.of("{file} does not hold a JSON object.", file=config_path)
+    peft_type = config.get("peft_type", "LORA")
+    if not isinstance(peft_type, str) or peft_type.upper() != "LORA":
+        raise LoraError.of("{voice} is a {kind} adapter; only LoRA voices are supported.", voice=folder.name, kind=peft_type)
     if config.get("use_dora"):
         raise LoraError.of("{voice} is a DoRA adapter; only plain LoRA voices are supported.", voice=folder.name)
     if config.get("modules_to_save"):
@@ -70,6 +73,29 @@ def load_voice(folder: str | Path) -> LoraVoice:
             "{voice} also replaces whole modules ({modules}); only LoRA weights are supported.",
             voice=folder.name, modules=config["modules_to_save"],
         )
+    for option in _UNSUPPORTED_OPTIONS:
+        if config.get(option):
+            raise LoraError.of(
+                "{voice} uses {option}, which a plain LoRA merge does not support.", voice=folder.name, option=option
+            )
+    default_r = _rank(config.get("r", 8), folder.name, "r")
+    default_alpha = _alpha(config.get("lora_alpha", default_r), folder.name, "lora_alpha")
+    use_rslora = config.get("use_rslora", False)
+    if not isinstance(use_rslora, bool):
+        raise _bad_field(
+            folder.name, "use_rslora", use_rslora,
+            "{voice}: {field} in adapter_config.json "
+            "must be true or false (it is {value}).",
+        )
+    base_model = config.get("base_model_name_or_path")
+    if base_model is not None and not isinstance(base_model, str):
+        raise _bad_field(
+            folder.name, "base_model_name_or_path", base_model,
+            "{voice}: {field} in adapter_config.json "
+            "must be a model name (it is {value}).",
+        )
+    rank_pattern = _pattern(config.get("rank_pattern"), folder.name, "rank_pattern", _rank)
+    alpha_pattern = _pattern(config.get("alpha_pattern"), folder.name, "alpha_pattern", _alpha)
 
     try:
         from safetensors.torch import load_file
@@ -83,25 +109,90 @@ def load_voice(folder: str | Path) -> LoraVoice:
         match = _KEY.match(key)
         if match is None:
             raise LoraError.of("{voice} holds a tensor that is not a LoRA weight: {key}.", voice=folder.name, key=key)
+        if tensor.dim() != 2 or not tensor.is_floating_point():
+            raise LoraError.of(
+                "{voice}: {key} is not a matrix of numbers ({shape}, {dtype}).",
+                voice=folder.name, key=key, shape=tuple(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."),
+            )
+        if not bool(torch.isfinite(tensor).all()):
+            raise LoraError.of("{voice}: {key} holds NaN or infinite values; the voice is damaged.", voice=folder.name, key=key)
         pairs.setdefault(match["module"], {})[match["which"]] = tensor
     if not pairs:
         raise LoraError.of("{voice} holds no LoRA weights.", voice=folder.name)
 
-    default_r = int(config.get("r", 8))
-    default_alpha = float(config.get("lora_alpha", default_r))
-    rank_pattern: dict[str, int] = config.get("rank_pattern") or {}
-    alpha_pattern: dict[str, float] = config.get("alpha_pattern") or {}
     deltas = []
     for module, pair in sorted(pairs.items()):
         if set(pair) != {"A", "B"}:
             raise LoraError.of(
                 "{voice}: module {module} has {weight} missing.", voice=folder.name, module=module, weight="lora_A" if "A" not in pair else "lora_B"
             )
-        r = _pattern_value(rank_pattern, module, default_r)
+        r = int(_pattern_value(rank_pattern, module, default_r))
         alpha = float(_pattern_value(alpha_pattern, module, default_alpha))
-        scale = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+        if pair["A"].shape[0] != r or pair["B"].shape[1] != r:
+            raise LoraError.of(
+                "{voice}: module {module} has rank {rank} in adapter_config.json, but its lora_A is {a_shape} "
+                "and lora_B is {b_shape}.",
+                voice=folder.name, module=module, rank=r, a_shape=tuple(pair["A"].shape), b_shape=tuple(pair["B"].shape),
+            )
+        scale = alpha / math.sqrt(r) if use_rslora else alpha / r
+        # An upper bound of the largest change to one weight: a trained voice changes weights by far
+        # less than 1; this refuses an alpha or weights that would wreck (or overflow) the model.
+        bound = abs(scale) * float(pair["A"].abs().max()) * float(pair["B"].abs().max()) * r
+        if not bound <= MAX_WEIGHT_CHANGE:
+            raise LoraError.of(
+                "{voice} would change {module} by up to {bound}, far beyond what a trained voice does; "
+                "check lora_alpha and the weights.",
+                voice=folder.name, module=module, bound=f"{bound:.3g}",
+            )
         deltas.append(LoraDelta(module, pair["A"], pair["B"], scale))
-    return LoraVoice(folder.name, folder, config.get("base_model_name_or_path"), tuple(deltas))
+    return LoraVoice(folder.name, folder, base_model, tuple(deltas))
+
+
+# adapter_config.json options that make an adapter something other than W += scale * B @ A on the
+# modules its tensors name; a voice that sets any of them is refused rather than merged wrongly.
+_UNSUPPORTED_OPTIONS = (
+    "fan_in_fan_out", "lora_bias", "layer_replication", "target_parameters", "trainable_token_indices",
+    "use_qalora", "alora_invocation_tokens", "use_bdlora",
+)
+MAX_RANK = 4096
+MAX_WEIGHT_CHANGE = 1000.0
+
+
+def _bad_field(voice: str, field: str, value: object, template: str, **extra: object) -> LoraError:
+    """`template` is the whole message, with {voice}, {field} and {value} (the value as JSON, shortened)."""
+    return LoraError.of(template, voice=voice, field=field, value=json.dumps(value, ensure_ascii=False)[:80], **extra)
+
+
+def _rank(value: object, voice: str, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_RANK:
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be a whole number from 1 to {high} (it is {value}).", high=MAX_RANK
+        )
+    return value
+
+
+def _alpha(value: object, voice: str, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be a finite number (it is {value}).",
+        )
+    return float(value)
+
+
+def _pattern(value: object, voice: str, field: str, check: object) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad_field(
+            voice, field, value,
+            "{voice}: {field} in adapter_config.json "
+            "must be an object of module names and numbers (it is {value}).",
+        )
+    return {str(key): check(item, voice, f"{field}.{key}") for key, item in value.items()}  # type: ignore[operator]
 
 
 def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, default: float) -> float:

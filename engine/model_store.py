@@ -9,6 +9,7 @@ Before anything is loaded, a folder is checked and every missing or broken file 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
@@ -55,10 +56,24 @@ def check_model_folder(folder: str | Path) -> list[Problem]:
     _check_weights(folder, config, problems)
     if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer.model").is_file()):
         problems.append(Problem("{file} is missing", file="tokenizer.json"))
+    elif (folder / "tokenizer.json").is_file():
+        _check_json_object(folder / "tokenizer.json", "tokenizer.json", problems)
     if not (folder / "tokenizer_config.json").is_file():
         problems.append(Problem("{file} is missing", file="tokenizer_config.json"))
+    else:
+        _check_json_object(folder / "tokenizer_config.json", "tokenizer_config.json", problems)
     _check_audio_decoder(folder, problems)
     return problems
+
+
+def _check_json_object(path: Path, label: str, problems: list[Problem]) -> None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        problems.append(Problem("{file} is not valid JSON ({error})", file=label, error=error))
+        return
+    if not isinstance(data, dict):
+        problems.append(Problem("{file} does not hold a JSON object", file=label))
 
 
 def _check_config(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
@@ -67,7 +82,7 @@ def _check_config(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
         return None
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         problems.append(Problem("{file} is not valid JSON ({error})", file="config.json", error=error))
         return None
     if not isinstance(config, dict):
@@ -76,6 +91,10 @@ def _check_config(path: Path, problems: list[Problem]) -> dict[str, Any] | None:
     missing = [key for key in _REQUIRED_CONFIG_KEYS if key not in config]
     if missing:
         problems.append(Problem("{file} lacks {keys}", file="config.json", keys=", ".join(missing)))
+        return None
+    nested = check_model_config(config)
+    if nested:
+        problems.extend(nested)
         return None
     return config
 
@@ -171,6 +190,21 @@ def _expected_weight_shapes(config: dict[str, Any], problems: list[Problem]) -> 
     return shapes
 
 
+def _expected_detokenizer_shapes(config: dict[str, Any], problems: list[Problem]) -> dict[str, tuple[int, ...]] | None:
+    key = "detokenizer:" + json.dumps(config, sort_keys=True)
+    if key in _EXPECTED_CACHE:
+        return _EXPECTED_CACHE[key]
+    try:
+        model = build_detokenizer_from_config(config, device="meta")
+    except Exception as error:  # a config liquid-audio cannot build its detokenizer from
+        problems.append(Problem("{file} does not describe a model liquid-audio can build ({error})",
+                                file="audio_detokenizer/config.json", error=error))
+        return None
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.named_parameters()}
+    _EXPECTED_CACHE[key] = shapes
+    return shapes
+
+
 def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any = None) -> Any:
     """Construct `LFM2AudioModel` from a config.json dict exactly as liquid-audio's from_pretrained does."""
     import copy
@@ -204,20 +238,300 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
 def _check_audio_decoder(folder: Path, problems: list[Problem]) -> None:
     detok = folder / "audio_detokenizer"
     if detok.is_dir():
+        config: dict[str, Any] | None = None
         if not (detok / "config.json").is_file():
             problems.append(Problem("{file} is missing", file="audio_detokenizer/config.json"))
         else:
             try:
-                json.loads((detok / "config.json").read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+                config = json.loads((detok / "config.json").read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
                 problems.append(Problem("{file} is not valid JSON ({error})", file="audio_detokenizer/config.json", error=error))
+            else:
+                config_problems = check_detokenizer_config(config)
+                problems.extend(config_problems)
+                if config_problems:
+                    config = None
         weights = detok / "model.safetensors"
         if not weights.is_file():
             problems.append(Problem("{file} is missing", file="audio_detokenizer/model.safetensors"))
-        else:
-            _read_safetensors_header(weights, "audio_detokenizer/model.safetensors", problems)
+            return
+        label = "audio_detokenizer/model.safetensors"
+        header = _read_safetensors_header(weights, label, problems)
+        if header is None or config is None:
+            return
+        expected = _expected_detokenizer_shapes(config, problems)
+        if expected is None:
+            return
+        missing = sorted(name for name in expected if name not in header.shapes)
+        wrong = sorted(
+            f"{name} {list(header.shapes[name])} (expected {list(shape)})"
+            for name, shape in expected.items()
+            if name in header.shapes and tuple(header.shapes[name]) != tuple(shape)
+        )
+        if missing:
+            problems.append(Problem("{file} lacks {count} tensors (e.g. {names})", file=label, count=len(missing), names=", ".join(missing[:3])))
+        if wrong:
+            problems.append(Problem("{file} has tensors of the wrong shape for config.json: {tensors}", file=label, tensors=", ".join(wrong[:3])))
     elif not (folder / MIMI_CHECKPOINT).is_file():
         problems.append(Problem("the audio decoder is missing (neither audio_detokenizer/ nor {file})", file=MIMI_CHECKPOINT))
+
+
+# --------------------------------------------------------------------------- checking config.json
+# The loader builds liquid-audio's config dataclasses and transformers' Lfm2Config from these
+# dicts, and some values size buffers computed while the model is built (even on the meta device).
+# So each nested value is checked against the type those classes declare and a generous range,
+# before anything is built from it.
+
+_INT_LIMIT = 1 << 20
+# (low, high) for the keys whose size decides memory or time while the model is built.
+_CONFIG_RANGES: dict[str, tuple[float, float]] = {
+    "codebooks": (1, 64),
+    "interleaved_n_text": (1, 64),
+    "interleaved_n_audio": (1, 64),
+    "preprocessor.sample_rate": (16000, 16000),  # the app records at 16 kHz and feeds that rate as it is
+    "preprocessor.n_fft": (16, 8192),
+    "preprocessor.features": (1, 1024),
+    "preprocessor.window_size": (1e-3, 1.0),
+    "preprocessor.window_stride": (1e-3, 1.0),
+    "preprocessor.frame_splicing": (1, 16),
+    "preprocessor.dither": (0.0, 1.0),
+    "preprocessor.pad_to": (0, 1024),
+    "encoder.n_layers": (1, 256),
+    "encoder.d_model": (1, 16384),
+    "encoder.n_heads": (1, 1024),
+    "encoder.pos_emb_max_len": (1, 100_000),
+    "encoder.subsampling_factor": (1, 64),
+    "encoder.subsampling_conv_channels": (1, 16384),
+    "encoder.ff_expansion_factor": (1, 64),
+    "encoder.conv_kernel_size": (1, 1024),
+    "encoder.reduction_factor": (1, 64),
+    "lfm.num_hidden_layers": (1, 256),
+    "lfm.hidden_size": (1, 65536),
+    "lfm.intermediate_size": (1, 262144),
+    "lfm.num_attention_heads": (1, 1024),
+    "lfm.num_key_value_heads": (1, 1024),
+    "lfm.vocab_size": (1, _INT_LIMIT),
+    "lfm.max_position_embeddings": (1, _INT_LIMIT),
+    "lfm.conv_L_cache": (1, 1024),
+    "lfm.rope_theta": (1.0, 1e12),
+    "depthformer.layers": (1, 64),
+    "depthformer.dim": (32, 16384),
+}
+for _name in ("dropout", "dropout_pre_encoder", "dropout_emb", "dropout_att"):
+    _CONFIG_RANGES[f"encoder.{_name}"] = (0.0, 1.0)
+_DETOKENIZER_RANGES: dict[str, tuple[float, float]] = {
+    "num_hidden_layers": (1, 256),
+    "hidden_size": (512, 512),  # liquid-audio's detokenizer is 512 wide around the backbone
+    "intermediate_size": (1, 262144),
+    "num_attention_heads": (1, 1024),
+    "num_key_value_heads": (1, 1024),
+    "vocab_size": (1, _INT_LIMIT),
+    "max_position_embeddings": (1, _INT_LIMIT),
+    "conv_L_cache": (1, 1024),
+    "sliding_window": (1, 65536),  # sizes a mask built on every decode
+}
+_LAYER_TYPES = ("conv", "full_attention")
+_WINDOWS = ("hann", "hamming", "blackman", "bartlett")
+_NORMALIZATIONS = ("per_feature", "all_features")
+_DETOKENIZER_LAYER_TYPES = ("conv", "full_attention", "sliding_attention")
+
+
+def _describe(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:60]
+
+
+def _check_value(file: str, key: str, value: Any, kind: Any, ranges: dict[str, tuple[float, float]], short: str,
+                 problems: list[Problem]) -> None:
+    """One value against the type its config class declares (`kind`) and its range."""
+    import types
+    import typing
+
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(kind) if a is not type(None)]
+        if value is None:
+            return
+        kind = options[0] if len(options) == 1 else Any
+        origin = typing.get_origin(kind)
+    if origin is typing.Literal:
+        if value not in typing.get_args(kind):
+            choices = ", ".join(str(c) for c in typing.get_args(kind))
+            problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file, key=key,
+                                    choices=choices, value=_describe(value)))
+        return
+    if kind is bool:
+        if not isinstance(value, bool):
+            problems.append(Problem("{file}: {key} must be true or false (it is {value})", file=file, key=key, value=_describe(value)))
+        return
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.append(Problem("{file}: {key} must be a whole number (it is {value})", file=file, key=key, value=_describe(value)))
+            return
+    elif kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            problems.append(Problem("{file}: {key} must be a number (it is {value})", file=file, key=key, value=_describe(value)))
+            return
+    elif kind is str:
+        if not isinstance(value, str):
+            problems.append(Problem("{file}: {key} must be text (it is {value})", file=file, key=key, value=_describe(value)))
+        return
+    elif origin is list or kind is list:
+        if not isinstance(value, list):
+            problems.append(Problem("{file}: {key} must be a list (it is {value})", file=file, key=key, value=_describe(value)))
+        elif any(isinstance(item, (int, float)) and not isinstance(item, bool) and abs(item) > _INT_LIMIT for item in _flatten(value)):
+            problems.append(Problem("{file}: {key} must be from {low} to {high} (it is {value})", file=file, key=key,
+                                    low=-_INT_LIMIT, high=_INT_LIMIT, value=_describe(value)))
+        return
+    else:
+        return
+    low, high = ranges.get(short, (-_INT_LIMIT, _INT_LIMIT) if kind is int else (-1e12, 1e12))
+    if not low <= value <= high:
+        problems.append(Problem("{file}: {key} must be from {low} to {high} (it is {value})", file=file, key=key,
+                                low=f"{low:g}", high=f"{high:g}", value=_describe(value)))
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [item for part in value for item in _flatten(part)]
+    return [value]
+
+
+def _check_section(file: str, prefix: str, section: Any, declared: dict[str, Any], required: bool,
+                   ranges: dict[str, tuple[float, float]], problems: list[Problem]) -> None:
+    """Every declared field of one config class: present (when it has no default) and well typed."""
+    for name, kind in declared.items():
+        key = f"{prefix}{name}"
+        if name not in section:
+            if required:
+                problems.append(Problem("{file} lacks {keys}", file=file, keys=key))
+            continue
+        _check_value(file, key, section[name], kind, ranges, key if file == "config.json" else name, problems)
+
+
+def _dataclass_fields(cls: type) -> dict[str, Any]:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _lfm2_fields(section: dict[str, Any]) -> dict[str, Any]:
+    """transformers' Lfm2Config declares its types through its defaults: the type of each default."""
+    from transformers import Lfm2Config
+
+    defaults = Lfm2Config().to_dict()
+    fields: dict[str, Any] = {}
+    for name, default in defaults.items():
+        if name not in section or default is None:
+            continue
+        fields[name] = bool if isinstance(default, bool) else int if isinstance(default, int) else (
+            float if isinstance(default, float) else str if isinstance(default, str) else list if isinstance(default, list) else None)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def check_model_config(config: dict[str, Any]) -> list[Problem]:
+    """Everything the loader relies on in config.json, down to the nested keys; [] when it can be built."""
+    from liquid_audio.model.conformer.encoder import ConformerEncoderConfig
+    from liquid_audio.model.lfm2_audio import DepthformerConfig
+    from liquid_audio.processor import PreprocessorConfig
+
+    file = "config.json"
+    problems: list[Problem] = []
+    top = {"codebooks": int, "interleaved_n_text": int, "interleaved_n_audio": int}
+    _check_section(file, "", config, top, True, _CONFIG_RANGES, problems)
+    sections = {"preprocessor": PreprocessorConfig, "encoder": ConformerEncoderConfig, "depthformer": DepthformerConfig}
+    for name in ("preprocessor", "encoder", "lfm", "depthformer"):
+        section = config.get(name)
+        if not isinstance(section, dict):
+            problems.append(Problem("{file}: {key} must be an object (it is {value})", file=file, key=name, value=_describe(section)))
+            continue
+        if name == "lfm":
+            fields = _lfm2_fields(section)
+            for key in _CONFIG_RANGES:
+                if key.startswith("lfm.") and key[4:] in section:
+                    fields.setdefault(key[4:], float if isinstance(_CONFIG_RANGES[key][0], float) else int)
+            _check_section(file, "lfm.", section, fields, False, _CONFIG_RANGES, problems)
+            _check_layer_types(file, "lfm.", section, _LAYER_TYPES, problems)
+        else:
+            _check_section(file, f"{name}.", section, _dataclass_fields(sections[name]), True, _CONFIG_RANGES, problems)
+    if problems:
+        return problems
+    # liquid-audio builds no window for another name (and fails mid-turn), and skips the normalisation
+    # the model was trained with for another normalisation name.
+    for key, choices in (("window", _WINDOWS), ("normalize", _NORMALIZATIONS)):
+        if config["preprocessor"][key] not in choices:
+            problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file,
+                                    key=f"preprocessor.{key}", choices=", ".join(choices),
+                                    value=_describe(config["preprocessor"][key])))
+    if problems:
+        return problems
+    if config["preprocessor"]["features"] != config["encoder"]["feat_in"]:
+        problems.append(Problem("{file}: {key} must be {expected} (it is {value})", file=file, key="preprocessor.features",
+                                expected=config["encoder"]["feat_in"], value=config["preprocessor"]["features"]))
+        return problems
+    try:
+        _build_preprocessor(config["preprocessor"])
+    except Exception as error:  # the mel front end refuses a value (unknown window, normalisation...)
+        problems.append(Problem("{file} does not describe a model liquid-audio can build ({error})", file=file, error=f"preprocessor: {error}"))
+    return problems
+
+
+def _check_layer_types(file: str, prefix: str, section: dict[str, Any], allowed: tuple[str, ...], problems: list[Problem]) -> None:
+    layer_types = section.get("layer_types")
+    if layer_types is None:
+        return
+    if not isinstance(layer_types, list) or any(t not in allowed for t in layer_types):
+        problems.append(Problem("{file}: {key} must be one of {choices} (it is {value})", file=file, key=f"{prefix}layer_types",
+                                choices=", ".join(allowed), value=_describe(layer_types)))
+    elif isinstance(section.get("num_hidden_layers"), int) and len(layer_types) != section["num_hidden_layers"]:
+        problems.append(Problem("{file}: {key} has {count} entries, but {layers_key} is {layers}", file=file,
+                                key=f"{prefix}layer_types", count=len(layer_types), layers_key=f"{prefix}num_hidden_layers",
+                                layers=section["num_hidden_layers"]))
+
+
+_PREPROCESSOR_CACHE: set[str] = set()
+
+
+def _build_preprocessor(section: dict[str, Any]) -> None:
+    """Build liquid-audio's own mel front end from the section (as LFM2AudioProcessor does), once per config."""
+    from dataclasses import asdict
+
+    from liquid_audio.model.conformer.processor import AudioToMelSpectrogramPreprocessor
+    from liquid_audio.processor import PreprocessorConfig
+
+    key = json.dumps(section, sort_keys=True)
+    if key in _PREPROCESSOR_CACHE:
+        return
+    AudioToMelSpectrogramPreprocessor(**asdict(PreprocessorConfig(**section)))
+    _PREPROCESSOR_CACHE.add(key)
+
+
+def check_detokenizer_config(config: Any, file: str = "audio_detokenizer/config.json") -> list[Problem]:
+    if not isinstance(config, dict):
+        return [Problem("{file} does not hold a JSON object", file=file)]
+    problems: list[Problem] = []
+    fields = _lfm2_fields(config)
+    for name in _DETOKENIZER_RANGES:  # keys whose default is None declare no type: they are counts
+        if name in config:
+            fields.setdefault(name, int)
+    _check_section(file, "", config, fields, False, _DETOKENIZER_RANGES, problems)
+    _check_layer_types(file, "", config, _DETOKENIZER_LAYER_TYPES, problems)
+    return problems
+
+
+def build_detokenizer_from_config(config: dict[str, Any], *, device: Any) -> Any:
+    """liquid-audio's audio detokenizer built from its config.json dict, as its processor does."""
+    import torch
+    from accelerate import init_on_device
+    from liquid_audio.detokenizer import LFM2AudioDetokenizer
+    from transformers import Lfm2Config
+
+    conf = Lfm2Config(**config)
+    conf.layer_types = ["full_attention" if t == "sliding_attention" else t for t in conf.layer_types]
+    device = torch.device(device)
+    with init_on_device(device, include_buffers=device.type != "meta"):
+        return LFM2AudioDetokenizer(conf)
 
 
 # --------------------------------------------------------------------------- Hub

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from engine import validation
 from engine.audio_files import read_wav_mono, write_wav
-from engine.errors import UserFacingError
+from engine.errors import OutputPathError, UserFacingError
 from engine.model_store import default_model_source
 from engine.protocol import SamplingSettings
+from engine.validation import check_output_path, check_range
 
 
 @dataclass
@@ -62,13 +64,21 @@ def add_reply_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
+    """The decoding flags, checked against the same ranges as the settings (engine.validation)."""
+    temperature = 1.0 if args.temperature is None else check_range("--temperature", args.temperature, validation.TEMPERATURE)
+    top_k = 4 if args.top_k is None else int(check_range("--top-k", args.top_k, validation.TOP_K))
     if args.greedy:
         return SamplingSettings(greedy=True)
-    temperature = 1.0 if args.temperature is None else args.temperature
-    top_k = 4 if args.top_k is None else args.top_k
-    if temperature <= 0:
-        return SamplingSettings(greedy=True)
     return SamplingSettings(False, temperature, top_k, temperature, top_k)
+
+
+def check_reply_args(args: argparse.Namespace) -> SamplingSettings:
+    """Every flag and path checked before anything slow happens; raises SettingsError / OutputPathError."""
+    sampling = sampling_from_args(args)
+    check_range("--max-seconds", args.max_seconds, validation.MAX_TAKE_SECONDS)
+    check_range("--max-answer-seconds", args.max_answer_seconds, validation.MAX_ANSWER_SECONDS)
+    check_output_path(args.output, inputs=(args.input,))
+    return sampling
 
 
 def reply_file(
@@ -89,8 +99,14 @@ def reply_file(
     """Read a take, answer it, write the answer; raises UserFacingError for anything the user can fix."""
     from engine.session import SAMPLE_RATE_IN, SAMPLE_RATE_OUT, AudioPieceOut, ChatSession, TurnDone, check_take
 
+    # Everything the user gave is checked before the (slow) model load.
+    check_output_path(output_path, inputs=(input_path,))
     wave = read_wav_mono(input_path, SAMPLE_RATE_IN)
-    check_take(wave, SAMPLE_RATE_IN, max_seconds)  # before the (slow) model load
+    check_take(wave, SAMPLE_RATE_IN, max_seconds)
+    if lora:
+        from engine.lora import load_voice
+
+        load_voice(lora)  # a broken voice is refused now, not after the load
     started = time.perf_counter()
     session = ChatSession.open(
         source or default_model_source(),
@@ -102,6 +118,10 @@ def reply_file(
         progress=lambda p: log(f"[{p.stage}] {p.detail}") if p.stage != "download" else None,
     )
     load_s = time.perf_counter() - started
+    if session.voice_problem is not None:
+        # The session fell back to the model's own voice; here the user asked for this voice by name.
+        session.close()
+        raise session.voice_problem
     chunks: list[np.ndarray] = []
     stats = None
     for output in session.respond(wave, sampling, max_answer_seconds=max_answer_seconds, max_take_seconds=max_seconds):
@@ -111,10 +131,9 @@ def reply_file(
             stats = output.stats
     assert stats is not None
     answer = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32)
-    write_wav(output_path, answer, SAMPLE_RATE_OUT)
     info = session.info
     session.close()
-    return ReplySummary(
+    summary = ReplySummary(
         text=stats.text,
         load_s=load_s,
         audio_encoded_s=stats.audio_encoded_s,
@@ -128,6 +147,46 @@ def reply_file(
         fallback_reason=info.fallback_reason,
         token_ids=stats.token_ids,
     )
+    save_answer(output_path, answer, SAMPLE_RATE_OUT, summary.text)
+    return summary
+
+
+def rescue_folder() -> Path:
+    """Where an answer goes when the path the user gave cannot be written after all."""
+    import platformdirs
+
+    from engine.model_store import APP_NAME
+
+    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "answers"
+
+
+def save_answer(path: Path, answer: np.ndarray, rate: int, text: str) -> None:
+    """Write the answer; if that fails, keep it (WAV and text) in the app's folder and say where."""
+    try:
+        write_wav(path, answer, rate)
+        return
+    except Exception as error:  # soundfile/OS errors alike: the answer must not be lost
+        reason = getattr(error, "strerror", None) or str(error)
+    import tempfile
+
+    name = time.strftime("answer-%Y%m%d-%H%M%S")
+    for folder in (rescue_folder(), Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"{name}.wav"
+            n = 1
+            while target.exists():
+                target = folder / f"{name}-{n}.wav"
+                n += 1
+            write_wav(target, answer, rate)
+            target.with_suffix(".txt").write_text(text + "\n", encoding="utf-8")
+        except Exception:  # noqa: BLE001 - try the next place
+            continue
+        raise OutputPathError.of(
+            "The answer could not be written to {path} ({error}); it was saved to {saved} instead.",
+            path=path, error=reason, saved=target,
+        )
+    raise OutputPathError.of("The answer could not be written to {path} ({error}) nor anywhere else.", path=path, error=reason)
 
 
 def quiet_library_logs() -> None:
@@ -141,6 +200,16 @@ def quiet_library_logs() -> None:
 
 
 def run_reply(args: argparse.Namespace) -> int:
+    # A path that is not valid text (bytes from another encoding) must print, not crash the message.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+    try:
+        sampling = check_reply_args(args)
+    except UserFacingError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
     quiet_library_logs()
     try:
         summary = reply_file(
@@ -150,7 +219,7 @@ def run_reply(args: argparse.Namespace) -> int:
             lora=args.lora,
             demo=args.demo,
             revision=args.revision,
-            sampling=sampling_from_args(args),
+            sampling=sampling,
             max_seconds=args.max_seconds,
             max_answer_seconds=args.max_answer_seconds,
             device=args.device,

@@ -39,6 +39,7 @@ from engine.model_store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.validation import check_system_prompt, check_system_prompt_fits
 
 log = logging.getLogger(__name__)
 
@@ -168,15 +169,18 @@ def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_
     """Raise AudioInputError for a take the model cannot use (all-silence is fine)."""
     seconds = wave.shape[-1] / sample_rate if wave.size else 0.0
     if wave.size == 0:
-        raise AudioInputError("The recording is empty.")
+        raise AudioInputError.of("The recording is empty.")
     if seconds < MIN_TAKE_SECONDS:
-        raise AudioInputError.of("The recording is too short ({seconds} s; at least {minimum} s is needed).",
-                                 seconds=f"{seconds:.2f}", minimum=MIN_TAKE_SECONDS)
+        raise AudioInputError.of(
+            "The recording is too short ({seconds} s; at least {minimum} s is needed).",
+            seconds=f"{seconds:.2f}", minimum=MIN_TAKE_SECONDS,
+        )
     if seconds > max_seconds:
-        raise AudioInputError.of("The recording is too long ({seconds} s; at most {maximum} s).",
-                                 seconds=f"{seconds:.1f}", maximum=f"{max_seconds:g}")
+        raise AudioInputError.of(
+            "The recording is too long ({seconds} s; at most {maximum} s).", seconds=f"{seconds:.1f}", maximum=f"{max_seconds:g}"
+        )
     if not np.all(np.isfinite(wave)):
-        raise AudioInputError("The recording contains invalid samples (NaN or infinity).")
+        raise AudioInputError.of("The recording contains invalid samples (NaN or infinity).")
 
 
 class ChatSession:
@@ -204,6 +208,8 @@ class ChatSession:
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
         self._lock = threading.Lock()  # one turn at a time
+        # Why the voice asked for at open() was not merged (the model's own voice is used), or None.
+        self.voice_problem: LoraError | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -259,7 +265,13 @@ class ChatSession:
         )
         if lora:
             report(Progress("merge_voice", None, lora))
-            session.switch_voice(lora)
+            try:
+                session.switch_voice(lora)
+            except LoraError as error:
+                # A broken voice never costs the model: the session opens with the model's own voice
+                # and keeps the reason for the caller to show.
+                log.warning("voice %s not merged: %s", lora, error.message)
+                session.voice_problem = error
         if torch_device.type == "cuda":
             report(Progress("warm_up", None))
             session.warm_up()
@@ -373,8 +385,14 @@ class ChatSession:
                 take.embeddings = None
 
     def set_system_prompt(self, prompt: str) -> None:
-        """A new system prompt starts a new conversation (the old prompt is baked into the cache)."""
+        """A new system prompt starts a new conversation (the old prompt is baked into the cache).
+
+        A prompt that is too long (engine.validation) raises SettingsError and the old one stays."""
         if prompt != self.system_prompt:
+            check_system_prompt(prompt)
+            probe = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
+            probe.add_text_turn("system", prompt)
+            check_system_prompt_fits(probe.positions, self.context_capacity)
             self.system_prompt = prompt
             self.reset()
 
@@ -392,8 +410,13 @@ class ChatSession:
 
     # ------------------------------------------------------------------ a turn
 
+    @staticmethod
+    def max_frames_for(max_answer_seconds: float) -> int:
+        """Audio frames that fit in `max_answer_seconds` (never more: the answer must not overshoot)."""
+        return max(1, math.floor(max_answer_seconds / FRAME_SECONDS + 1e-6))
+
     def max_new_tokens_for(self, max_answer_seconds: float) -> int:
-        frames = max(1, math.ceil(max_answer_seconds / FRAME_SECONDS))
+        frames = self.max_frames_for(max_answer_seconds)
         # Text and audio alternate until the text ends, so allow the text positions on top.
         return frames + math.ceil(frames * self.schedule.n_text / self.schedule.n_audio) + self.schedule.n_text
 
@@ -472,7 +495,10 @@ class ChatSession:
                 stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
                 yield AudioPieceOut(pcm, 1)
 
-        for event in interleaved_decode(self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel):
+        max_frames = None if max_new_tokens is not None else self.max_frames_for(max_answer_seconds)
+        for event in interleaved_decode(
+            self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel, max_frames=max_frames
+        ):
             if isinstance(event, GeneratedText):
                 turn.pieces.append(TextPiece([event.token]))
                 stats.token_ids.append(event.token)

@@ -2,10 +2,11 @@
 
 The file is written atomically (temp file in the same folder, fsync, `os.replace`) so a crash or a
 full disk never leaves half a file behind. A file that cannot be read as settings (bad JSON, not an
-object) is moved aside to `settings.json.corrupt-<timestamp>` so the user's data is kept for
-inspection, defaults are used, and the caller gets a warning string to show. Single fields with a
-wrong type or an out-of-range value fall back to their default and are reported the same way, so
-one bad value does not throw away the rest.
+object, not UTF-8, larger than engine.validation.MAX_SETTINGS_BYTES, a link to nothing) is moved aside
+to `settings.json.corrupt-<timestamp>` with its bytes intact (never deleted), defaults are used, and
+the caller gets a `SettingsError` to show. Single fields with a wrong type or an out-of-range value
+fall back to their default and are reported the same way, so one bad value does not throw away the
+rest; the file as it was is then copied to `settings.json.invalid-<timestamp>`.
 
 Plain Python only: the Qt front end and the engine both import this module.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import tempfile
 import time
@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.protocol import MAX_TOP_K, SamplingSettings
+from engine import validation
+from engine.errors import SettingsError
+from engine.protocol import SamplingSettings
 
 SETTINGS_VERSION = 1
 
@@ -70,35 +72,30 @@ def to_json_dict(settings: Settings) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- validation
+# The ranges are engine.validation's, shared with the CLI and the settings dialog.
 
 
-def _check_float(value: Any, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError("not a number")
-    value = float(value)
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise ValueError(f"outside {lo}..{hi}")
-    return value
+def _in(allowed: validation.Range) -> Any:
+    def check(value: Any) -> float | int:
+        try:
+            return validation.check_range("", value, allowed)
+        except SettingsError as error:
+            raise ValueError(error.message) from error
 
-
-def _check_int(value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ValueError(f"not an integer in {lo}..{hi}")
-    return value
-
-
-def _check_opt_str(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError("not a string")
-    return value or None  # an empty field means "not set"
+    return check
 
 
 def _check_str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("not a string")
     return value
+
+
+def _check_prompt(value: Any) -> str:
+    try:
+        return validation.check_system_prompt(value)
+    except SettingsError as error:
+        raise ValueError(error.message) from error
 
 
 def _check_bool(value: Any) -> bool:
@@ -108,15 +105,24 @@ def _check_bool(value: Any) -> bool:
 
 
 def _check_key(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str) or not value.strip() or len(value) > 64:
         raise ValueError("not a key name")
     return value
 
 
 def _check_language(value: Any) -> str:
-    if value not in LANGUAGES:
+    if not isinstance(value, str) or value not in LANGUAGES:
         raise ValueError("unknown language")
     return value
+
+
+_SAMPLING_CHECKS: dict[str, Any] = {
+    "greedy": _check_bool,
+    "audio_temperature": _in(validation.TEMPERATURE),
+    "audio_top_k": _in(validation.TOP_K),
+    "text_temperature": _in(validation.TEMPERATURE),
+    "text_top_k": _in(validation.TOP_K),
+}
 
 
 def _sampling_from(value: Any, problems: list[str]) -> SamplingSettings:
@@ -124,15 +130,8 @@ def _sampling_from(value: Any, problems: list[str]) -> SamplingSettings:
     if not isinstance(value, dict):
         problems.append("sampling")
         return default
-    checks = {
-        "greedy": _check_bool,
-        "audio_temperature": lambda v: _check_float(v, 0.0, 5.0),
-        "audio_top_k": lambda v: _check_int(v, 1, MAX_TOP_K),
-        "text_temperature": lambda v: _check_float(v, 0.0, 5.0),
-        "text_top_k": lambda v: _check_int(v, 1, MAX_TOP_K),
-    }
     kwargs: dict[str, Any] = {}
-    for name, check in checks.items():
+    for name, check in _SAMPLING_CHECKS.items():
         if name in value:
             try:
                 kwargs[name] = check(value[name])
@@ -142,15 +141,15 @@ def _sampling_from(value: Any, problems: list[str]) -> SamplingSettings:
 
 
 _FIELD_CHECKS: dict[str, Any] = {
-    "system_prompt": _check_str,
-    "input_device": _check_opt_str,
-    "output_device": _check_opt_str,
-    "model_source": _check_opt_str,
-    "model_revision": _check_opt_str,
+    "system_prompt": _check_prompt,
+    "input_device": validation.check_name,
+    "output_device": validation.check_name,
+    "model_source": validation.check_name,
+    "model_revision": validation.check_name,
     "demo": _check_bool,
-    "lora": _check_opt_str,
-    "max_answer_seconds": lambda v: _check_float(v, 1.0, 600.0),
-    "context_tokens": lambda v: _check_int(v, 512, 131072),
+    "lora": validation.check_name,
+    "max_answer_seconds": _in(validation.MAX_ANSWER_SECONDS),
+    "context_tokens": _in(validation.CONTEXT_TOKENS),
     "ptt_key": _check_key,
     "global_ptt": _check_bool,
     "language": _check_language,
@@ -179,48 +178,139 @@ def from_json_dict(data: dict[str, Any]) -> tuple[Settings, list[str]]:
 @dataclass(frozen=True)
 class LoadResult:
     settings: Settings
-    # Something the user should be told (corrupt file moved aside, invalid values reset), or None.
-    warning: str | None = None
+    # What the user should be told (corrupt file moved aside, invalid values reset), or None. It
+    # carries an English template and values that the app translates.
+    problem: SettingsError | None = None
+    # Where the original bytes of a bad file are kept (moved aside, or copied when only some values
+    # were reset and the rest is used).
     moved_to: Path | None = None
     first_run: bool = False  # no settings file existed
 
+    @property
+    def warning(self) -> str | None:
+        """The problem in English (logs, the CLI)."""
+        return self.problem.message if self.problem is not None else None
+
 
 def load_settings(path: Path | None = None) -> LoadResult:
+    """Read the settings; a file that cannot be used is moved aside (its bytes kept) and defaults are used."""
     path = path or default_settings_path()
+    if path.is_symlink() and not path.exists():
+        # A link to nothing: moved aside like a corrupt file, so that saving does not silently drop it.
+        moved = _move_aside(path)
+        return _bad_file(path, moved, "link")
     try:
-        raw = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
     except FileNotFoundError:
         return LoadResult(Settings(), first_run=True)
     except OSError as exc:
-        # Unreadable (permissions, I/O error): keep the file where it is, it may be fine later.
-        return LoadResult(Settings(), warning=f"Could not read {path}: {exc}. Default settings are used.")
+        return _unreadable(path, exc)
+    if path.is_file() and size > validation.MAX_SETTINGS_BYTES:
+        moved = _move_aside(path)
+        return _bad_file(path, moved, "too_large", size=size, limit=validation.MAX_SETTINGS_BYTES)
     try:
-        data = json.loads(raw)
+        with path.open("rb") as f:
+            raw = f.read(validation.MAX_SETTINGS_BYTES + 1)
+    except FileNotFoundError:
+        return LoadResult(Settings(), first_run=True)
+    except OSError as exc:
+        # Unreadable (permissions, a folder, an I/O error): keep it where it is, it may be fine later.
+        return _unreadable(path, exc)
+    if len(raw) > validation.MAX_SETTINGS_BYTES:  # grew while we looked, or not a regular file
+        moved = _move_aside(path)
+        return _bad_file(path, moved, "too_large", size=len(raw), limit=validation.MAX_SETTINGS_BYTES)
+    try:
+        text = raw.decode("utf-8-sig")  # a BOM (Windows Notepad) is still UTF-8
+    except UnicodeDecodeError as exc:
+        moved = _move_aside(path)
+        return _bad_file(path, moved, "not_utf8", position=exc.start)
+    try:
+        data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("the top level is not a JSON object")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         moved = _move_aside(path)
-        where = f" It was moved to {moved}." if moved else ""
-        return LoadResult(
-            Settings(), warning=f"The settings file {path} was corrupt ({exc}).{where} Default settings are used.",
-            moved_to=moved,
-        )
+        return _bad_file(path, moved, "corrupt", error=exc)
     settings, problems = from_json_dict(data)
-    warning = None
-    if problems:
-        warning = f"Some settings in {path} were invalid and were reset to their defaults: {', '.join(problems)}."
-    return LoadResult(settings, warning=warning)
+    if not problems:
+        return LoadResult(settings)
+    # The valid values are used; the file as it was is kept next to it, since the next save rewrites
+    # the reset values.
+    kept = _copy_aside(path, raw)
+    values = {"path": path, "fields": ", ".join(problems)}
+    if kept is not None:
+        template = ("Some settings in {path} were invalid and were reset to their defaults: {fields}. "
+                    "The original file was kept as {moved}.")
+        values["moved"] = kept
+    else:
+        template = "Some settings in {path} were invalid and were reset to their defaults: {fields}."
+    return LoadResult(settings, problem=SettingsError.of(template, **values), moved_to=kept)
+
+
+def _unreadable(path: Path, exc: OSError) -> LoadResult:
+    problem = SettingsError.of(
+        "The settings file {path} could not be read ({error}). Default settings are used.",
+        path=path, error=exc.strerror or exc,
+    )
+    return LoadResult(Settings(), problem=problem)
+
+
+# What was wrong with a settings file: (the message when it was moved aside, when it could not be).
+_BAD_FILE_TEMPLATES = {
+    "link": (
+        "The settings file {path} is a link to a missing file. It was moved to {moved}. Default settings are used.",
+        "The settings file {path} is a link to a missing file. Default settings are used.",
+    ),
+    "too_large": (
+        "The settings file {path} is too large ({size} bytes; at most {limit}). It was moved to {moved}. "
+        "Default settings are used.",
+        "The settings file {path} is too large ({size} bytes; at most {limit}). Default settings are used.",
+    ),
+    "not_utf8": (
+        "The settings file {path} is not UTF-8 text (byte {position}). It was moved to {moved}. Default settings are used.",
+        "The settings file {path} is not UTF-8 text (byte {position}). Default settings are used.",
+    ),
+    "corrupt": (
+        "The settings file {path} was corrupt ({error}). It was moved to {moved}. Default settings are used.",
+        "The settings file {path} was corrupt ({error}). Default settings are used.",
+    ),
+}
+
+
+def _bad_file(path: Path, moved: Path | None, reason: str, **values: object) -> LoadResult:
+    """Defaults, and a message naming what was wrong and where the file's bytes are now."""
+    moved_template, kept_template = _BAD_FILE_TEMPLATES[reason]
+    if moved is not None:
+        problem = SettingsError.of(moved_template, path=path, moved=moved, **values)
+    else:
+        problem = SettingsError.of(kept_template, path=path, **values)
+    return LoadResult(Settings(), problem=problem, moved_to=moved)
+
+
+def _aside_name(path: Path, label: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.{label}-{stamp}")
+    n = 1
+    while target.exists() or target.is_symlink():  # two bad files within one second must not overwrite each other
+        target = path.with_name(f"{path.name}.{label}-{stamp}-{n}")
+        n += 1
+    return target
 
 
 def _move_aside(path: Path) -> Path | None:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists():  # two corrupt files within one second must not overwrite each other
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
+    target = _aside_name(path, "corrupt")
     try:
         os.replace(path, target)
+    except OSError:
+        return None
+    return target
+
+
+def _copy_aside(path: Path, raw: bytes) -> Path | None:
+    target = _aside_name(path, "invalid")
+    try:
+        with target.open("xb") as f:
+            f.write(raw)
     except OSError:
         return None
     return target

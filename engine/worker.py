@@ -275,13 +275,14 @@ class EngineWorker:
         if command.max_answer_seconds is not None:
             self.max_answer_seconds = command.max_answer_seconds
         if command.system_prompt is not None and command.system_prompt != self.system_prompt:
-            self.system_prompt = command.system_prompt
             if self.session is not None:
                 # The prompt is the first thing in the cache, so a new one starts a new conversation
-                # (the window clears its transcript when it sends a changed prompt).
+                # (the window clears its transcript when it sends a changed prompt). A prompt that is
+                # too long raises here, and the previous one stays.
                 self.session.set_system_prompt(command.system_prompt)
                 self.records.clear()
                 self._post_context()
+            self.system_prompt = command.system_prompt
 
     def _on_SelectDevices(self, command: p.SelectDevices) -> None:
         self.input_device, self.output_device = command.input_device, command.output_device
@@ -298,36 +299,39 @@ class EngineWorker:
 
     def _on_Load(self, command: p.Load) -> None:
         self._abort_turn()
+        self._set_state(p.EngineState.LOADING)
+        source: str | None = None
+        if not command.demo:
+            # The new folder is checked (or downloaded) first: a missing or broken one leaves the
+            # loaded model as it was.
+            after_failure = p.EngineState.IDLE if self.session is not None else p.EngineState.NO_MODEL
+            try:
+                resolved = self._resolve_source(command)
+            except BaseException:
+                self._set_state(after_failure)  # before the error, so the window knows why
+                raise
+            if resolved is None:
+                self._set_state(after_failure)
+                return
+            source = str(resolved)
         if self.session is not None:
             # Free the old model before loading the new one: two copies rarely fit in VRAM.
             session, self.session = self.session, None
             session.close()
-        self._set_state(p.EngineState.LOADING)
-        source: str | None = None
-        if not command.demo:
-            try:
-                resolved = self._resolve_source(command)
-            except BaseException:
-                self._set_state(p.EngineState.NO_MODEL)  # before the error, so the window knows why
-                raise
-            if resolved is None:
-                self._set_state(p.EngineState.NO_MODEL)
-                return
-            source = str(resolved)
         try:
             self.session = self._open_session(source, command, lora=command.lora)
-        except UserFacingError as exc:
-            if exc.kind != "lora" or command.lora is None:
-                self._set_state(p.EngineState.NO_MODEL)
-                raise
-            # A broken voice must not cost the user the model: load without it and say so.
-            self._report(exc)
-            self.session = self._open_session(source, command, lora=None)
         except BaseException:
             self._set_state(p.EngineState.NO_MODEL)
             raise
+        # A broken voice never costs the model: the session opened without it and says why.
+        voice_problem = getattr(self.session, "voice_problem", None)
+        if voice_problem is not None:
+            self._report(voice_problem, "lora")
         if self.system_prompt is not None:
-            self.session.set_system_prompt(self.system_prompt)
+            try:
+                self.session.set_system_prompt(self.system_prompt)
+            except UserFacingError as exc:  # too long for this context: the default prompt stays
+                self._report(exc, "settings")
         self._post(self._info())
         self._post_context()
         self._set_state(p.EngineState.IDLE)

@@ -20,6 +20,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Variables of the caller's environment that change what the code under test does (offline mode, where
+# the Hub is, where Hugging Face caches live). Every test starts without them; a test that needs one
+# sets it (isolated_user_dirs sets HF_HUB_OFFLINE for itself).
+_CALLER_ENVIRONMENT = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE")
+
+
+@pytest.fixture(autouse=True)
+def _independent_of_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    for variable in _CALLER_ENVIRONMENT:
+        monkeypatch.delenv(variable, raising=False)
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: reset the constant this process uses too.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from engine.tiny_checkpoint import write_tiny_checkpoint

@@ -30,7 +30,8 @@ def _engine_strings() -> set[str]:
 
 
 def test_every_translated_template_is_a_string_the_engine_writes() -> None:
-    missing = [template for template in TEMPLATES if template not in _engine_strings()]
+    strings = _engine_strings()
+    missing = [template for template in TEMPLATES if template not in strings]
     assert missing == []
 
 

@@ -320,6 +320,198 @@
       <translation>録音に無効なサンプル（NaN または無限大）が含まれています。</translation>
     </message>
     <message>
+      <source>{name} must be a whole number from {low} to {high} (got {value}).</source>
+      <translation>{name} は {low} から {high} までの整数にしてください（指定された値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{name} must be a number from {low} to {high} (got {value}).</source>
+      <translation>{name} は {low} から {high} までの数値にしてください（指定された値：{value}）。</translation>
+    </message>
+    <message>
+      <source>The system prompt must be text.</source>
+      <translation>システムプロンプトは文字列にしてください。</translation>
+    </message>
+    <message>
+      <source>The system prompt is too long ({length} characters; at most {limit}).</source>
+      <translation>システムプロンプトが長すぎます（{length} 文字。最大 {limit} 文字）。</translation>
+    </message>
+    <message>
+      <source>The system prompt contains a NUL character.</source>
+      <translation>システムプロンプトに NUL 文字が含まれています。</translation>
+    </message>
+    <message>
+      <source>The system prompt is too long for the context: {tokens} tokens, at most {limit} fit in a context of {context} tokens. Shorten it or choose a larger context.</source>
+      <translation>システムプロンプトがコンテキストに対して長すぎます：{tokens} トークンですが、{context} トークンのコンテキストに入るのは最大 {limit} トークンです。短くするか、より大きなコンテキストを選んでください。</translation>
+    </message>
+    <message>
+      <source>The output file {path} is the input recording; choose another name so the recording is kept.</source>
+      <translation>出力ファイル {path} は入力の録音そのものです。録音を残すため、別の名前を指定してください。</translation>
+    </message>
+    <message>
+      <source>The output path {path} is a folder; give a file name.</source>
+      <translation>出力先 {path} はフォルダーです。ファイル名を指定してください。</translation>
+    </message>
+    <message>
+      <source>The output path {path} is a link to nothing.</source>
+      <translation>出力先 {path} はリンク先のないリンクです。</translation>
+    </message>
+    <message>
+      <source>The output file {path} cannot be created: {parent} is not a folder.</source>
+      <translation>出力ファイル {path} を作成できません：{parent} はフォルダーではありません。</translation>
+    </message>
+    <message>
+      <source>The output path {path} is not a regular file.</source>
+      <translation>出力先 {path} は通常のファイルではありません。</translation>
+    </message>
+    <message>
+      <source>The output file {path} exists and cannot be overwritten.</source>
+      <translation>出力ファイル {path} は既に存在し、上書きできません。</translation>
+    </message>
+    <message>
+      <source>The output file {path} cannot be written: the folder {parent} is read-only.</source>
+      <translation>出力ファイル {path} に書き込めません：フォルダー {parent} は読み取り専用です。</translation>
+    </message>
+    <message>
+      <source>The answer could not be written to {path} ({error}); it was saved to {saved} instead.</source>
+      <translation>応答を {path} に書き込めませんでした（{error}）。代わりに {saved} に保存しました。</translation>
+    </message>
+    <message>
+      <source>The answer could not be written to {path} ({error}) nor anywhere else.</source>
+      <translation>応答を {path} にも他の場所にも書き込めませんでした（{error}）。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is a link to a missing file. It was moved to {moved}. Default settings are used.</source>
+      <translation>設定ファイル {path} は存在しないファイルへのリンクです。{moved} に移動しました。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is a link to a missing file. Default settings are used.</source>
+      <translation>設定ファイル {path} は存在しないファイルへのリンクです。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is too large ({size} bytes; at most {limit}). It was moved to {moved}. Default settings are used.</source>
+      <translation>設定ファイル {path} が大きすぎます（{size} バイト。最大 {limit} バイト）。{moved} に移動しました。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is too large ({size} bytes; at most {limit}). Default settings are used.</source>
+      <translation>設定ファイル {path} が大きすぎます（{size} バイト。最大 {limit} バイト）。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is not UTF-8 text (byte {position}). It was moved to {moved}. Default settings are used.</source>
+      <translation>設定ファイル {path} は UTF-8 のテキストではありません（{position} バイト目）。{moved} に移動しました。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} is not UTF-8 text (byte {position}). Default settings are used.</source>
+      <translation>設定ファイル {path} は UTF-8 のテキストではありません（{position} バイト目）。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} was corrupt ({error}). It was moved to {moved}. Default settings are used.</source>
+      <translation>設定ファイル {path} が壊れていました（{error}）。{moved} に移動しました。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} was corrupt ({error}). Default settings are used.</source>
+      <translation>設定ファイル {path} が壊れていました（{error}）。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>Some settings in {path} were invalid and were reset to their defaults: {fields}. The original file was kept as {moved}.</source>
+      <translation>{path} の一部の設定が無効だったため、既定値に戻しました：{fields}。元のファイルは {moved} として残してあります。</translation>
+    </message>
+    <message>
+      <source>Some settings in {path} were invalid and were reset to their defaults: {fields}.</source>
+      <translation>{path} の一部の設定が無効だったため、既定値に戻しました：{fields}。</translation>
+    </message>
+    <message>
+      <source>The settings file {path} could not be read ({error}). Default settings are used.</source>
+      <translation>設定ファイル {path} を読み込めませんでした（{error}）。既定の設定を使います。</translation>
+    </message>
+    <message>
+      <source>{file} does not hold a JSON object.</source>
+      <translation>{file} は JSON オブジェクトではありません。</translation>
+    </message>
+    <message>
+      <source>{voice} uses {option}, which a plain LoRA merge does not support.</source>
+      <translation>{voice} は {option} を使っていますが、通常の LoRA の統合では対応していません。</translation>
+    </message>
+    <message>
+      <source>{voice}: {field} in adapter_config.json must be a whole number from 1 to {high} (it is {value}).</source>
+      <translation>{voice}：adapter_config.json の {field} は 1 から {high} までの整数にしてください（現在の値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {field} in adapter_config.json must be a finite number (it is {value}).</source>
+      <translation>{voice}：adapter_config.json の {field} は有限の数値にしてください（現在の値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {field} in adapter_config.json must be true or false (it is {value}).</source>
+      <translation>{voice}：adapter_config.json の {field} は true か false にしてください（現在の値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {field} in adapter_config.json must be a model name (it is {value}).</source>
+      <translation>{voice}：adapter_config.json の {field} はモデル名にしてください（現在の値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {field} in adapter_config.json must be an object of module names and numbers (it is {value}).</source>
+      <translation>{voice}：adapter_config.json の {field} はモジュール名と数値のオブジェクトにしてください（現在の値：{value}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {key} is not a matrix of numbers ({shape}, {dtype}).</source>
+      <translation>{voice}：{key} は数値の行列ではありません（{shape}、{dtype}）。</translation>
+    </message>
+    <message>
+      <source>{voice}: {key} holds NaN or infinite values; the voice is damaged.</source>
+      <translation>{voice}：{key} に NaN または無限大の値が含まれています。声のデータが壊れています。</translation>
+    </message>
+    <message>
+      <source>{voice}: module {module} has rank {rank} in adapter_config.json, but its lora_A is {a_shape} and lora_B is {b_shape}.</source>
+      <translation>{voice}：adapter_config.json ではモジュール {module} のランクは {rank} ですが、lora_A は {a_shape}、lora_B は {b_shape} です。</translation>
+    </message>
+    <message>
+      <source>{voice} would change {module} by up to {bound}, far beyond what a trained voice does; check lora_alpha and the weights.</source>
+      <translation>{voice} は {module} を最大 {bound} も変えてしまいます。学習済みの声ではありえない大きさです。lora_alpha と重みを確認してください。</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be one of {choices} (it is {value})</source>
+      <translation>{file}：{key} は {choices} のいずれかにしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be true or false (it is {value})</source>
+      <translation>{file}：{key} は true か false にしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be a whole number (it is {value})</source>
+      <translation>{file}：{key} は整数にしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be a number (it is {value})</source>
+      <translation>{file}：{key} は数値にしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be text (it is {value})</source>
+      <translation>{file}：{key} は文字列にしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be a list (it is {value})</source>
+      <translation>{file}：{key} はリストにしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be from {low} to {high} (it is {value})</source>
+      <translation>{file}：{key} は {low} から {high} までにしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be an object (it is {value})</source>
+      <translation>{file}：{key} はオブジェクトにしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} must be {expected} (it is {value})</source>
+      <translation>{file}：{key} は {expected} にしてください（現在の値：{value}）</translation>
+    </message>
+    <message>
+      <source>{file}: {key} has {count} entries, but {layers_key} is {layers}</source>
+      <translation>{file}：{key} の項目数は {count} ですが、{layers_key} は {layers} です</translation>
+    </message>
+    <message>
+      <source>the tokenizer ({files}) cannot be loaded: {error}</source>
+      <translation>トークナイザー（{files}）を読み込めません：{error}</translation>
+    </message>
+    <message>
       <source>{path} does not exist.</source>
       <translation>{path} がありません。</translation>
     </message>
@@ -350,6 +542,14 @@
     <message>
       <source>{text}</source>
       <translation>{text}</translation>
+    </message>
+    <message>
+      <source>{path} has a sample rate of {rate} Hz; only {low} to {high} Hz are supported.</source>
+      <translation>{path} のサンプルレートは {rate} Hz です。対応しているのは {low}～{high} Hz です。</translation>
+    </message>
+    <message>
+      <source>{path} is too long ({seconds} s; at most {maximum} s).</source>
+      <translation>{path} が長すぎます（{seconds} 秒。最大 {maximum} 秒）。</translation>
     </message>
   </context>
   <context>
@@ -1103,6 +1303,11 @@
     <message>
       <source>Hold the key while you use another program (a game, a browser) and speak. VoiceChat then watches this key system-wide; the key still reaches the program you are using, so choose one it does not need (e.g. F9 rather than Space).</source>
       <translation>ほかのプログラム（ゲームやブラウザーなど）を使いながら、キーを押して話せます。VoiceChat はこのキーをシステム全体で監視します。キーは使用中のプログラムにも届くので、そのプログラムが使わないキーを選んでください（スペースより F9 など）。</translation>
+    </message>
+    <message>
+      <location filename="../settings_dialog.py" line="145" />
+      <source>The system prompt is too long (%1 characters; at most %2).</source>
+      <translation>システムプロンプトが長すぎます（%1 文字。最大 %2 文字）。</translation>
     </message>
   </context>
   <context>
