@@ -153,11 +153,9 @@ def reply_file(
 
 def rescue_folder() -> Path:
     """Where an answer goes when the path the user gave cannot be written after all."""
-    import platformdirs
+    from engine import paths
 
-    from engine.model_store import APP_NAME
-
-    return Path(platformdirs.user_data_dir(APP_NAME, APP_NAME)) / "answers"
+    return paths.answers_dir()
 
 
 def save_answer(path: Path, answer: np.ndarray, rate: int, text: str) -> None:

@@ -49,6 +49,11 @@ def demo_model_dir() -> Path:
     return data_dir() / "demo-model"
 
 
+def answers_dir() -> Path:
+    """Where `reply` keeps an answer that could not be written where the user asked."""
+    return data_dir() / "answers"
+
+
 def hub_xet_cache_dir() -> Path:
     """hf_xet's logs and caches (it would use ~/.cache/huggingface/xet, outside the app's folder)."""
     return data_dir() / "hf-xet"

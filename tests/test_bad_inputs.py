@@ -808,9 +808,9 @@ def test_the_dialog_offers_exactly_the_ranges_the_cli_and_the_settings_file_acce
         assert (box.minimum(), box.maximum()) == (allowed.low, allowed.high)
     ok = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
     dialog.system_prompt.setPlainText("あ" * (validation.MAX_SYSTEM_PROMPT_CHARS + 1))
-    assert not ok.isEnabled() and dialog.prompt_error.isVisibleTo(dialog) and "長すぎ" in dialog.prompt_error.text()
+    assert not ok.isEnabled() and not dialog.prompt_error.isHidden() and "長すぎ" in dialog.prompt_error.text()
     dialog.system_prompt.setPlainText("あ" * validation.MAX_SYSTEM_PROMPT_CHARS)
-    assert ok.isEnabled() and not dialog.prompt_error.isVisibleTo(dialog)
+    assert ok.isEnabled() and dialog.prompt_error.isHidden()
 
 
 # ============================================================================ random input (hypothesis)
