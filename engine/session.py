@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import platformdirs
@@ -38,6 +39,9 @@ from engine.model_store import APP_NAME, check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
+
+if TYPE_CHECKING:
+    from engine.history.context import RestorePlan
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +332,39 @@ class ChatSession:
             close()
         self.encoder_graphs = None  # its graphs and their memory pool go with it
 
+    def restore(self, plan: "RestorePlan") -> int:
+        """Continue a saved conversation: lay its exchanges out again as the live turns were (the takes
+        re-embedded by `features`, the answers from their saved tokens and codes), dropping the oldest
+        exchanges so that TRIM_HEADROOM of the context stays free, and empty the cache. The next
+        `respond()` prefills the whole restored history with its new take, through the same path a
+        live turn takes after a trim. Returns how many turns were dropped to fit."""
+        from engine.history.context import pieces_of_tokens
+
+        with self._lock:
+            self.system_prompt = plan.system_prompt
+            conversation = self._new_conversation()
+            for exchange in plan.exchanges:
+                conversation.add_audio_turn("user", self.features(exchange.take_16k))
+                conversation.open_assistant_turn().pieces.extend(pieces_of_tokens(exchange.answer))
+                conversation.close_assistant_turn()
+            dropped = conversation.drop_oldest_turns(0, int(self.context_capacity * (1 - TRIM_HEADROOM)))
+            self.conversation = conversation
+            self.backend.reset()
+            self.decoder.reset()
+            return dropped
+
+    @property
+    def text_vocabulary(self) -> int:
+        return int(self.loaded.model.lfm.get_input_embeddings().num_embeddings)
+
+    @torch.inference_mode()
+    def features(self, wave_16k: np.ndarray) -> torch.Tensor:
+        """A take's log-mel features (128, T) as the model sees them, on the model's device."""
+        device = self.loaded.device
+        wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
+        mel, _ = self.loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
+        return mel[0].float()
+
     # ------------------------------------------------------------------ a turn
 
     def max_new_tokens_for(self, max_answer_seconds: float) -> int:
@@ -363,10 +400,8 @@ class ChatSession:
         device = loaded.device
         budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
 
-        wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
-        mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
         conversation = self.conversation
-        conversation.add_audio_turn("user", mel[0].float())
+        conversation.add_audio_turn("user", self.features(wave_16k))
         turn = conversation.open_assistant_turn()
 
         # Keep room for the answer; drop the oldest whole turns if it would not fit, and then some
