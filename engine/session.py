@@ -341,8 +341,10 @@ class ChatSession:
         from engine.history.context import pieces_of_tokens
 
         with self._lock:
-            self.system_prompt = plan.system_prompt
-            conversation = self._new_conversation()
+            # The saved prompt heads the restored context; the session's own prompt (what a reset starts
+            # with) stays the one the settings gave.
+            conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
+            conversation.add_text_turn("system", plan.system_prompt)
             for exchange in plan.exchanges:
                 conversation.add_audio_turn("user", self.features(exchange.take_16k))
                 conversation.open_assistant_turn().pieces.extend(pieces_of_tokens(exchange.answer))

@@ -38,6 +38,9 @@ import numpy as np
 
 from engine import protocol as p
 from engine.errors import UserFacingError
+from engine.history import engine_commands as history_commands
+from engine.history.audio import canonical_take
+from engine.history.service import HistoryKeeper
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,8 @@ class _ActiveTurn:
     last_rtf_t: float = 0.0
     utterance_id: int | None = None  # the player's utterance for this answer (None: no output device)
     underruns_before: int = 0
+    sampling: p.SamplingSettings | None = None  # what this turn was generated with (saved in the history)
+    played_samples: int | None = None  # set by a barge-in: how much of the answer had been heard
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,7 @@ class EngineWorker:
         session_opener: Callable[..., Any] | None = None,
         recorder_options: dict[str, Any] | None = None,
         player_options: dict[str, Any] | None = None,
+        history_folder: Path | None = None,
     ) -> None:
         self._commands = commands
         self._events = events
@@ -162,6 +168,7 @@ class EngineWorker:
         self._take_pressed_t: float | None = None
         self._release_t: float | None = None
         self._discard_take = False  # a take cancelled while its tail was still being recorded
+        self.history = HistoryKeeper(self._post, history_folder)  # saves finished turns (engine/history)
 
     # ------------------------------------------------------------------ thread handle
 
@@ -204,6 +211,9 @@ class EngineWorker:
     def _run(self) -> None:
         error: str | None = None
         try:
+            self.history.start()
+            if self.history.available:
+                self.history.post_listing()
             while not self._stopping:
                 command = self._next_command()
                 if command is not None:
@@ -232,6 +242,9 @@ class EngineWorker:
 
     def _dispatch(self, command: p.Command) -> None:
         handler = getattr(self, "_on_" + type(command).__name__, None)
+        if handler is None and type(command) in history_commands.HANDLERS:
+            history_handler = history_commands.HANDLERS[type(command)]
+            handler = lambda c: history_handler(self, c)  # noqa: E731
         if handler is None:
             self._post(p.EngineError("internal", f"Unknown command {type(command).__name__}"))
             return
@@ -240,7 +253,7 @@ class EngineWorker:
         except Exception as exc:  # noqa: BLE001 - every failure is shown, the engine keeps running
             kind = {
                 "Load": "model", "SwitchVoice": "lora", "SelectDevices": "audio_device", "StartTake": "take",
-                "EndTake": "take", "Export": "export", "ApplySettings": "settings",
+                "EndTake": "take", "Export": "export", "ApplySettings": "settings", "ExportHistory": "export",
             }.get(type(command).__name__)
             self._report(exc, _error_kind(exc) if _error_kind(exc) != "internal" else kind)
             self._recover_after_error()
@@ -281,6 +294,7 @@ class EngineWorker:
                 # (the window clears its transcript when it sends a changed prompt).
                 self.session.set_system_prompt(command.system_prompt)
                 self.records.clear()
+                self.history.new_conversation()
                 self._post_context()
 
     def _on_SelectDevices(self, command: p.SelectDevices) -> None:
@@ -328,6 +342,7 @@ class EngineWorker:
             raise
         if self.system_prompt is not None:
             self.session.set_system_prompt(self.system_prompt)
+        self.history.new_conversation()  # a new model starts with an empty context: a new saved conversation
         self._post(self._info())
         self._post_context()
         self._set_state(p.EngineState.IDLE)
@@ -423,6 +438,7 @@ class EngineWorker:
     def _on_Reset(self, command: p.Reset) -> None:
         self._abort_turn()
         self.records.clear()
+        self.history.new_conversation()
         if self.session is not None:
             self.session.reset()
             self._post_context()
@@ -498,11 +514,21 @@ class EngineWorker:
         self._release_t = None
         self._set_state(p.EngineState.RECORDING)
 
+    def _note_played(self, turn: _ActiveTurn) -> None:
+        """How much of the answer was heard when it was cut (the history keeps that much of its sound)."""
+        player = self.player
+        if turn.played_samples is None and player is not None and turn.utterance_id is not None:
+            queued = int(player.buffered_frames * ANSWER_RATE / max(1, player.samplerate))
+            turn.played_samples = max(0, turn.samples - queued)
+
     def _barge_in(self) -> None:
         """Stop the answer now: silence first (that is what the user hears), then stop generating."""
+        if self.turn is not None:
+            self._note_played(self.turn)
         if self.player is not None:
             self.player.flush()
         if self.turn is not None:
+            self._note_played(self.turn)
             self.turn.cancel.set()
             self.turn.cancelled = True
             if not self.turn.generating:
@@ -549,9 +575,11 @@ class EngineWorker:
         # Cut at the limit while still held: the take ends now, so "release" is now.
         release_t = self._release_t if self._release_t is not None else time.monotonic()
         self._release_t = release_t
-        wave = np.asarray(take.audio, dtype=np.float32)
+        # On the 24-bit grid (inaudibly): the saved take then re-embeds bit for bit when continued.
+        wave = canonical_take(take.audio)
         user = TurnRecord(self._new_id(), "user", wave, int(take.sample_rate))
         self.records.append(user)
+        self.history.user_take(user.turn_id, wave, user.sample_rate, self.session, user.started_at)
         self._post(p.UserTakeAdded(user.turn_id, user.duration_s))
         if self.session is None:
             self._set_state(p.EngineState.NO_MODEL)
@@ -562,7 +590,8 @@ class EngineWorker:
         from engine.session import AudioPieceOut, ContextTrimmedInfo, TextPieceOut, TurnDone
 
         player = self._need_player()
-        turn = _ActiveTurn(self._new_id(), release_t, time.monotonic(), threading.Event(), self.sampling.greedy)
+        turn = _ActiveTurn(self._new_id(), release_t, time.monotonic(), threading.Event(), self.sampling.greedy,
+                           sampling=self.sampling)
         self.turn = turn
         # None when the speaker cannot be opened: the player has said why, and the answer is still
         # generated and kept (replay/export once the device is back).
@@ -632,7 +661,7 @@ class EngineWorker:
             elif isinstance(command, p.Shutdown):
                 turn.cancel.set()
                 self._stopping = True
-            elif isinstance(command, (p.ApplySettings, p.ListDevices)):
+            elif isinstance(command, (p.ApplySettings, p.ListDevices, *history_commands.RUN_DURING_TURN)):
                 self._dispatch(command)  # no effect on the running turn
             else:
                 # EndTake of a barge-in take, voice switch, reset, load, export...: after this turn.
@@ -656,6 +685,10 @@ class EngineWorker:
         record = TurnRecord(turn.turn_id, "assistant", pcm, ANSWER_RATE, text=text, cancelled=cancelled,
                             greedy=turn.greedy)
         self.records.append(record)
+        heard = len(pcm) if turn.played_samples is None else min(len(pcm), turn.played_samples)
+        self.history.answer(turn.turn_id, pcm[:heard], ANSWER_RATE, text=text, cancelled=cancelled,
+                            generated_samples=len(pcm), session=self.session, context_valid=not turn.failed,
+                            sampling=turn.sampling or self.sampling, started_at=record.started_at)
         if not cancelled and self.player is not None and turn.utterance_id is not None:
             self.player.mark_end_of_stream()  # lets the rest drain without counting as an underrun
         self._post(p.AssistantTurnFinished(turn.turn_id, text, record.duration_s, cancelled))
@@ -733,6 +766,7 @@ class EngineWorker:
             if record.turn_id == turn.turn_id:
                 record.metrics = metrics
                 break
+        self.history.metrics(turn.turn_id, metrics)
         self._post(metrics)
 
     def _abort_turn(self) -> None:
@@ -756,15 +790,18 @@ class EngineWorker:
         record = next((r for r in self.records if r.turn_id == command.turn_id), None)
         if record is None or len(record.pcm) == 0:
             raise UserFacingError("That turn has no audio to replay.")
+        self._play_recorded(record.pcm, record.sample_rate, record.turn_id)
+
+    def _play_recorded(self, pcm: np.ndarray, sample_rate: int, replay_id: int = -1) -> None:
         if self.state is p.EngineState.RECORDING:
             return  # never play into a running take
         self._barge_in()
         player = self._need_player()
         if player.begin_utterance() is None:
             return  # no output device; the player has posted why
-        player.enqueue(_resample(record.pcm, record.sample_rate, ANSWER_RATE))
+        player.enqueue(_resample(pcm, sample_rate, ANSWER_RATE))
         player.mark_end_of_stream()
-        self.replaying = record.turn_id
+        self.replaying = replay_id
         self._set_state(p.EngineState.SPEAKING)
 
     def _on_Export(self, command: p.Export) -> None:
@@ -776,6 +813,7 @@ class EngineWorker:
     def _teardown(self) -> None:
         if self.turn is not None:
             self.turn.cancel.set()
+        self.history.close()  # what the writer still has is saved first (bounded wait)
         self._close_audio()
         if self.session is not None:
             session, self.session = self.session, None

@@ -30,7 +30,6 @@ from engine.history.store import (
     HistoryStore,
     SavedConversation,
     TurnToSave,
-    default_history_dir,
     is_disk_full,
     new_conversation_uid,
 )
@@ -87,10 +86,9 @@ class HistoryKeeper:
 
     def start(self) -> None:
         """Open the store (telling the user what opening found), then start the writer."""
-        folder = self.folder or default_history_dir()
-        self.folder = folder
         try:
-            self._reader = HistoryStore(folder).open()
+            self._reader = HistoryStore(self.folder).open()
+            self.folder = self._reader.folder
         except Exception as error:  # noqa: BLE001 - without a history the chat still works
             log.exception("the history cannot be opened")
             self._unavailable = HistoryError.of(
@@ -154,15 +152,17 @@ class HistoryKeeper:
         self._jobs.put(_Save(self._meta(session), turn, live_turn_id))
 
     def answer(self, live_turn_id: int, pcm: np.ndarray, sample_rate: int, *, text: str, cancelled: bool,
-               generated_samples: int, session: Any, sampling: p.SamplingSettings, started_at: float) -> None:
-        """An answer that has ended (`pcm` as far as it was played when it was cut by a barge-in)."""
+               generated_samples: int, session: Any, sampling: p.SamplingSettings, started_at: float,
+               context_valid: bool = True) -> None:
+        """An answer that has ended (`pcm` as far as it was played when it was cut by a barge-in). Its tokens
+        are kept unless `context_valid` is False (generation failed half-way: replayable, not continued)."""
         if not self._saving(session):
             return
         from engine.history.context import tokens_of_turn
 
         tokens = None
         turns = session.conversation.turns
-        if turns and turns[-1].role == "assistant":
+        if context_valid and turns and turns[-1].role == "assistant":
             try:
                 tokens = tokens_of_turn(turns[-1])
             except ValueError:
