@@ -64,6 +64,7 @@ from app.engine_messages import engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog
 from app.widgets.banner import MessageBanner
+from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
@@ -145,8 +146,11 @@ class MainWindow(QMainWindow):
         lb = QVBoxLayout(latency_box)
         lb.addWidget(self.latency)
         lb.addStretch(1)
+        # The history: a dock beside the conversation, and saved conversations read behind the live one.
+        self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
+        toolbar.addAction(self.history.toggle_action)
         splitter = QSplitter(Qt.Orientation.Horizontal, central)
-        splitter.addWidget(self.transcript)
+        splitter.addWidget(self.history.stack)
         splitter.addWidget(latency_box)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
@@ -202,6 +206,13 @@ class MainWindow(QMainWindow):
         self.bridge.send(ListDevices())
         self.bridge.send(ApplySettings(s.sampling, s.system_prompt, s.max_answer_seconds))
         self.bridge.send(self._load_command(allow_download=False))
+        self.history.start(s.history_keep_days, s.history_max_megabytes)
+
+    def _on_retention_changed(self, keep_days: int, max_megabytes: int) -> None:
+        if (keep_days, max_megabytes) != (self.settings.history_keep_days, self.settings.history_max_megabytes):
+            self.settings = dataclasses.replace(self.settings, history_keep_days=keep_days,
+                                                history_max_megabytes=max_megabytes)
+            self._save_settings()
 
     def _load_command(self, *, allow_download: bool) -> Load:
         s = self.settings
@@ -280,6 +291,7 @@ class MainWindow(QMainWindow):
 
     def reset_conversation(self) -> None:
         self.bridge.send(Reset())
+        self.history.show_live()
         self.transcript.clear()
         self.rtf.clear_value()
 
@@ -365,7 +377,9 @@ class MainWindow(QMainWindow):
             self.progress_bar.hide()
 
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
-        if isinstance(event, InputLevel):
+        if self.history.handles(event):
+            self.history.on_event(event)
+        elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
         elif isinstance(event, StateChanged):
             self.set_state(event.state)
@@ -464,6 +478,7 @@ class MainWindow(QMainWindow):
             "gpu_memory": self.tr("GPU memory"),
             "settings": self.tr("Settings"),
             "export": self.tr("Export"),
+            "history": self.tr("History"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
         message = engine_text(event.message, event.template, event.values, event.part_lists)

@@ -52,6 +52,9 @@ class Settings:
     context_tokens: int = 4096
     ptt_key: str = "Space"  # QKeySequence text (portable form)
     language: str = "auto"  # "auto" follows the system locale; see app/i18n.py
+    # Conversation history retention (engine/history): 0 keeps everything, the default.
+    history_keep_days: int = 0
+    history_max_megabytes: int = 0
 
 
 def default_settings_path() -> Path:
@@ -151,6 +154,8 @@ _FIELD_CHECKS: dict[str, Any] = {
     "context_tokens": lambda v: _check_int(v, 512, 131072),
     "ptt_key": _check_key,
     "language": _check_language,
+    "history_keep_days": lambda v: _check_int(v, 0, 36500),
+    "history_max_megabytes": lambda v: _check_int(v, 0, 10_000_000),
 }
 
 
