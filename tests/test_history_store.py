@@ -367,3 +367,67 @@ def test_retention_by_age_and_by_size_keeps_the_live_conversation(tmp_path: Path
         assert not (store.audio_dir / metas[1].uid).exists() and not (store.audio_dir / metas[2].uid).exists()
         assert store.delete_all(keep_uids=[metas[0].uid]) == 2
         assert [s.uid for s in store.list_conversations()] == [metas[0].uid]
+
+
+TURN_COLUMNS = ["seq", "role", "created_at", "text", "cancelled", "audio_path", "sample_rate", "duration_s",
+                "generated_s", "audio_bytes", "model", "voice", "sampling", "metrics", "text_tokens", "audio_codes",
+                "piece_kinds"]
+CONVERSATION_COLUMNS = ["uid", "started_at", "updated_at", "system_prompt", "model", "voice", "title", "turn_count",
+                        "duration_s", "stored_bytes"]
+ANY_VALUE = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=True), st.text(max_size=40),
+                      st.binary(max_size=40), st.sampled_from(["../../outside.flac", "audio/x/../../../etc", "{}", "[1]",
+                                                               "audio/", "user", "assistant"]))
+
+
+@pytest.fixture(scope="module")
+def damage_template(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("template") / "history"
+    with HistoryStore(folder) as store:
+        meta = _meta()
+        _exchange(store, meta, 0)
+        _exchange(store, meta, 1)
+    return folder
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=st.sampled_from(["turns", "conversations"]), column_index=st.integers(0, 100), row=st.integers(1, 4),
+       value=ANY_VALUE)
+def test_a_row_damaged_in_any_field_is_read_without_failing(tmp_path_factory, damage_template: Path, table: str,
+                                                            column_index: int, row: int, value) -> None:
+    from engine.history.context import saved_exchanges
+    from engine.history.engine_commands import records_of
+    from engine.history.service import views_with_ids
+
+    folder = tmp_path_factory.mktemp("damaged") / "history"
+    shutil.copytree(damage_template, folder)
+    outside = folder.parent / "outside.flac"
+    outside.write_bytes(b"not the store's")
+    columns = TURN_COLUMNS if table == "turns" else CONVERSATION_COLUMNS
+    column = columns[column_index % len(columns)]
+    with HistoryStore(folder) as store:
+        try:
+            store.db.execute(f"UPDATE {table} SET {column} = ? WHERE id = ?", (value, row if table == "turns" else 1))
+        except sqlite3.IntegrityError:
+            return  # NOT NULL / CHECK / UNIQUE: SQLite itself keeps that damage out
+        (summary,) = store.list_conversations()
+        saved = store.load(summary.id)
+        assert len(saved.turns) == 4
+        untouched = [t for t in saved.turns if table == "conversations" or t.id != row]
+        assert all(not t.audio_missing and t.pcm is not None for t in untouched)
+        plan = saved_exchanges(saved, vocabulary=512)
+        assert len(plan.exchanges) + plan.skipped >= 1
+        records = records_of(saved, iter(range(100)).__next__)
+        assert all(r.duration_s >= 0 for r in records)
+        views_with_ids(saved, [r.turn_id for r in records])
+        assert store.delete_all() == 1
+    assert outside.read_bytes() == b"not the store's"  # a damaged path never reaches outside the store
+
+
+def test_the_history_and_the_worker_import_neither_qt_nor_torch() -> None:
+    """The window imports engine.worker on the GUI thread; torch is for the engine thread to load."""
+    code = (
+        "import sys, engine.history.store, engine.history.service, engine.history.engine_commands, engine.worker\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'PySide6', 'transformers'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))

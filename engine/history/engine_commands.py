@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from engine import protocol as p
-from engine.history.context import saved_exchanges
 from engine.history.service import views_with_ids
 from engine.history.store import HistoryError, SavedConversation
 
@@ -46,6 +45,8 @@ def continue_history(worker: Any, command: p.ContinueHistory) -> None:
         raise HistoryError.of(
             "This conversation was held with the model {saved}, not {loaded}: load that model to continue it. "
             "It can still be read, replayed and exported.", saved=saved.summary.model, loaded=loaded_model)
+    from engine.history.context import saved_exchanges  # torch: the engine thread has it loaded by now
+
     plan = saved_exchanges(saved, vocabulary=session.text_vocabulary)
     worker._abort_turn()
     dropped = session.restore(plan)

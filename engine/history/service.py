@@ -112,7 +112,7 @@ class HistoryKeeper:
             self._reader = None
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until every turn handed over so far is saved (or given up). For tests and shutdown."""
+        """Wait until every turn handed over so far is saved (or, while the disk is full, waiting in memory)."""
         if self._writer is None:
             return True
         done = threading.Event()
@@ -158,11 +158,11 @@ class HistoryKeeper:
         are kept unless `context_valid` is False (generation failed half-way: replayable, not continued)."""
         if not self._saving(session):
             return
-        from engine.history.context import tokens_of_turn
-
         tokens = None
         turns = session.conversation.turns
         if context_valid and turns and turns[-1].role == "assistant":
+            from engine.history.context import tokens_of_turn  # torch: only where a model's turn exists
+
             try:
                 tokens = tokens_of_turn(turns[-1])
             except ValueError:
@@ -243,6 +243,9 @@ class HistoryKeeper:
                 job = None
             if job is _STOP:
                 stopping = True
+            elif isinstance(job, _Flush) and self.paused:
+                job.done.set()  # everything handed over is saved or waiting for room: nothing to wait for
+                continue
             elif job is not None:
                 pending.append(job)
                 self._drop_excess(pending)

@@ -271,6 +271,11 @@ class HistoryStore:
             if check != [("ok",)]:
                 raise _SetAside("corrupt", "; ".join(str(row[0]) for row in check[:3]))
             self._migrate(db)
+            # Tables that are not what this version reads (dropped, altered by hand) count as damage.
+            db.execute(self._SUMMARY + " LIMIT 0").fetchall()
+            db.execute("SELECT id, conversation_id, seq, role, created_at, text, cancelled, audio_path, sample_rate,"
+                       " duration_s, generated_s, audio_bytes, model, voice, sampling, metrics, text_tokens,"
+                       " audio_codes, piece_kinds FROM turns LIMIT 0").fetchall()
             return db
         except sqlite3.DatabaseError as error:
             if db is not None:
@@ -413,18 +418,16 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ reading
 
+    _SUMMARY = ("SELECT id, uid, started_at, updated_at, title, turn_count, duration_s, model, voice, stored_bytes"
+                " FROM conversations")
+
     def list_conversations(self) -> list[ConversationSummary]:
-        rows = self.db.execute(
-            "SELECT id, uid, started_at, updated_at, title, turn_count, duration_s, model, voice, stored_bytes"
-            " FROM conversations ORDER BY updated_at DESC, id DESC"
-        ).fetchall()
-        return [ConversationSummary(*row) for row in rows]
+        rows = self.db.execute(self._SUMMARY + " ORDER BY updated_at DESC, id DESC").fetchall()
+        return [_summary(row) for row in rows]
 
     def summary(self, conversation_id: int) -> ConversationSummary | None:
-        row = self.db.execute(
-            "SELECT id, uid, started_at, updated_at, title, turn_count, duration_s, model, voice, stored_bytes"
-            " FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
-        return ConversationSummary(*row) if row else None
+        row = self.db.execute(self._SUMMARY + " WHERE id = ?", (conversation_id,)).fetchone()
+        return _summary(row) if row else None
 
     def find(self, uid: str) -> int | None:
         row = self.db.execute("SELECT id FROM conversations WHERE uid = ?", (uid,)).fetchone()
@@ -432,11 +435,13 @@ class HistoryStore:
 
     def load(self, conversation_id: int, *, with_audio: bool = True) -> SavedConversation:
         """A saved conversation with its turns; a turn whose audio file is missing or damaged comes back
-        with `pcm=None, audio_missing=True` and everything else intact."""
+        with `pcm=None, audio_missing=True` and everything else intact. A damaged field (SQLite keeps any
+        type in any column) reads as its empty value, never as an exception."""
         summary = self.summary(conversation_id)
         if summary is None:
             raise HistoryError.of("That conversation is no longer in the history.")
-        prompt = self.db.execute("SELECT system_prompt FROM conversations WHERE id = ?", (conversation_id,)).fetchone()[0]
+        prompt = _as_str(self.db.execute("SELECT system_prompt FROM conversations WHERE id = ?",
+                                         (conversation_id,)).fetchone()[0])
         turns: list[SavedTurn] = []
         for row in self.db.execute(
             "SELECT id, seq, role, created_at, text, cancelled, audio_path, sample_rate, duration_s, model, voice,"
@@ -445,21 +450,35 @@ class HistoryStore:
         ):
             (turn_id, seq, role, created, text, cancelled, audio_path, rate, duration, model, voice, sampling,
              metrics, text_tokens, audio_codes, piece_kinds) = row
-            pcm, missing = None, False
-            if audio_path is not None and with_audio:
-                pcm, missing = self._read_audio(audio_path)
-            elif audio_path is not None:
-                missing = not (self.folder / audio_path).is_file()
+            role = role if role in ("user", "assistant") else "user"
+            rate = _as_int(rate)
+            relative = self._safe_relative(audio_path)
+            pcm, missing = None, audio_path is not None and relative is None
+            if relative is not None and rate > 0 and with_audio:
+                pcm, missing = self._read_audio(relative)
+            elif relative is not None:
+                missing = rate <= 0 or not (self.folder / relative).is_file()
             tokens = None
             if piece_kinds is not None:
                 try:
-                    tokens = AssistantTokens(np.frombuffer(text_tokens or b"", dtype="<i4"),
-                                             np.frombuffer(audio_codes or b"", dtype="<i2"), bytes(piece_kinds))
+                    tokens = AssistantTokens(np.frombuffer(_as_bytes(text_tokens), dtype="<i4"),
+                                             np.frombuffer(_as_bytes(audio_codes), dtype="<i2"), _as_bytes(piece_kinds))
                 except ValueError:
                     log.warning("turn %s: saved tokens are inconsistent; it is shown but not continued from", turn_id)
-            turns.append(SavedTurn(turn_id, seq, role, created, text, bool(cancelled), rate, duration, pcm, missing,
-                                   model, voice, _unjson(sampling), _unjson(metrics), tokens))
+            turns.append(SavedTurn(int(turn_id), _as_int(seq), role, _as_float(created), _as_str(text),
+                                   _as_int(cancelled) == 1, max(rate, 1), _as_float(duration), pcm, missing,
+                                   _as_opt_str(model), _as_opt_str(voice), _unjson(sampling), _unjson(metrics), tokens))
         return SavedConversation(summary, prompt, turns)
+
+    def _safe_relative(self, audio_path: object) -> str | None:
+        """A row's audio path if it names a file of this store's audio folder (a damaged row must not make
+        the store read or delete anything else)."""
+        if not isinstance(audio_path, str) or not audio_path.startswith(AUDIO_DIR + "/"):
+            return None
+        parts = audio_path.split("/")
+        if any(part in ("", ".", "..") or "\\" in part or ":" in part for part in parts):
+            return None
+        return audio_path
 
     def _read_audio(self, relative: str) -> tuple[np.ndarray | None, bool]:
         try:
@@ -490,9 +509,12 @@ class HistoryStore:
             db.execute("ROLLBACK")
             raise
         for relative in paths:
-            _unlink_quietly(self.folder / relative)
+            safe = self._safe_relative(relative)
+            if safe is not None:
+                _unlink_quietly(self.folder / safe)
         for uid in uids:
-            shutil.rmtree(self.audio_dir / uid, ignore_errors=True)
+            if isinstance(uid, str) and uid.isalnum():
+                shutil.rmtree(self.audio_dir / uid, ignore_errors=True)
         try:
             db.execute("PRAGMA incremental_vacuum")
         except sqlite3.Error:
@@ -560,16 +582,44 @@ class _SetAside(Exception):
             error=self.detail, folder=moved)
 
 
+def _summary(row: tuple[Any, ...]) -> ConversationSummary:
+    cid, uid, started, updated, title, turns, duration, model, voice, stored = row
+    return ConversationSummary(int(cid), _as_str(uid), _as_float(started), _as_float(updated), _as_str(title),
+                               _as_int(turns), _as_float(duration), _as_str(model), _as_opt_str(voice), _as_int(stored))
+
+
+def _as_float(value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value):
+        return float(value)
+    return 0.0
+
+
+def _as_int(value: object) -> int:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53 else 0
+
+
+def _as_str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _as_opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _as_bytes(value: object) -> bytes:
+    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else b""
+
+
 def _json(value: dict[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _unjson(text: str | None) -> dict[str, Any] | None:
-    if text is None:
+def _unjson(text: object) -> dict[str, Any] | None:
+    if not isinstance(text, str):
         return None
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
