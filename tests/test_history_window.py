@@ -193,3 +193,20 @@ def test_continued_turns_carry_the_notices(qtbot, window) -> None:  # noqa: ANN0
     texts = [n.text() for n in window.transcript.notices]
     assert any("古い 4 ターン" in t for t in texts) and any("1 組のやり取り" in t for t in texts)
     assert json.dumps(texts, ensure_ascii=False)
+
+
+def test_continuing_over_an_unsaved_conversation_asks_first(qtbot, window) -> None:  # noqa: ANN001
+    worker = ScriptedWorker.instances[-1]
+    worker.post(_entries(2), p.UserTakeAdded(1, 1.0), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "今", 1.0, False))
+    qtbot.waitUntil(lambda: bool(window.transcript.assistant_items) and window.history.panel.list.count() == 2)
+    window.history.continue_conversation(1)  # saved: nothing to lose, no question
+    assert commands_of(window, p.ContinueHistory) == [p.ContinueHistory(1)]
+    window.history.panel.dont_save.setChecked(True)
+    box = window.history.continue_conversation(2)
+    assert box is not None and "保存されていません" in box.text()
+    assert box.defaultButton() is box.button(QMessageBox.StandardButton.Cancel)
+    box.button(QMessageBox.StandardButton.Cancel).click()
+    qtbot.wait(50)
+    assert commands_of(window, p.ContinueHistory) == [p.ContinueHistory(1)]
+    window.history.continue_conversation(2).button(QMessageBox.StandardButton.Yes).click()
+    qtbot.waitUntil(lambda: commands_of(window, p.ContinueHistory)[-1] == p.ContinueHistory(2))

@@ -501,6 +501,16 @@
   <context>
     <name>HistoryUi</name>
     <message>
+      <location filename="../widgets/history.py" line="374" />
+      <source>This conversation is not saved. Continuing the other one closes it for good.</source>
+      <translation>この会話は保存されていません。別の会話を続けると、この会話は失われます。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="96" />
+      <source>Continue</source>
+      <translation>続ける</translation>
+    </message>
+    <message>
       <location filename="../widgets/history.py" line="6" />
       <source>History</source>
       <translation>履歴</translation>

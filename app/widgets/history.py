@@ -86,6 +86,8 @@ class HistoryPanel(QWidget):
         self.live_conversation_id: int | None = None
         self.list = QListWidget(self)
         self.list.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Space stays push-to-talk
+        self.list.setAlternatingRowColors(True)
+        self.list.setSpacing(2)
         self.list.itemDoubleClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.ItemDataRole.UserRole)))
         self.list.currentRowChanged.connect(lambda _row: self._enable())
         self.empty_label = QLabel(self.tr("No saved conversations yet."), self)
@@ -362,8 +364,15 @@ class HistoryUi(QObject):
     def show_live(self) -> None:
         self.stack.setCurrentWidget(self.live_transcript)
 
-    def continue_conversation(self, conversation_id: int) -> None:
-        self.send(ContinueHistory(conversation_id))
+    def continue_conversation(self, conversation_id: int) -> QMessageBox | None:
+        live = self.live_transcript
+        unsaved = self.panel.dont_save.isChecked() and bool(live.user_items or live.assistant_items)
+        if not unsaved:
+            self.send(ContinueHistory(conversation_id))
+            return None
+        # The live conversation is not being saved: continuing another one would lose it for good.
+        return self._confirm(self.tr("This conversation is not saved. Continuing the other one closes it for good."),
+                             lambda: self.send(ContinueHistory(conversation_id)), self.tr("Continue"), self.tr("Continue"))
 
     def choose_export_path(self, conversation_id: int) -> None:
         folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
@@ -391,11 +400,12 @@ class HistoryUi(QObject):
             "%1", str(len(self.panel.entries)))
         return self._confirm(text, lambda: self.send(DeleteHistory(everything=True)))
 
-    def _confirm(self, text: str, action: Callable[[], None]) -> QMessageBox:
-        box = QMessageBox(QMessageBox.Icon.Warning, self.tr("Delete"), text,
+    def _confirm(self, text: str, action: Callable[[], None], title: str | None = None,
+                 yes_text: str | None = None) -> QMessageBox:
+        box = QMessageBox(QMessageBox.Icon.Warning, title or self.tr("Delete"), text,
                           QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self.window)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # deleting is never the default
-        box.button(QMessageBox.StandardButton.Yes).setText(self.tr("Delete"))
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # losing something is never the default
+        box.button(QMessageBox.StandardButton.Yes).setText(yes_text or self.tr("Delete"))
 
         def done(result: int) -> None:
             if result == QMessageBox.StandardButton.Yes:

@@ -130,6 +130,8 @@ class HistoryKeeper:
         if not self.save_current:
             self.save_current = True
             self._post_status()
+        if self._reader is not None:
+            self.post_listing()  # the list no longer marks a live conversation
 
     def set_options(self, command: p.HistoryOptions) -> None:
         self.save_current = command.save_this_conversation
