@@ -155,24 +155,20 @@ class HistoryKeeper:
 
     def answer(self, live_turn_id: int, pcm: np.ndarray, sample_rate: int, *, text: str, cancelled: bool,
                generated_samples: int, session: Any, sampling: p.SamplingSettings, started_at: float,
-               context_valid: bool = True) -> None:
+               context_valid: bool = True, tokens: Any = "capture", metrics: p.TurnMetrics | None = None) -> None:
         """An answer that has ended (`pcm` as far as it was played when it was cut by a barge-in). Its tokens
-        are kept unless `context_valid` is False (generation failed half-way: replayable, not continued)."""
+        are taken from the session's last turn (pass `tokens` if they were taken earlier with
+        `answer_tokens`) unless `context_valid` is False (generation failed half-way: replayable, not
+        continued)."""
         if not self._saving(session):
             return
-        tokens = None
-        turns = session.conversation.turns
-        if context_valid and turns and turns[-1].role == "assistant":
-            from engine.history.context import tokens_of_turn  # torch: only where a model's turn exists
-
-            try:
-                tokens = tokens_of_turn(turns[-1])
-            except ValueError:
-                log.warning("answer %s: its tokens cannot be saved; it can be replayed but not continued", live_turn_id)
+        if isinstance(tokens, str):
+            tokens = answer_tokens(session) if context_valid else None
         info = session.info
         turn = TurnToSave("assistant", pcm, sample_rate, text=text, cancelled=cancelled,
                           generated_s=generated_samples / sample_rate, created_at=started_at, model=info.model_name,
-                          voice=info.voice_name, sampling=dataclasses.asdict(sampling), tokens=tokens)
+                          voice=info.voice_name, sampling=dataclasses.asdict(sampling), tokens=tokens,
+                          metrics=dataclasses.asdict(metrics) if metrics is not None else None)
         self._jobs.put(_Save(self._meta(session), turn, live_turn_id))
 
     def metrics(self, live_turn_id: int, metrics: p.TurnMetrics) -> None:
@@ -318,6 +314,20 @@ class HistoryKeeper:
         self._post_status()
 
 
+def answer_tokens(session: Any) -> Any:
+    """What the model generated in the answer that just ended (the session's last turn), or None."""
+    turns = session.conversation.turns
+    if not turns or turns[-1].role != "assistant":
+        return None
+    from engine.history.context import tokens_of_turn  # torch: only where a model's turn exists
+
+    try:
+        return tokens_of_turn(turns[-1])
+    except ValueError:
+        log.warning("an answer's tokens cannot be saved; it can be replayed but not continued")
+        return None
+
+
 def _current_id(store: HistoryStore, current: ConversationMeta | None) -> int | None:
     return store.find(current.uid) if current is not None else None
 
@@ -336,4 +346,4 @@ def views_with_ids(saved: SavedConversation, ids: list[int]) -> tuple[p.HistoryT
     return tuple(dataclasses.replace(view, turn_id=turn_id) for view, turn_id in zip(_views(saved), ids, strict=True))
 
 
-__all__ = ["HistoryKeeper", "views_with_ids"]
+__all__ = ["HistoryKeeper", "answer_tokens", "views_with_ids"]
