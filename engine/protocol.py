@@ -125,9 +125,16 @@ class Shutdown:
     """Stop the engine thread."""
 
 
+@dataclass(frozen=True)
+class Ping:
+    """Are you there? Answered by `Pong` with the same `seq` in every state (the window's watchdog)."""
+
+    seq: int
+
+
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
-    | ReplayTurn | Export | Shutdown
+    | ReplayTurn | Export | Shutdown | Ping
 )
 
 
@@ -328,6 +335,30 @@ class EngineError:
 
 
 @dataclass(frozen=True)
+class Pong:
+    """The answer to `Ping`: the engine thread is alive and reading commands."""
+
+    seq: int
+    state: EngineState
+
+
+@dataclass(frozen=True)
+class ChangeDeferred:
+    """A change that touches the conversation or the cache arrived during an answer: it applies after
+    this answer. `change` is "system_prompt", "voice", "model" or "devices"."""
+
+    change: str
+
+
+@dataclass(frozen=True)
+class ConversationCleared:
+    """The engine started a new conversation (its records and the model's context are empty).
+    `cause` is "system_prompt" (a new prompt was applied) or "reset"."""
+
+    cause: str
+
+
+@dataclass(frozen=True)
 class EngineStopped:
     """The engine thread ended (after Shutdown, or because it died: then `error` says why)."""
 
@@ -337,7 +368,8 @@ class EngineStopped:
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
-    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped
+    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
+    | ConversationCleared
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

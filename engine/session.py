@@ -168,6 +168,11 @@ def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_
         raise AudioInputError("The recording contains invalid samples (NaN or infinity).")
 
 
+class SessionBusy(RuntimeError):
+    """A change to the conversation or the cache was asked for while a turn holds the session (a bug in
+    the caller: engine/worker/table.py makes such changes wait for the turn or cancel it first)."""
+
+
 class ChatSession:
     def __init__(
         self,
@@ -192,7 +197,7 @@ class ChatSession:
         self.conversation = self._new_conversation()
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
-        self._lock = threading.Lock()  # one turn at a time
+        self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
 
     # ------------------------------------------------------------------ construction
 
@@ -301,9 +306,20 @@ class ChatSession:
 
     # ------------------------------------------------------------------ state changes
 
+    @contextlib.contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        """The session's lock for a change, or SessionBusy at once: waiting for it on the thread that
+        runs the turn (which holds it across its yields) would wait forever."""
+        if not self._lock.acquire(blocking=False):
+            raise SessionBusy(f"{what} while a turn is being generated")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def switch_voice(self, lora: str | None) -> None:
         """Merge another voice in place; on LoraError the previous voice stays."""
-        with self._lock:
+        with self._exclusive("switch_voice"):
             voice = load_voice(lora) if lora else None
             self.voices.apply(voice)
             refresh = getattr(self.backend, "refresh_weights", None)
@@ -317,7 +333,7 @@ class ChatSession:
             self.reset()
 
     def reset(self) -> None:
-        with self._lock:
+        with self._exclusive("reset"):
             self.conversation = self._new_conversation()
             self.backend.reset()
             self.decoder.reset()
