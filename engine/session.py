@@ -21,7 +21,7 @@ import platformdirs
 import torch
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece
+from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
@@ -375,33 +375,46 @@ class ChatSession:
         max_new_tokens: int | None,
     ) -> Iterator[TurnOutput]:
         started = time.perf_counter()
+        budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
+        turn = self._encode(wave_16k)
+        budget, dropped = self._make_room(budget)
+        if dropped:
+            yield ContextTrimmedInfo(dropped)
+        stats = self._prefill(started)
+        yield from self._stream(turn, sampling, budget, cancel, stats, started)
+        yield TurnDone(stats)
+
+    def _encode(self, wave_16k: np.ndarray) -> Turn:
+        """The take as log-mel features in the conversation, and the (open) assistant turn after it."""
         loaded = self.loaded
         device = loaded.device
-        budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
-
         wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
         mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
+        self.conversation.add_audio_turn("user", mel[0].float())
+        return self.conversation.open_assistant_turn()
+
+    def _make_room(self, budget: int) -> tuple[int, int]:
+        """Keep room for the answer: drop the oldest whole turns if it would not fit, and then some
+        (TRIM_HEADROOM), so that the next turns need no rebuild. Returns the answer's token budget (cut
+        to what fits) and how many turns were dropped; after a drop the cache is rebuilt by the prefill."""
         conversation = self.conversation
-        conversation.add_audio_turn("user", mel[0].float())
-        turn = conversation.open_assistant_turn()
-
-        # Keep room for the answer; drop the oldest whole turns if it would not fit, and then some
-        # (TRIM_HEADROOM), so that the next turns need no rebuild.
         reserve = budget + 2
-        if conversation.positions + reserve > self.context_capacity:
-            user_turn_and_prompt = conversation.turns[-2:]
-            del conversation.turns[-2:]
-            dropped = conversation.drop_oldest_turns(
-                sum(t.positions for t in user_turn_and_prompt) + reserve,
-                int(self.context_capacity * (1 - TRIM_HEADROOM)),
-            )
-            conversation.turns.extend(user_turn_and_prompt)
-            self.backend.reset()
-            if dropped:
-                yield ContextTrimmedInfo(dropped)
-            budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
+        if conversation.positions + reserve <= self.context_capacity:
+            return budget, 0
+        user_turn_and_prompt = conversation.turns[-2:]
+        del conversation.turns[-2:]
+        dropped = conversation.drop_oldest_turns(
+            sum(t.positions for t in user_turn_and_prompt) + reserve,
+            int(self.context_capacity * (1 - TRIM_HEADROOM)),
+        )
+        conversation.turns.extend(user_turn_and_prompt)
+        self.backend.reset()
+        return max(1, min(budget, self.context_capacity - conversation.positions - 2)), dropped
 
-        embeddings = self.embed(conversation.span(self.backend.positions, device))
+    def _prefill(self, started: float) -> TurnStats:
+        """Embed and prefill what the cache does not hold yet (the backend owns the position)."""
+        device = self.loaded.device
+        embeddings = self.embed(self.conversation.span(self.backend.positions, device))
         _sync(device)
         stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
         try:
@@ -409,10 +422,21 @@ class ChatSession:
         except torch.OutOfMemoryError as error:
             raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
         _sync(device)
-        prefill_done = time.perf_counter()
-        stats.prefill_done_s = prefill_done - started
+        stats.prefill_done_s = time.perf_counter() - started
+        return stats
 
-        text = IncrementalDetokenizer(loaded.processor.text)
+    def _stream(
+        self,
+        turn: Turn,
+        sampling: SamplingSettings,
+        budget: int,
+        cancel: threading.Event | None,
+        stats: TurnStats,
+        started: float,
+    ) -> Iterator[TextPieceOut | AudioPieceOut]:
+        """Generate the answer: text deltas and PCM chunks as they come; the turn is closed at the end."""
+        prefill_done = started + stats.prefill_done_s
+        text = IncrementalDetokenizer(self.loaded.processor.text)
         self.decoder.reset()
         end: TurnEnd | None = None
 
@@ -456,12 +480,11 @@ class ChatSession:
         rest = text.flush()
         if rest:
             yield TextPieceOut(rest)
-        conversation.close_assistant_turn()
+        self.conversation.close_assistant_turn()
         stats.generation_s = time.perf_counter() - prefill_done
         stats.text = text.text()
         stats.cancelled = end is not None and end.reason == "cancelled"
         stats.end_reason = end.reason if end else ""
-        yield TurnDone(stats)
 
 
 def _sync(device: torch.device) -> None:
