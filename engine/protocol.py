@@ -125,6 +125,13 @@ class Shutdown:
     """Stop the engine thread."""
 
 
+@dataclass(frozen=True)
+class Ping:
+    """Are you there? Answered by `Pong` with the same `seq` in every state (the window's watchdog)."""
+
+    seq: int
+
+
 # History (engine/history): the saved conversations. `conversation_id` is the id a HistoryListed gave.
 
 
@@ -182,7 +189,7 @@ class HistoryOptions:
 
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
-    | ReplayTurn | Export | Shutdown | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
+    | ReplayTurn | Export | Shutdown | Ping | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
     | ReplayHistoryTurn | ExportHistory | HistoryOptions
 )
 
@@ -384,6 +391,30 @@ class EngineError:
 
 
 @dataclass(frozen=True)
+class Pong:
+    """The answer to `Ping`: the engine thread is alive and reading commands."""
+
+    seq: int
+    state: EngineState
+
+
+@dataclass(frozen=True)
+class ChangeDeferred:
+    """A change that touches the conversation or the cache arrived during an answer: it applies after
+    this answer. `change` is "system_prompt", "voice", "model" or "devices"."""
+
+    change: str
+
+
+@dataclass(frozen=True)
+class ConversationCleared:
+    """The engine started a new conversation (its records and the model's context are empty).
+    `cause` is "system_prompt" (a new prompt was applied) or "reset"."""
+
+    cause: str
+
+
+@dataclass(frozen=True)
 class EngineStopped:
     """The engine thread ended (after Shutdown, or because it died: then `error` says why)."""
 
@@ -453,8 +484,8 @@ class HistoryStatus:
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
-    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | HistoryListed | HistoryOpened
-    | HistoryContinued | HistoryStatus
+    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
+    | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

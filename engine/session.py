@@ -22,7 +22,7 @@ import platformdirs
 import torch
 
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece
+from engine.conversation import AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
@@ -172,6 +172,11 @@ def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_
         raise AudioInputError("The recording contains invalid samples (NaN or infinity).")
 
 
+class SessionBusy(RuntimeError):
+    """A change to the conversation or the cache was asked for while a turn holds the session (a bug in
+    the caller: engine/worker/table.py makes such changes wait for the turn or cancel it first)."""
+
+
 class ChatSession:
     def __init__(
         self,
@@ -196,7 +201,7 @@ class ChatSession:
         self.conversation = self._new_conversation()
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
-        self._lock = threading.Lock()  # one turn at a time
+        self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
 
     # ------------------------------------------------------------------ construction
 
@@ -305,9 +310,20 @@ class ChatSession:
 
     # ------------------------------------------------------------------ state changes
 
+    @contextlib.contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        """The session's lock for a change, or SessionBusy at once: waiting for it on the thread that
+        runs the turn (which holds it across its yields) would wait forever."""
+        if not self._lock.acquire(blocking=False):
+            raise SessionBusy(f"{what} while a turn is being generated")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def switch_voice(self, lora: str | None) -> None:
         """Merge another voice in place; on LoraError the previous voice stays."""
-        with self._lock:
+        with self._exclusive("switch_voice"):
             voice = load_voice(lora) if lora else None
             self.voices.apply(voice)
             refresh = getattr(self.backend, "refresh_weights", None)
@@ -321,7 +337,7 @@ class ChatSession:
             self.reset()
 
     def reset(self) -> None:
-        with self._lock:
+        with self._exclusive("reset"):
             self.conversation = self._new_conversation()
             self.backend.reset()
             self.decoder.reset()
@@ -340,7 +356,7 @@ class ChatSession:
         live turn takes after a trim. Returns how many turns were dropped to fit."""
         from engine.history.context import pieces_of_tokens
 
-        with self._lock:
+        with self._exclusive("restore"):
             # The saved prompt heads the restored context; the session's own prompt (what a reset starts
             # with) stays the one the settings gave.
             conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
@@ -398,31 +414,42 @@ class ChatSession:
         max_new_tokens: int | None,
     ) -> Iterator[TurnOutput]:
         started = time.perf_counter()
-        loaded = self.loaded
-        device = loaded.device
         budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
+        turn = self._encode(wave_16k)
+        budget, dropped = self._make_room(budget)
+        if dropped:
+            yield ContextTrimmedInfo(dropped)
+        stats = self._prefill(started)
+        yield from self._stream(turn, sampling, budget, cancel, stats, started)
+        yield TurnDone(stats)
 
+    def _encode(self, wave_16k: np.ndarray) -> Turn:
+        """The take as log-mel features in the conversation, and the (open) assistant turn after it."""
+        self.conversation.add_audio_turn("user", self.features(wave_16k))
+        return self.conversation.open_assistant_turn()
+
+    def _make_room(self, budget: int) -> tuple[int, int]:
+        """Keep room for the answer: drop the oldest whole turns if it would not fit, and then some
+        (TRIM_HEADROOM), so that the next turns need no rebuild. Returns the answer's token budget (cut
+        to what fits) and how many turns were dropped; after a drop the cache is rebuilt by the prefill."""
         conversation = self.conversation
-        conversation.add_audio_turn("user", self.features(wave_16k))
-        turn = conversation.open_assistant_turn()
-
-        # Keep room for the answer; drop the oldest whole turns if it would not fit, and then some
-        # (TRIM_HEADROOM), so that the next turns need no rebuild.
         reserve = budget + 2
-        if conversation.positions + reserve > self.context_capacity:
-            user_turn_and_prompt = conversation.turns[-2:]
-            del conversation.turns[-2:]
-            dropped = conversation.drop_oldest_turns(
-                sum(t.positions for t in user_turn_and_prompt) + reserve,
-                int(self.context_capacity * (1 - TRIM_HEADROOM)),
-            )
-            conversation.turns.extend(user_turn_and_prompt)
-            self.backend.reset()
-            if dropped:
-                yield ContextTrimmedInfo(dropped)
-            budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
+        if conversation.positions + reserve <= self.context_capacity:
+            return budget, 0
+        user_turn_and_prompt = conversation.turns[-2:]
+        del conversation.turns[-2:]
+        dropped = conversation.drop_oldest_turns(
+            sum(t.positions for t in user_turn_and_prompt) + reserve,
+            int(self.context_capacity * (1 - TRIM_HEADROOM)),
+        )
+        conversation.turns.extend(user_turn_and_prompt)
+        self.backend.reset()
+        return max(1, min(budget, self.context_capacity - conversation.positions - 2)), dropped
 
-        embeddings = self.embed(conversation.span(self.backend.positions, device))
+    def _prefill(self, started: float) -> TurnStats:
+        """Embed and prefill what the cache does not hold yet (the backend owns the position)."""
+        device = self.loaded.device
+        embeddings = self.embed(self.conversation.span(self.backend.positions, device))
         _sync(device)
         stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
         try:
@@ -430,10 +457,21 @@ class ChatSession:
         except torch.OutOfMemoryError as error:
             raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
         _sync(device)
-        prefill_done = time.perf_counter()
-        stats.prefill_done_s = prefill_done - started
+        stats.prefill_done_s = time.perf_counter() - started
+        return stats
 
-        text = IncrementalDetokenizer(loaded.processor.text)
+    def _stream(
+        self,
+        turn: Turn,
+        sampling: SamplingSettings,
+        budget: int,
+        cancel: threading.Event | None,
+        stats: TurnStats,
+        started: float,
+    ) -> Iterator[TextPieceOut | AudioPieceOut]:
+        """Generate the answer: text deltas and PCM chunks as they come; the turn is closed at the end."""
+        prefill_done = started + stats.prefill_done_s
+        text = IncrementalDetokenizer(self.loaded.processor.text)
         self.decoder.reset()
         end: TurnEnd | None = None
 
@@ -477,12 +515,11 @@ class ChatSession:
         rest = text.flush()
         if rest:
             yield TextPieceOut(rest)
-        conversation.close_assistant_turn()
+        self.conversation.close_assistant_turn()
         stats.generation_s = time.perf_counter() - prefill_done
         stats.text = text.text()
         stats.cancelled = end is not None and end.reason == "cancelled"
         stats.end_reason = end.reason if end else ""
-        yield TurnDone(stats)
 
 
 def _sync(device: torch.device) -> None:

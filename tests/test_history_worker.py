@@ -15,7 +15,8 @@ import pytest
 
 from engine import protocol as p
 from engine.history.store import HistoryStore
-from test_worker import SPEAKER, Engine, audio_env, do_turn  # noqa: F401 - audio_env is a fixture
+from engine_helpers import SPEAKER, Engine, audio_env  # noqa: F401 - audio_env is a fixture
+from test_worker import do_turn
 
 pytestmark = [
     pytest.mark.timeout(300),

@@ -7,7 +7,6 @@ turns (it is deferred while a turn is being generated).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,11 +47,12 @@ def continue_history(worker: Any, command: p.ContinueHistory) -> None:
     from engine.history.context import saved_exchanges  # torch: the engine thread has it loaded by now
 
     plan = saved_exchanges(saved, vocabulary=session.text_vocabulary)
-    worker._abort_turn()
+    # The table (engine/worker/table.py) has stopped any answer, replay or take before this runs.
     dropped = session.restore(plan)
-    worker.records = records_of(saved, worker._new_id)
+    worker.book.clear()
+    restored = [worker.book.add(record) for record in records_of(saved, worker._new_id)]  # saved already: not finished
     worker.history.continue_into(saved)
-    worker._post(p.HistoryContinued(saved.summary.id, views_with_ids(saved, [r.turn_id for r in worker.records]),
+    worker._post(p.HistoryContinued(saved.summary.id, views_with_ids(saved, [r.turn_id for r in restored]),
                                     dropped, plan.skipped))
     worker._post_context()
 
@@ -66,12 +66,9 @@ def replay_history_turn(worker: Any, command: p.ReplayHistoryTurn) -> None:
 
 
 def export_history(worker: Any, command: p.ExportHistory) -> None:
-    from engine.worker import export_conversation
-
     saved = worker.history.load(command.conversation_id)
     counter = iter(range(1, len(saved.turns) + 1))
-    paths = export_conversation(records_of(saved, lambda: next(counter)), Path(command.wav_path))
-    worker._post(p.Exported(tuple(str(x) for x in paths)))
+    worker._export(records_of(saved, lambda: next(counter)), command.wav_path)  # as Export writes the live one
 
 
 def records_of(saved: SavedConversation, new_id: Any) -> list[Any]:
@@ -103,5 +100,3 @@ HANDLERS = {
     p.ReplayHistoryTurn: replay_history_turn,
     p.ExportHistory: export_history,
 }
-# Safe while a turn is generated: they touch neither the session nor the player.
-RUN_DURING_TURN = (p.ListHistory, p.OpenHistory, p.DeleteHistory, p.HistoryOptions)

@@ -171,6 +171,20 @@ class HistoryKeeper:
                           metrics=dataclasses.asdict(metrics) if metrics is not None else None)
         self._jobs.put(_Save(self._meta(session), turn, live_turn_id))
 
+    def record_finished(self, record: Any, session: Any) -> None:
+        """The worker's record-finished seam (engine/worker/records.py): a take when it arrives, an answer
+        once its metrics are known, with what the worker noted at the end of its generation (its tokens,
+        how much was heard, how it was sampled)."""
+        if record.role == "user":
+            self.user_take(record.turn_id, record.pcm, record.sample_rate, session, record.started_at)
+            return
+        heard = getattr(record, "heard_samples", None)
+        pcm = record.pcm if heard is None else record.pcm[: max(0, min(len(record.pcm), heard))]
+        self.answer(record.turn_id, pcm, record.sample_rate, text=record.text, cancelled=record.cancelled,
+                    generated_samples=len(record.pcm), session=session,
+                    sampling=getattr(record, "sampling", None) or p.SamplingSettings(), started_at=record.started_at,
+                    tokens=getattr(record, "tokens", None), metrics=record.metrics)
+
     def metrics(self, live_turn_id: int, metrics: p.TurnMetrics) -> None:
         if self._writer is not None:
             self._jobs.put(_Metrics(live_turn_id, dataclasses.asdict(metrics)))
