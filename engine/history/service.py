@@ -37,6 +37,7 @@ from engine.history.store import (
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0
+MEGABYTE = 10**6  # as the window shows sizes (app/widgets/history.py)
 MAX_PENDING_TURNS = 400  # beyond this (hours of a full disk) the oldest waiting turns are given up
 
 
@@ -130,13 +131,12 @@ class HistoryKeeper:
         if not self.save_current:
             self.save_current = True
             self._post_status()
-        if self._reader is not None:
-            self.post_listing()  # the list no longer marks a live conversation
+        self.refresh_listing()  # the list no longer marks a live conversation
 
     def set_options(self, command: p.HistoryOptions) -> None:
         self.save_current = command.save_this_conversation
         self.keep_days = max(0, int(command.keep_days))
-        self.max_bytes = max(0, int(command.max_megabytes)) * 1024 * 1024
+        self.max_bytes = max(0, int(command.max_megabytes)) * MEGABYTE
         self._post_status()
         self._jobs.put(_Retention(self.current.uid if self.current else None))
 
@@ -211,6 +211,15 @@ class HistoryKeeper:
     def post_listing(self) -> None:
         self._post(self.listing())
 
+    def refresh_listing(self) -> None:
+        """An unasked-for refresh of the window's list: a failure is logged, never raised into the engine."""
+        if self._reader is None:
+            return
+        try:
+            self.post_listing()
+        except Exception:  # noqa: BLE001 - the list is refreshed again with the next save
+            log.exception("listing the history failed")
+
     def load(self, conversation_id: int) -> SavedConversation:
         return self.reader().load(conversation_id)
 
@@ -238,7 +247,7 @@ class HistoryKeeper:
             self._post_status()
 
     def _post_status(self) -> None:
-        self._post(p.HistoryStatus(self.save_current, self.paused, self.keep_days, self.max_bytes // (1024 * 1024)))
+        self._post(p.HistoryStatus(self.save_current, self.paused, self.keep_days, self.max_bytes // MEGABYTE))
 
     # ------------------------------------------------------------------ the writer thread
 
@@ -294,16 +303,22 @@ class HistoryKeeper:
             rows[job.live_turn_id] = store.save_turn(job.meta, job.turn)
             if job.turn.role == "assistant":
                 self._retention(store, job.meta.uid)
-            self._post(self.listing(store))
+            self._post_listing_of(store)
         elif isinstance(job, _Metrics):
             row = rows.get(job.live_turn_id)
             if row is not None:
                 store.set_metrics(row, job.metrics)
         elif isinstance(job, _Retention):
             if self._retention(store, job.keep_uid):
-                self._post(self.listing(store))
+                self._post_listing_of(store)
         elif isinstance(job, _Flush):
             job.done.set()
+
+    def _post_listing_of(self, store: HistoryStore) -> None:
+        try:
+            self._post(self.listing(store))
+        except Exception:  # noqa: BLE001 - the turn is saved; the list catches up with the next one
+            log.exception("listing the history failed")
 
     def _retention(self, store: HistoryStore, keep_uid: str | None) -> int:
         if not (self.keep_days or self.max_bytes):

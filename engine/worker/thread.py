@@ -200,8 +200,7 @@ class EngineWorker:
         error: str | None = None
         try:
             self.history.start()
-            if self.history.available:
-                self.history.post_listing()
+            self.history.refresh_listing()
             while not self._stopping:
                 self._run_pending()
                 if self._stopping:
