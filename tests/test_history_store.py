@@ -431,3 +431,111 @@ def test_the_history_and_the_worker_import_neither_qt_nor_torch() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+# --------------------------------------------------------------------------- a generated life of the store
+
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+
+
+class StoreLife(RuleBasedStateMachine):
+    """Random saves, deletes, reopenings, lost files and retention against a plain model of what the store
+    should hold; after every step the store and the model agree and the database is whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="history-life-")) / "history"
+        self.store = HistoryStore(self.folder).open()
+        self.model: dict[str, list[tuple[str, np.ndarray]]] = {}  # uid -> (role, pcm) in order
+        self.lost: set[tuple[str, int]] = set()  # (uid, index) whose file was deleted
+        self.n = 0
+
+    @initialize()
+    def first(self) -> None:
+        self.live = _meta()
+
+    @rule()
+    def new_conversation(self) -> None:
+        self.live = _meta()
+
+    @rule(role=st.sampled_from(["user", "assistant"]), samples=st.integers(0, 400))
+    def save(self, role: str, samples: int) -> None:
+        self.n += 1
+        rate = 16000 if role == "user" else 24000
+        pcm = canonical_take(np.random.default_rng(self.n).standard_normal(samples) * 0.1)
+        tokens = _tokens(frames=3, text=2, seed=self.n) if role == "assistant" else None
+        self.store.save_turn(self.live, TurnToSave(role, pcm, rate, text=f"答え{self.n}", tokens=tokens))
+        self.model.setdefault(self.live.uid, []).append((role, pcm))
+
+    @rule(data=st.data())
+    def delete_one(self, data) -> None:
+        if self.model:
+            uid = data.draw(st.sampled_from(sorted(self.model)))
+            assert self.store.delete([self.store.find(uid)]) == 1
+            self._forget(uid)
+
+    @rule()
+    def delete_all_but_live(self) -> None:
+        self.store.delete_all(keep_uids=[self.live.uid])
+        for uid in [uid for uid in self.model if uid != self.live.uid]:
+            self._forget(uid)
+
+    @rule()
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = HistoryStore(self.folder).open()
+        assert self.store.notices == []
+
+    @rule(data=st.data())
+    def lose_a_file(self, data) -> None:
+        rows = self.store.db.execute(
+            "SELECT c.uid, t.seq, t.audio_path FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+            " WHERE t.audio_path IS NOT NULL ORDER BY t.id").fetchall()
+        if rows:
+            uid, seq, path = data.draw(st.sampled_from(rows))
+            (self.folder / path).unlink(missing_ok=True)
+            self.lost.add((uid, seq - 1))
+
+    @rule(fraction=st.floats(0.2, 1.0))
+    def retention_by_size(self, fraction: float) -> None:
+        limit = int(self.store.size_on_disk() * fraction)
+        self.store.apply_retention(max_age_days=None, max_bytes=limit, keep_uids=[self.live.uid])
+        kept = {s.uid for s in self.store.list_conversations()}
+        assert self.live.uid in kept or self.live.uid not in self.model
+        for uid in [uid for uid in self.model if uid not in kept]:
+            self._forget(uid)
+
+    def _forget(self, uid: str) -> None:
+        del self.model[uid]
+        self.lost = {(u, i) for u, i in self.lost if u != uid}  # a later save under this uid starts afresh
+
+    @invariant()
+    def agrees(self) -> None:
+        listed = {s.uid: s for s in self.store.list_conversations()}
+        assert set(listed) == set(self.model)
+        for uid, turns in self.model.items():
+            saved = self.store.load(listed[uid].id)
+            assert listed[uid].turn_count == len(turns) == len(saved.turns)
+            for index, ((role, pcm), turn) in enumerate(zip(turns, saved.turns, strict=True)):
+                assert turn.role == role and turn.seq == index + 1
+                if len(pcm) == 0:
+                    assert turn.pcm is None and not turn.audio_missing
+                elif (uid, index) in self.lost:
+                    assert turn.pcm is None and turn.audio_missing
+                else:
+                    assert not turn.audio_missing and len(turn.pcm) == len(pcm)
+                    if role == "user":
+                        assert np.array_equal(turn.pcm, pcm)  # lossless
+                    else:
+                        assert np.abs(turn.pcm - pcm).max() <= 1 / 32767  # 16-bit
+        assert self.store.integrity_check() == ["ok"]
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.folder.parent, ignore_errors=True)
+
+
+TestStoreLife = StoreLife.TestCase
+TestStoreLife.settings = settings(max_examples=15, stateful_step_count=25, deadline=None)

@@ -164,3 +164,15 @@ def test_dont_save_keeps_a_conversation_out_until_the_next_one(audio_env, tmp_pa
         assert error.template.startswith("This conversation was held with the model")
     finally:
         eng.stop()
+
+
+def test_continuing_without_a_model_is_refused_with_the_reason(tmp_path: Path) -> None:
+    eng = Engine(history_folder=tmp_path / "history")
+    try:
+        eng.send(p.ContinueHistory(1), p.ListHistory())
+        error = eng.wait_for(lambda e: isinstance(e, p.EngineError))
+        assert error.kind == "history" and error.template == "Load a model to continue a conversation."
+        listed = eng.wait_for(lambda e: isinstance(e, p.HistoryListed))
+        assert listed.entries == () and listed.bytes_on_disk > 0  # the empty database itself
+    finally:
+        eng.stop()
