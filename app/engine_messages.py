@@ -99,6 +99,10 @@ TEMPLATES = (
     # Start-up fallbacks (EngineInfo.fallback_reason): fixed sentences, translated as they are.
     QT_TRANSLATE_NOOP("EngineMessages", "No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
     QT_TRANSLATE_NOOP("EngineMessages", "CUDA graphs disabled: running eagerly on the GPU."),
+    # Commands the engine refuses in its current phase (engine/worker/table.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The model is not loaded yet."),
+    QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
+    QT_TRANSLATE_NOOP("EngineMessages", "A turn cannot be replayed while you are recording."),
 )
 
 
