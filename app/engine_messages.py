@@ -110,6 +110,10 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "Load a model to continue a conversation."),
     QT_TRANSLATE_NOOP("EngineMessages", "This conversation was held with the model {saved}, not {loaded}: load that model to continue it. It can still be read, replayed and exported."),
     QT_TRANSLATE_NOOP("EngineMessages", "That turn has no audio to replay."),
+    # Commands the engine refuses in its current phase (engine/worker/table.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The model is not loaded yet."),
+    QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
+    QT_TRANSLATE_NOOP("EngineMessages", "A turn cannot be replayed while you are recording."),
 )
 
 

@@ -29,8 +29,10 @@ from engine.protocol import (
     AssistantTurnStarted,
     AudioChunkQueued,
     Cancel,
+    ChangeDeferred,
     ContextTrimmed,
     ContextUsage,
+    ConversationCleared,
     Devices,
     DownloadCancelled,
     EndTake,
@@ -88,6 +90,7 @@ class MainWindow(QMainWindow):
         self.settings_dialog: SettingsDialog | None = None
         self.last_error: EngineError | None = None
         self.engine_dead = False
+        self.engine_unresponsive = False  # alive but not answering pings (the bridge's watchdog)
         self.exported_paths: tuple[str, ...] = ()
         self.audio_chunks = 0  # answer audio chunks queued for playback in this session
         self.demo_override = False  # `--demo` on the command line: demo model, not saved
@@ -96,6 +99,8 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.bridge.event_received.connect(self.on_event)
         self.bridge.engine_stopped.connect(self.on_engine_stopped)
+        self.bridge.engine_unresponsive.connect(self.on_engine_unresponsive)
+        self.bridge.engine_responsive.connect(self.on_engine_responsive)
         self.key_filter = PttKeyFilter(self, self.ptt, key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space)
         QApplication.instance().installEventFilter(self.key_filter)
         self._apply_ptt_key_label()
@@ -321,11 +326,9 @@ class MainWindow(QMainWindow):
         """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
         old, self.settings = self.settings, new
         self._save_settings()
-        if new.system_prompt != old.system_prompt and (self.transcript.user_items or self.transcript.assistant_items):
-            # The engine starts a new conversation with a new prompt (the prompt is the start of the
-            # model's context), so the window does too, and says so.
-            self.transcript.clear()
-            self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
+        # A new prompt starts a new conversation in the engine (the prompt is the start of the model's
+        # context); the transcript follows when the engine says so (ConversationCleared), which is
+        # after the answer it may be giving now.
         if (new.sampling, new.system_prompt, new.max_answer_seconds) != (
                 old.sampling, old.system_prompt, old.max_answer_seconds):
             self.bridge.send(ApplySettings(new.sampling, new.system_prompt, new.max_answer_seconds))
@@ -345,6 +348,7 @@ class MainWindow(QMainWindow):
 
     def restart_engine(self) -> None:
         self.engine_dead = False
+        self.engine_unresponsive = False
         self.banner.hide()
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
             item.replay_button.setEnabled(False)  # the old engine took their audio with it
@@ -429,6 +433,23 @@ class MainWindow(QMainWindow):
                 "%1", ", ".join(Path(p).name for p in event.paths)), details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
+        elif isinstance(event, ChangeDeferred):
+            self._on_change_deferred(event)
+        elif isinstance(event, ConversationCleared):
+            if event.cause == "system_prompt" and (self.transcript.user_items or self.transcript.assistant_items):
+                self.transcript.clear()
+                self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
+
+    def _on_change_deferred(self, event: ChangeDeferred) -> None:
+        if event.change == "system_prompt":
+            text = self.tr("The new system prompt applies after this answer.")
+        elif event.change == "voice":
+            text = self.tr("The new voice applies after this answer.")
+        elif event.change == "model":
+            text = self.tr("The model is loaded after this answer.")
+        else:
+            text = self.tr("The new audio devices apply after this answer.")
+        self.transcript.add_notice(text)
 
     def _on_take_rejected(self, event: TakeRejected) -> None:
         if event.reason == "too_short":
@@ -501,6 +522,17 @@ class MainWindow(QMainWindow):
         self.state_indicator.label.setText(self.tr("Engine stopped"))
         self.banner.show_message("error", self.tr("The engine stopped: %1").replace("%1", error),
                                  action_id="restart", action_text=self.tr("Restart engine"))
+
+    def on_engine_unresponsive(self, seconds: float) -> None:
+        self.engine_unresponsive = True
+        self.banner.show_message("error", self.tr("The engine has not responded for %1 s. You can wait, or "
+                                                  "restart it (the conversation is lost).").replace("%1", f"{seconds:.0f}"),
+                                 action_id="restart", action_text=self.tr("Restart engine"))
+
+    def on_engine_responsive(self) -> None:
+        if self.engine_unresponsive and self.banner._action_id == "restart" and not self.engine_dead:
+            self.banner.hide()
+        self.engine_unresponsive = False
 
     def _show_info(self, info: EngineInfo | None) -> None:
         self.info = info

@@ -301,6 +301,18 @@
       <source>That turn has no audio to replay.</source>
       <translation>そのターンには再生できる音声がありません。</translation>
     </message>
+    <message>
+      <source>The model is not loaded yet.</source>
+      <translation>モデルがまだ読み込まれていません。</translation>
+    </message>
+    <message>
+      <source>No model is loaded, so there is no voice to switch.</source>
+      <translation>モデルが読み込まれていないため、声を切り替えられません。</translation>
+    </message>
+    <message>
+      <source>A turn cannot be replayed while you are recording.</source>
+      <translation>録音中はターンを再生できません。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -897,6 +909,31 @@
       <location filename="../main_window.py" line="481" />
       <source>History</source>
       <translation>履歴</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="431" />
+      <source>The new system prompt applies after this answer.</source>
+      <translation>新しいシステムプロンプトはこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="433" />
+      <source>The new voice applies after this answer.</source>
+      <translation>新しい声はこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="435" />
+      <source>The model is loaded after this answer.</source>
+      <translation>モデルはこの応答の後に読み込まれます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="437" />
+      <source>The new audio devices apply after this answer.</source>
+      <translation>新しいオーディオデバイスはこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="513" />
+      <source>The engine has not responded for %1 s. You can wait, or restart it (the conversation is lost).</source>
+      <translation>エンジンが %1 秒間応答していません。待つか、再起動できます（会話は失われます）。</translation>
     </message>
   </context>
   <context>
