@@ -204,7 +204,17 @@ def test_a_missing_or_damaged_audio_file_leaves_the_turn_without_audio(tmp_path:
         damaged = store.folder / paths[3]
         damaged.write_bytes(damaged.read_bytes()[:100])
         saved = store.load(store.list_conversations()[0].id)
+        # Opened to read, the files are only looked for; replay reads one and finds the damage then.
+        light = store.load(saved.summary.id, with_audio=False)
+        assert [t.audio_missing for t in light.turns] == [True, False, False, False]
+        assert [t.has_audio for t in light.turns] == [False, True, True, True]
+        assert store.turn_audio(saved.summary.id, light.turns[3].id) is None
+        assert store.turn_audio(saved.summary.id, light.turns[0].id) is None
+        pcm, rate = store.turn_audio(saved.summary.id, light.turns[2].id)
+        assert rate == 16000 and len(pcm) == 12800
+        assert store.turn_audio(saved.summary.id + 1, light.turns[2].id) is None  # not that conversation's turn
     assert [t.audio_missing for t in saved.turns] == [True, False, False, True]
+    assert [t.has_audio for t in saved.turns] == [False, True, True, False]
     assert saved.turns[0].pcm is None and saved.turns[3].pcm is None
     assert saved.turns[3].text == "こんにちは、今日はいい天気ですね。" and saved.turns[3].tokens is not None
     assert saved.turns[1].pcm is not None and len(saved.turns[2].pcm) == 12800

@@ -21,7 +21,8 @@ def list_history(worker: Any, command: p.ListHistory) -> None:
 
 
 def open_history(worker: Any, command: p.OpenHistory) -> None:
-    worker._post(worker.history.opened(worker.history.load(command.conversation_id)))
+    # To read: the sound of each turn is read when it is replayed, not now (a file's absence is checked).
+    worker._post(worker.history.opened(worker.history.load(command.conversation_id, with_audio=False)))
 
 
 def delete_history(worker: Any, command: p.DeleteHistory) -> None:
@@ -58,11 +59,10 @@ def continue_history(worker: Any, command: p.ContinueHistory) -> None:
 
 
 def replay_history_turn(worker: Any, command: p.ReplayHistoryTurn) -> None:
-    saved = worker.history.load(command.conversation_id)
-    turn = next((t for t in saved.turns if t.id == command.turn_id), None)
-    if turn is None or turn.pcm is None or len(turn.pcm) == 0:
+    audio = worker.history.turn_audio(command.conversation_id, command.turn_id)
+    if audio is None or len(audio[0]) == 0:
         raise HistoryError.of("That turn has no audio to replay.")
-    worker._play_recorded(turn.pcm, turn.sample_rate)
+    worker._play_recorded(*audio)
 
 
 def export_history(worker: Any, command: p.ExportHistory) -> None:

@@ -220,8 +220,11 @@ class HistoryKeeper:
         except Exception:  # noqa: BLE001 - the list is refreshed again with the next save
             log.exception("listing the history failed")
 
-    def load(self, conversation_id: int) -> SavedConversation:
-        return self.reader().load(conversation_id)
+    def load(self, conversation_id: int, *, with_audio: bool = True) -> SavedConversation:
+        return self.reader().load(conversation_id, with_audio=with_audio)
+
+    def turn_audio(self, conversation_id: int, turn_id: int) -> tuple[np.ndarray, int] | None:
+        return self.reader().turn_audio(conversation_id, turn_id)
 
     def opened(self, saved: SavedConversation) -> p.HistoryOpened:
         s = saved.summary
@@ -364,7 +367,7 @@ def _current_id(store: HistoryStore, current: ConversationMeta | None) -> int | 
 def _views(saved: SavedConversation) -> tuple[p.HistoryTurnView, ...]:
     return tuple(
         p.HistoryTurnView(turn.id, turn.role, turn.text, turn.duration_s, turn.cancelled,
-                          has_audio=turn.pcm is not None and len(turn.pcm) > 0, audio_missing=turn.audio_missing,
+                          has_audio=turn.has_audio, audio_missing=turn.audio_missing,
                           created_at=turn.created_at)
         for turn in saved.turns
     )

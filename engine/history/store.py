@@ -194,13 +194,18 @@ class SavedTurn:
     cancelled: bool
     sample_rate: int
     duration_s: float
-    pcm: np.ndarray | None  # None: no audio, or its file is missing or damaged (audio_missing)
+    pcm: np.ndarray | None  # None: no audio, not read (load(with_audio=False)), or missing/damaged (audio_missing)
     audio_missing: bool
     model: str | None
     voice: str | None
     sampling: dict[str, Any] | None
     metrics: dict[str, Any] | None
     tokens: AssistantTokens | None
+    audio_path: str | None = None  # relative to the store's folder, checked (see HistoryStore._safe_relative)
+
+    @property
+    def has_audio(self) -> bool:
+        return self.audio_path is not None and not self.audio_missing and self.duration_s > 0
 
 
 @dataclass
@@ -467,8 +472,22 @@ class HistoryStore:
                     log.warning("turn %s: saved tokens are inconsistent; it is shown but not continued from", turn_id)
             turns.append(SavedTurn(int(turn_id), _as_int(seq), role, _as_float(created), _as_str(text),
                                    _as_int(cancelled) == 1, max(rate, 1), _as_float(duration), pcm, missing,
-                                   _as_opt_str(model), _as_opt_str(voice), _unjson(sampling), _unjson(metrics), tokens))
+                                   _as_opt_str(model), _as_opt_str(voice), _unjson(sampling), _unjson(metrics), tokens,
+                                   relative))
         return SavedConversation(summary, prompt, turns)
+
+    def turn_audio(self, conversation_id: int, turn_id: int) -> tuple[np.ndarray, int] | None:
+        """One turn's sound (replay reads only that file), or None: no such turn, no audio, file gone."""
+        row = self.db.execute("SELECT audio_path FROM turns WHERE id = ? AND conversation_id = ?",
+                              (turn_id, conversation_id)).fetchone()
+        relative = self._safe_relative(row[0]) if row else None
+        if relative is None:
+            return None
+        try:
+            return read_flac(self.folder / relative)
+        except Exception as error:  # noqa: BLE001 - missing or damaged: nothing to play
+            log.warning("history audio %s unreadable: %s", relative, error)
+            return None
 
     def _safe_relative(self, audio_path: object) -> str | None:
         """A row's audio path if it names a file of this store's audio folder (a damaged row must not make
