@@ -176,3 +176,20 @@ def test_continuing_without_a_model_is_refused_with_the_reason(tmp_path: Path) -
         assert listed.entries == () and listed.bytes_on_disk > 0  # the empty database itself
     finally:
         eng.stop()
+
+
+def test_a_damaged_history_is_set_aside_and_the_user_told_at_start(tmp_path: Path) -> None:
+    folder = tmp_path / "history"
+    folder.mkdir()
+    (folder / "history.sqlite3").write_bytes(b"\x00garbage" * 512)
+    eng = Engine(history_folder=folder)
+    try:
+        error = eng.wait_for(lambda e: isinstance(e, p.EngineError))
+        assert error.kind == "history" and error.template.startswith("The conversation history was damaged")
+        assert dict(error.values)["folder"].startswith(str(folder / "set-aside"))
+        listed = eng.wait_for(lambda e: isinstance(e, p.HistoryListed))
+        assert listed.entries == ()
+        (aside,) = (folder / "set-aside").iterdir()
+        assert (aside / "history.sqlite3").read_bytes() == b"\x00garbage" * 512  # kept as it was
+    finally:
+        eng.stop()
