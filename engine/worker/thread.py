@@ -44,7 +44,7 @@ from engine.worker.table import (
     SetPrompt,
     rule_for,
 )
-from engine.worker.takes import TakeMessage, TakeNote, Takes
+from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
 from engine.worker.turn import ActiveTurn, TurnClock, stream_answer
 
 log = logging.getLogger(__name__)
@@ -210,6 +210,10 @@ class EngineWorker:
             message = self.takes.next_message(0.01)
             if message is not None:
                 self._on_take_message(message)
+            elif self.takes.lost(time.monotonic()):
+                self.takes.settled()
+                self._post(p.EngineError(kind="take", message=TAKE_LOST, template=TAKE_LOST))
+                self._set_phase(self._rest_phase())
             command = self._next_command(None)
         else:
             message = self.takes.next_message(None)
@@ -544,16 +548,18 @@ class EngineWorker:
         # Otherwise there is nothing to cancel (an answer was stopped by the table's cancel step).
 
     def _on_take_message(self, message: TakeMessage) -> None:
-        keep = self.takes.settle(message) and self.phase is Phase.RECORDING
+        keep = self.phase is Phase.RECORDING and self.takes.belongs(message)
         if isinstance(message, TakeNote):
             if keep:
                 self._post(message.event)
             if keep and message.event.reason == "too_short":
+                self.takes.settled()
                 self._set_phase(self._rest_phase())
             # too_long: the cut take follows and is answered like any other.
             return
         if not keep:
             return  # cancelled, or overtaken by a Load/Reset
+        self.takes.settled()
         take = message.take
         # Cut at the limit while still held: the take ends now, so "release" is now.
         if self.takes.released_t is None:
