@@ -42,8 +42,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning:sounddevice"),
 ]
 
-EXAMPLES = int(os.environ.get("VOICECHAT_STATEFUL_EXAMPLES", "6"))
-STEPS = int(os.environ.get("VOICECHAT_STATEFUL_STEPS", "10"))
+EXAMPLES = int(os.environ.get("VOICECHAT_STATEFUL_EXAMPLES", "20"))
+STEPS = int(os.environ.get("VOICECHAT_STATEFUL_STEPS", "12"))
 PING_DEADLINE_S = 30.0  # generous: two shared cores, and ChatSession.open (demo: ~1.5 s) reads no commands
 REST_TIMEOUT_S = 90.0
 LEGAL = public_transitions()

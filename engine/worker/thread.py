@@ -57,6 +57,10 @@ _COMMAND_ERROR_KIND = {
 }
 
 
+class _HelperAbandoned(Exception):
+    """The engine is shutting down and did not wait for a helper thread to finish."""
+
+
 def _error_kind(exc: BaseException) -> str:
     if isinstance(exc, UserFacingError):
         return exc.kind
@@ -264,6 +268,12 @@ class EngineWorker:
             while not done.wait(0.02):
                 for command in self._drain_commands():
                     self._submit(command)
+                if self._stopping:
+                    # Shutdown: the helper was told to stop (a download), but one stuck in the network
+                    # must not keep the engine alive; it is a daemon thread and touches no engine state.
+                    done.wait(1.0)
+                    if not done.is_set():
+                        raise _HelperAbandoned(name)
         finally:
             self._helper_cancel = None
         if "error" in result:
@@ -458,6 +468,8 @@ class EngineWorker:
 
         try:
             path = self._wait_for_helper(tracked, "model-resolve")
+        except _HelperAbandoned:
+            return None
         except DownloadCancelledError:
             self._post(p.DownloadCancelled(command.source))
             return None
