@@ -114,6 +114,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The model is not loaded yet."),
     QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
     QT_TRANSLATE_NOOP("EngineMessages", "A turn cannot be replayed while you are recording."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording was lost; press the talk button again."),
 )
 
 

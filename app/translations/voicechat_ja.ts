@@ -313,6 +313,10 @@
       <source>A turn cannot be replayed while you are recording.</source>
       <translation>録音中はターンを再生できません。</translation>
     </message>
+    <message>
+      <source>The recording was lost; press the talk button again.</source>
+      <translation>録音が失われました。もう一度トークボタンを押してください。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

@@ -104,11 +104,12 @@ _ROWS: dict[type, tuple[Rule, ...]] = {
     p.Export:        (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER),
     p.Shutdown:      (CANCEL,       CANCEL,       RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
     # The history (engine/history/engine_commands.py). Reading, deleting and the options touch neither the
-    # session nor the player; continuing replaces the conversation, so it stops what runs first.
-    p.ListHistory:   (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.OpenHistory:   (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.DeleteHistory: (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.HistoryOptions: (RUN,         RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
+    # session nor the player, but they read the database: not between two pieces of an answer. Continuing
+    # replaces the conversation, so it stops what runs first.
+    p.ListHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
+    p.OpenHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
+    p.DeleteHistory: (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
+    p.HistoryOptions: (RUN,         RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
     p.ContinueHistory: (_REFUSE_CONTINUE, AFTER,  RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
     p.ReplayHistoryTurn: (RUN,      AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
     p.ExportHistory: (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER),

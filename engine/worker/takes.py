@@ -7,7 +7,6 @@ only the app's commands.
 
 from __future__ import annotations
 
-import collections
 import logging
 import queue
 import time
@@ -20,6 +19,10 @@ from engine import protocol as p
 log = logging.getLogger(__name__)
 
 MAX_TAKE_S = 60.0
+# After the release a take arrives within the recorder's tail (a fraction of a second); this is only the
+# safety net for a press that never became a take.
+TAKE_LOST_AFTER_S = 5.0
+TAKE_LOST = "The recording was lost; press the talk button again."
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,12 @@ class Takes:
         self.device: str | None = None
         self.recorder: Any = None
         self.released_t: float | None = None  # monotonic time of the release (None: still held)
-        # One entry per press whose take (or too-short note) has not arrived yet, oldest first: True to
-        # answer it, False when it was cancelled. Takes arrive in press order, so each message settles
-        # the oldest entry, and a late take of a cancelled press is never mistaken for the current one.
-        self._outstanding: collections.deque[bool] = collections.deque()
+        # The take in progress, by the stream frame at its press: a take the recorder delivers belongs to
+        # it if it was pressed at or after that frame (presses take effect at the next block). Counting
+        # presses would not do: the recorder merges presses within one block and refuses one while both
+        # of its buffers are busy, so some presses never become a take.
+        self.press_frame: int | None = None
+        self.dropped = False
 
     # ------------------------------------------------------------------ device
 
@@ -91,9 +96,11 @@ class Takes:
 
     def press(self) -> bool:
         """Start a take; False if the microphone could not be opened (the recorder has said why)."""
-        if not self.open().press():
+        recorder = self.open()
+        if not recorder.press():
             return False
-        self._outstanding.append(True)
+        self.press_frame = recorder.frames_captured
+        self.dropped = False
         self.released_t = None
         return True
 
@@ -108,19 +115,32 @@ class Takes:
     def drop(self) -> None:
         """Cancel the take in progress: end it, and throw it away when it arrives."""
         self.release()
-        if self._outstanding:
-            self._outstanding[-1] = False
+        self.dropped = True
 
-    def settle(self, message: TakeMessage) -> bool:
-        """Whether `message` belongs to the take in progress (else it is a cancelled one's)."""
-        if isinstance(message, TakeNote) and message.event.reason == "too_long":
-            return bool(self._outstanding) and self._outstanding[0]  # the cut take itself follows
-        return self._outstanding.popleft() if self._outstanding else False
+    def belongs(self, message: TakeMessage) -> bool:
+        """Whether `message` is about the take in progress (else about a cancelled or merged one)."""
+        if self.press_frame is None or self.dropped:
+            return False
+        if isinstance(message, TakeReady):
+            return int(message.take.press_frame) >= self.press_frame
+        if message.event.reason == "too_short":
+            return self.released_t is not None  # decided at the release, so not about a take still held
+        return True  # too_long: the take that was cut follows
+
+    def settled(self) -> None:
+        """The take in progress arrived (or was rejected): there is none now."""
+        self.press_frame = None
+
+    def lost(self, now: float) -> bool:
+        """Released long ago and nothing came (a press the recorder merged or refused): give up on it."""
+        return self.press_frame is not None and self.released_t is not None and now - self.released_t > TAKE_LOST_AFTER_S
 
     def forget(self) -> None:
-        """The recorder was closed: no take in progress will arrive."""
-        self._outstanding.clear()
+        """The recorder is closed: no take in progress will arrive, and what it sent is stale."""
+        self.press_frame = None
         self.released_t = None
+        while self.next_message(None) is not None:
+            pass
 
     def next_message(self, timeout: float | None) -> TakeMessage | None:
         try:

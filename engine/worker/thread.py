@@ -47,7 +47,7 @@ from engine.worker.table import (
     SetPrompt,
     rule_for,
 )
-from engine.worker.takes import TakeMessage, TakeNote, Takes
+from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
 from engine.worker.turn import ActiveTurn, TurnClock, stream_answer
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,10 @@ _COMMAND_ERROR_KIND = {
     "EndTake": "take", "Export": "export", "ApplySettings": "settings", "SetPrompt": "settings",
     "ReplayTurn": "take", "ExportHistory": "export", "ReplayHistoryTurn": "take",
 }
+
+
+class _HelperAbandoned(Exception):
+    """The engine is shutting down and did not wait for a helper thread to finish."""
 
 
 def _error_kind(exc: BaseException) -> str:
@@ -224,6 +228,10 @@ class EngineWorker:
             message = self.takes.next_message(0.01)
             if message is not None:
                 self._on_take_message(message)
+            elif self.takes.lost(time.monotonic()):
+                self.takes.settled()
+                self._post(p.EngineError(kind="take", message=TAKE_LOST, template=TAKE_LOST))
+                self._set_phase(self._rest_phase())
             command = self._next_command(None)
         else:
             message = self.takes.next_message(None)
@@ -274,6 +282,12 @@ class EngineWorker:
             while not done.wait(0.02):
                 for command in self._drain_commands():
                     self._submit(command)
+                if self._stopping:
+                    # Shutdown: the helper was told to stop (a download), but one stuck in the network
+                    # must not keep the engine alive; it is a daemon thread and touches no engine state.
+                    done.wait(1.0)
+                    if not done.is_set():
+                        raise _HelperAbandoned(name)
         finally:
             self._helper_cancel = None
         if "error" in result:
@@ -484,6 +498,8 @@ class EngineWorker:
 
         try:
             path = self._wait_for_helper(tracked, "model-resolve")
+        except _HelperAbandoned:
+            return None
         except DownloadCancelledError:
             self._post(p.DownloadCancelled(command.source))
             return None
@@ -575,16 +591,18 @@ class EngineWorker:
         # Otherwise there is nothing to cancel (an answer was stopped by the table's cancel step).
 
     def _on_take_message(self, message: TakeMessage) -> None:
-        keep = self.takes.settle(message) and self.phase is Phase.RECORDING
+        keep = self.phase is Phase.RECORDING and self.takes.belongs(message)
         if isinstance(message, TakeNote):
             if keep:
                 self._post(message.event)
             if keep and message.event.reason == "too_short":
+                self.takes.settled()
                 self._set_phase(self._rest_phase())
             # too_long: the cut take follows and is answered like any other.
             return
         if not keep:
             return  # cancelled, or overtaken by a Load/Reset
+        self.takes.settled()
         take = message.take
         # Cut at the limit while still held: the take ends now, so "release" is now.
         if self.takes.released_t is None:
