@@ -199,6 +199,22 @@ TEMPLATES = (
     ),
     # A problem that is a library's own message (engine/errors.py): shown as it is.
     QT_TRANSLATE_NOOP("EngineMessages", "{text}"),
+    # The conversation history (engine/history).
+    QT_TRANSLATE_NOOP("EngineMessages", "The conversation history cannot be opened ({error}); conversations are not saved."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The conversation history was made by a newer version of VoiceChat (format {version}); it was moved to {folder} and a new history was started."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The conversation history was damaged ({error}); it was moved to {folder} and a new history was started."),
+    QT_TRANSLATE_NOOP("EngineMessages", "A turn could not be saved to the history ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The disk is full: conversations are not being saved for now. The chat goes on, and saving resumes (with the turns since) as soon as there is room."),
+    QT_TRANSLATE_NOOP("EngineMessages", "That conversation is no longer in the history."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The conversation history is not available."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Load a model to continue a conversation."),
+    QT_TRANSLATE_NOOP("EngineMessages", "This conversation was held with the model {saved}, not {loaded}: load that model to continue it. It can still be read, replayed and exported."),
+    QT_TRANSLATE_NOOP("EngineMessages", "That turn has no audio to replay."),
+    # Commands the engine refuses in its current phase (engine/worker/table.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The model is not loaded yet."),
+    QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
+    QT_TRANSLATE_NOOP("EngineMessages", "A turn cannot be replayed while you are recording."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The recording was lost; press the talk button again."),
 )
 
 

@@ -31,8 +31,10 @@ from engine.protocol import (
     AssistantTurnStarted,
     AudioChunkQueued,
     Cancel,
+    ChangeDeferred,
     ContextTrimmed,
     ContextUsage,
+    ConversationCleared,
     Devices,
     DownloadCancelled,
     EndTake,
@@ -67,6 +69,7 @@ from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
 from app.widgets.global_ptt import GlobalPttKey
+from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
@@ -98,6 +101,7 @@ class MainWindow(QMainWindow):
         self.settings_dialog: SettingsDialog | None = None
         self.last_error: EngineError | None = None
         self.engine_dead = False
+        self.engine_unresponsive = False  # alive but not answering pings (the bridge's watchdog)
         self.exported_paths: tuple[str, ...] = ()
         self.audio_chunks = 0  # answer audio chunks queued for playback in this session
         self.demo_override = False  # `--demo` on the command line: demo model, not saved
@@ -111,7 +115,6 @@ class MainWindow(QMainWindow):
         self.audio_problems: dict[str, str] = {}  # audio device problems shown together in the banner
         self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
         self.confirm_box: QMessageBox | None = None
-        self.clear_after_turn = False  # a new system prompt during a turn: clear once the turn is over
         self.global_key: GlobalPttKey | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
@@ -119,6 +122,8 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self.bridge.event_received.connect(self.on_event)
         self.bridge.engine_stopped.connect(self.on_engine_stopped)
+        self.bridge.engine_unresponsive.connect(self.on_engine_unresponsive)
+        self.bridge.engine_responsive.connect(self.on_engine_responsive)
         self.key_filter = PttKeyFilter(self, self.ptt, key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space)
         QApplication.instance().installEventFilter(self.key_filter)
         self._apply_ptt_key_label()
@@ -172,8 +177,11 @@ class MainWindow(QMainWindow):
         lb = QVBoxLayout(latency_box)
         lb.addWidget(self.latency)
         lb.addStretch(1)
+        # The history: a dock beside the conversation, and saved conversations read behind the live one.
+        self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
+        toolbar.addAction(self.history.toggle_action)
         splitter = QSplitter(Qt.Orientation.Horizontal, central)
-        splitter.addWidget(self.transcript)
+        splitter.addWidget(self.history.stack)
         splitter.addWidget(latency_box)
         splitter.setStretchFactor(0, 3)
         splitter.setStretchFactor(1, 2)
@@ -255,6 +263,13 @@ class MainWindow(QMainWindow):
         self.bridge.send(ListDevices())
         self.bridge.send(ApplySettings(s.sampling, s.system_prompt, s.max_answer_seconds))
         self.bridge.send(self._load_command(allow_download=False))
+        self.history.start(s.history_keep_days, s.history_max_megabytes)
+
+    def _on_retention_changed(self, keep_days: int, max_megabytes: int) -> None:
+        if (keep_days, max_megabytes) != (self.settings.history_keep_days, self.settings.history_max_megabytes):
+            self.settings = dataclasses.replace(self.settings, history_keep_days=keep_days,
+                                                history_max_megabytes=max_megabytes)
+            self._save_settings()
 
     def _load_command(self, *, allow_download: bool) -> Load:
         s = self.settings
@@ -384,9 +399,9 @@ class MainWindow(QMainWindow):
 
     def _reset_now(self) -> None:
         self.bridge.send(Reset())
+        self.history.show_live()
         self.transcript.clear()
         self.engine_turns = 0
-        self.clear_after_turn = False
         self._reset_statistics()
 
     def _reset_statistics(self) -> None:
@@ -439,13 +454,9 @@ class MainWindow(QMainWindow):
         """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
         old, self.settings = self.settings, new
         self._save_settings()
-        if new.system_prompt != old.system_prompt:
-            # The engine starts a new conversation with a new prompt (the prompt is the start of the
-            # model's context); during a turn it does so once the answer is over, and so does the window.
-            if self.state in (EngineState.RECORDING, EngineState.THINKING, EngineState.SPEAKING):
-                self.clear_after_turn = True
-            else:
-                self._start_new_conversation_for_prompt()
+        # A new prompt starts a new conversation in the engine (the prompt is the start of the model's
+        # context); the window follows when the engine says so (ConversationCleared), which is after the
+        # answer it may be giving now.
         if (new.sampling, new.system_prompt, new.max_answer_seconds) != (
                 old.sampling, old.system_prompt, old.max_answer_seconds):
             self.bridge.send(ApplySettings(new.sampling, new.system_prompt, new.max_answer_seconds))
@@ -469,7 +480,6 @@ class MainWindow(QMainWindow):
             self.banner.show_message("info", self.tr("The language changes the next time VoiceChat starts."))
 
     def _start_new_conversation_for_prompt(self) -> None:
-        self.clear_after_turn = False
         had_conversation = self.has_conversation()
         self.transcript.clear()
         self.engine_turns = 0
@@ -479,6 +489,7 @@ class MainWindow(QMainWindow):
 
     def restart_engine(self) -> None:
         self.engine_dead = False
+        self.engine_unresponsive = False
         self.banner.hide()
         self.audio_problems.clear()  # the new engine reports its devices afresh
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
@@ -514,11 +525,11 @@ class MainWindow(QMainWindow):
         if state is not EngineState.LOADING:
             self.progress_label.clear()
             self.progress_bar.hide()
-        if self.clear_after_turn and state in (EngineState.IDLE, EngineState.NO_MODEL):
-            self._start_new_conversation_for_prompt()
 
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
-        if isinstance(event, InputLevel):
+        if self.history.handles(event):
+            self.history.on_event(event)
+        elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
         elif isinstance(event, StateChanged):
             self.set_state(event.state)
@@ -581,6 +592,22 @@ class MainWindow(QMainWindow):
                                      details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
+        elif isinstance(event, ChangeDeferred):
+            self._on_change_deferred(event)
+        elif isinstance(event, ConversationCleared):
+            if event.cause == "system_prompt":
+                self._start_new_conversation_for_prompt()
+
+    def _on_change_deferred(self, event: ChangeDeferred) -> None:
+        if event.change == "system_prompt":
+            text = self.tr("The new system prompt applies after this answer.")
+        elif event.change == "voice":
+            text = self.tr("The new voice applies after this answer.")
+        elif event.change == "model":
+            text = self.tr("The model is loaded after this answer.")
+        else:
+            text = self.tr("The new audio devices apply after this answer.")
+        self.transcript.add_notice(text)
 
     def _on_devices(self, event: Devices) -> None:
         self.devices = event
@@ -673,6 +700,7 @@ class MainWindow(QMainWindow):
             "gpu_memory": self.tr("GPU memory"),
             "settings": self.tr("Settings"),
             "export": self.tr("Export"),
+            "history": self.tr("History"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
         text = f"<b>{title}:</b> {message}"
@@ -712,6 +740,17 @@ class MainWindow(QMainWindow):
         self.state_indicator.label.setText(self.tr("Engine stopped"))
         self.banner.show_message("error", self.tr("The engine stopped: %1").replace("%1", error),
                                  action_id="restart", action_text=self.tr("Restart engine"))
+
+    def on_engine_unresponsive(self, seconds: float) -> None:
+        self.engine_unresponsive = True
+        self.banner.show_message("error", self.tr("The engine has not responded for %1 s. You can wait, or "
+                                                  "restart it (the conversation is lost).").replace("%1", f"{seconds:.0f}"),
+                                 action_id="restart", action_text=self.tr("Restart engine"))
+
+    def on_engine_responsive(self) -> None:
+        if self.engine_unresponsive and self.banner._action_id == "restart" and not self.engine_dead:
+            self.banner.hide()
+        self.engine_unresponsive = False
 
     def _show_info(self, info: EngineInfo | None) -> None:
         self.info = info

@@ -49,6 +49,11 @@ def demo_model_dir() -> Path:
     return data_dir() / "demo-model"
 
 
+def history_dir() -> Path:
+    """The saved conversations (engine/history): the database and its audio files."""
+    return data_dir() / "history"
+
+
 def answers_dir() -> Path:
     """Where `reply` keeps an answer that could not be written where the user asked."""
     return data_dir() / "answers"

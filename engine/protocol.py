@@ -125,9 +125,72 @@ class Shutdown:
     """Stop the engine thread."""
 
 
+@dataclass(frozen=True)
+class Ping:
+    """Are you there? Answered by `Pong` with the same `seq` in every state (the window's watchdog)."""
+
+    seq: int
+
+
+# History (engine/history): the saved conversations. `conversation_id` is the id a HistoryListed gave.
+
+
+@dataclass(frozen=True)
+class ListHistory:
+    """Ask for the saved conversations; answered by `HistoryListed`."""
+
+
+@dataclass(frozen=True)
+class OpenHistory:
+    """Read a saved conversation (answered by `HistoryOpened`); the live one is not touched."""
+
+    conversation_id: int
+
+
+@dataclass(frozen=True)
+class ContinueHistory:
+    """Make a saved conversation the live one: the model's context is rebuilt from it and talks on."""
+
+    conversation_id: int
+
+
+@dataclass(frozen=True)
+class DeleteHistory:
+    """Delete saved conversations (the window has asked for confirmation); `everything`: all of them."""
+
+    conversation_ids: tuple[int, ...] = ()
+    everything: bool = False
+
+
+@dataclass(frozen=True)
+class ReplayHistoryTurn:
+    """Play a turn of a saved conversation (`turn_id` from `HistoryOpened`)."""
+
+    conversation_id: int
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class ExportHistory:
+    """Export a saved conversation like `Export` does the live one."""
+
+    conversation_id: int
+    wav_path: str
+
+
+@dataclass(frozen=True)
+class HistoryOptions:
+    """"Don't save this conversation" (False) and the retention limits (0: keep everything)."""
+
+    save_this_conversation: bool = True
+    keep_days: int = 0
+    max_megabytes: int = 0
+
+
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
-    | ReplayTurn | Export | Shutdown
+    | ReplayTurn | Export | Shutdown | Ping | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
+    | ReplayHistoryTurn | ExportHistory | HistoryOptions
 )
 
 
@@ -301,7 +364,7 @@ class MessagePart:
 class EngineError:
     """Something the user must be told about. The engine keeps running unless `fatal`."""
 
-    kind: str  # "model", "lora", "audio_device", "take", "gpu_memory", "settings", "export", "internal"
+    kind: str  # "model", "lora", "audio_device", "take", "gpu_memory", "settings", "export", "history", "internal"
     message: str
     fatal: bool = False
     details: str = ""
@@ -334,16 +397,101 @@ class EngineError:
 
 
 @dataclass(frozen=True)
+class Pong:
+    """The answer to `Ping`: the engine thread is alive and reading commands."""
+
+    seq: int
+    state: EngineState
+
+
+@dataclass(frozen=True)
+class ChangeDeferred:
+    """A change that touches the conversation or the cache arrived during an answer: it applies after
+    this answer. `change` is "system_prompt", "voice", "model" or "devices"."""
+
+    change: str
+
+
+@dataclass(frozen=True)
+class ConversationCleared:
+    """The engine started a new conversation (its records and the model's context are empty).
+    `cause` is "system_prompt" (a new prompt was applied) or "reset"."""
+
+    cause: str
+
+
+@dataclass(frozen=True)
 class EngineStopped:
     """The engine thread ended (after Shutdown, or because it died: then `error` says why)."""
 
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class HistoryEntry:
+    conversation_id: int
+    started_at: float  # seconds since the epoch
+    updated_at: float
+    title: str  # the first words of the first answer
+    turns: int
+    duration_s: float  # audio of both sides
+    model: str
+    voice: str | None
+
+
+@dataclass(frozen=True)
+class HistoryListed:
+    entries: tuple[HistoryEntry, ...]  # newest first
+    bytes_on_disk: int
+    live_uid: str | None = None
+    live_conversation_id: int | None = None  # the saved conversation the live one is being saved into
+
+
+@dataclass(frozen=True)
+class HistoryTurnView:
+    turn_id: int
+    role: str
+    text: str
+    duration_s: float
+    cancelled: bool
+    has_audio: bool
+    audio_missing: bool  # the turn had audio but its file is gone or damaged
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class HistoryOpened:
+    conversation_id: int
+    title: str
+    started_at: float
+    model: str
+    voice: str | None
+    turns: tuple[HistoryTurnView, ...]
+
+
+@dataclass(frozen=True)
+class HistoryContinued:
+    """The saved conversation is the live one now; `turns` carry live ids (ReplayTurn, Export)."""
+
+    conversation_id: int
+    turns: tuple[HistoryTurnView, ...]
+    dropped_turns: int  # the oldest turns left out of the model's context to fit it
+    skipped_exchanges: int  # exchanges the model cannot be given back (a take's audio missing, no answer)
+
+
+@dataclass(frozen=True)
+class HistoryStatus:
+    saving_this_conversation: bool
+    paused: bool  # the disk is full: turns wait in memory
+    keep_days: int
+    max_megabytes: int
+
+
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
-    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped
+    | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
+    | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

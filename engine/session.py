@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ from liquid_audio.utils import LFMModality, mel2emb_len
 
 from engine import paths
 from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece
+from engine.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
 from engine.generation import (
     EagerBackend,
@@ -40,6 +41,9 @@ from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
+
+if TYPE_CHECKING:
+    from engine.history.context import RestorePlan
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +187,11 @@ def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_
         raise AudioInputError.of("The recording contains invalid samples (NaN or infinity).")
 
 
+class SessionBusy(RuntimeError):
+    """A change to the conversation or the cache was asked for while a turn holds the session (a bug in
+    the caller: engine/worker/table.py makes such changes wait for the turn or cancel it first)."""
+
+
 class ChatSession:
     def __init__(
         self,
@@ -207,7 +216,7 @@ class ChatSession:
         self.conversation = self._new_conversation()
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
-        self._lock = threading.Lock()  # one turn at a time
+        self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
         # Why the voice asked for at open() was not merged (the model's own voice is used), or None.
         self.voice_problem: LoraError | None = None
 
@@ -321,9 +330,8 @@ class ChatSession:
         out[flags == LFMModality.AUDIO_OUT] = model.audio_embedding(codes).sum(0, dtype=text.dtype)
         return out[None]
 
-    def _prefill_from_cache_position(self) -> None:
-        """Prefill every position of the conversation the cache does not hold yet."""
-        embeddings = self.embed_from(self.backend.positions)
+    def _prefill_embeddings(self, embeddings: torch.Tensor) -> None:
+        """Prefill the backbone inputs of the positions the cache does not hold yet."""
         try:
             self.backend.prefill(embeddings)
         except torch.OutOfMemoryError as error:
@@ -372,9 +380,20 @@ class ChatSession:
 
     # ------------------------------------------------------------------ state changes
 
+    @contextlib.contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        """The session's lock for a change, or SessionBusy at once: waiting for it on the thread that
+        runs the turn (which holds it across its yields) would wait forever."""
+        if not self._lock.acquire(blocking=False):
+            raise SessionBusy(f"{what} while a turn is being generated")
+        try:
+            yield
+        finally:
+            self._lock.release()
+
     def switch_voice(self, lora: str | None) -> None:
         """Merge another voice in place; on LoraError the previous voice stays."""
-        with self._lock:
+        with self._exclusive("switch_voice"):
             voice = load_voice(lora) if lora else None
             self.voices.apply(voice)
             refresh = getattr(self.backend, "refresh_weights", None)
@@ -397,7 +416,7 @@ class ChatSession:
             self.reset()
 
     def reset(self) -> None:
-        with self._lock:
+        with self._exclusive("reset"):
             self.conversation = self._new_conversation()
             self.backend.reset()
             self.decoder.reset()
@@ -407,6 +426,41 @@ class ChatSession:
         if close is not None:
             close()
         self.encoder_graphs = None  # its graphs and their memory pool go with it
+
+    def restore(self, plan: "RestorePlan") -> int:
+        """Continue a saved conversation: lay its exchanges out again as the live turns were (the takes
+        re-embedded by `features`, the answers from their saved tokens and codes), dropping the oldest
+        exchanges so that TRIM_HEADROOM of the context stays free, and empty the cache. The next
+        `respond()` prefills the whole restored history with its new take, through the same path a
+        live turn takes after a trim. Returns how many turns were dropped to fit."""
+        from engine.history.context import pieces_of_tokens
+
+        with self._exclusive("restore"):
+            # The saved prompt heads the restored context; the session's own prompt (what a reset starts
+            # with) stays the one the settings gave.
+            conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
+            conversation.add_text_turn("system", plan.system_prompt)
+            for exchange in plan.exchanges:
+                conversation.add_audio_turn("user", self.features(exchange.take_16k))
+                conversation.open_assistant_turn().pieces.extend(pieces_of_tokens(exchange.answer))
+                conversation.close_assistant_turn()
+            dropped = conversation.drop_oldest_turns(0, int(self.context_capacity * (1 - TRIM_HEADROOM)))
+            self.conversation = conversation
+            self.backend.reset()
+            self.decoder.reset()
+            return dropped
+
+    @property
+    def text_vocabulary(self) -> int:
+        return int(self.loaded.model.lfm.get_input_embeddings().num_embeddings)
+
+    @torch.inference_mode()
+    def features(self, wave_16k: np.ndarray) -> torch.Tensor:
+        """A take's log-mel features (128, T) as the model sees them, on the model's device."""
+        device = self.loaded.device
+        wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
+        mel, _ = self.loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
+        return mel[0].float()
 
     # ------------------------------------------------------------------ a turn
 
@@ -445,46 +499,68 @@ class ChatSession:
         max_take_seconds: float = DEFAULT_MAX_TAKE_SECONDS,
     ) -> Iterator[TurnOutput]:
         started = time.perf_counter()
-        loaded = self.loaded
-        device = loaded.device
         budget = max_new_tokens if max_new_tokens is not None else self.max_new_tokens_for(max_answer_seconds)
-        answer_tokens = budget  # what the next turn is expected to ask for (see _trim_ahead)
+        answer_tokens = budget  # what the next turn is expected to ask for (see _make_room_for_next_turn)
+        max_frames = None if max_new_tokens is not None else self.max_frames_for(max_answer_seconds)
+        turn = self._encode(wave_16k)
+        budget, dropped = self._make_room(budget)
+        if dropped:
+            yield ContextTrimmedInfo(dropped)
+        stats = self._prefill(started)
+        yield from self._stream(turn, sampling, budget, max_frames, cancel, stats, started)
+        dropped = self._make_room_for_next_turn(stats, answer_tokens, max_take_seconds)
+        if dropped:
+            yield ContextTrimmedInfo(dropped)
+        yield TurnDone(stats)
 
-        wave = torch.from_numpy(np.ascontiguousarray(wave_16k, dtype=np.float32))[None].to(device)
-        mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=device))
+    def _encode(self, wave_16k: np.ndarray) -> Turn:
+        """The take as log-mel features in the conversation, and the (open) assistant turn after it."""
+        self.conversation.add_audio_turn("user", self.features(wave_16k))
+        return self.conversation.open_assistant_turn()
+
+    def _make_room(self, budget: int) -> tuple[int, int]:
+        """Keep room for the answer: drop the oldest whole turns if it would not fit, and then some
+        (TRIM_HEADROOM), so that the next turns need no rebuild. Returns the answer's token budget (cut
+        to what fits) and how many turns were dropped; after a drop the cache is rebuilt by the prefill."""
         conversation = self.conversation
-        conversation.add_audio_turn("user", mel[0].float())
-        turn = conversation.open_assistant_turn()
-
-        # Keep room for the answer; drop the oldest whole turns if it would not fit, and then some
-        # (TRIM_HEADROOM), so that the next turns need no rebuild.
         reserve = budget + 2
-        if conversation.positions + reserve > self.context_capacity:
-            user_turn_and_prompt = conversation.turns[-2:]
-            del conversation.turns[-2:]
-            dropped = conversation.drop_oldest_turns(
-                sum(t.positions for t in user_turn_and_prompt) + reserve,
-                int(self.context_capacity * (1 - TRIM_HEADROOM)),
-            )
-            conversation.turns.extend(user_turn_and_prompt)
-            self.backend.reset()
-            if dropped:
-                yield ContextTrimmedInfo(dropped)
-            budget = max(1, min(budget, self.context_capacity - conversation.positions - 2))
+        if conversation.positions + reserve <= self.context_capacity:
+            return budget, 0
+        user_turn_and_prompt = conversation.turns[-2:]
+        del conversation.turns[-2:]
+        dropped = conversation.drop_oldest_turns(
+            sum(t.positions for t in user_turn_and_prompt) + reserve,
+            int(self.context_capacity * (1 - TRIM_HEADROOM)),
+        )
+        conversation.turns.extend(user_turn_and_prompt)
+        self.backend.reset()
+        return max(1, min(budget, self.context_capacity - conversation.positions - 2)), dropped
 
+    def _prefill(self, started: float) -> TurnStats:
+        """Embed and prefill what the cache does not hold yet (the backend owns the position)."""
+        device = self.loaded.device
         embeddings = self.embed_from(self.backend.positions)
         _sync(device)
         stats = TurnStats(audio_encoded_s=time.perf_counter() - started, prefill_done_s=0.0)
-        try:
-            self.backend.prefill(embeddings)
-        except torch.OutOfMemoryError as error:
-            raise GpuMemoryError.of("The GPU ran out of memory during the prefill; try a shorter context.") from error
+        self._prefill_embeddings(embeddings)
         del embeddings
         _sync(device)
-        prefill_done = time.perf_counter()
-        stats.prefill_done_s = prefill_done - started
+        stats.prefill_done_s = time.perf_counter() - started
+        return stats
 
-        text = IncrementalDetokenizer(loaded.processor.text)
+    def _stream(
+        self,
+        turn: Turn,
+        sampling: SamplingSettings,
+        budget: int,
+        max_frames: int | None,
+        cancel: threading.Event | None,
+        stats: TurnStats,
+        started: float,
+    ) -> Iterator[TextPieceOut | AudioPieceOut]:
+        """Generate the answer: text deltas and PCM chunks as they come; the turn is closed at the end."""
+        prefill_done = started + stats.prefill_done_s
+        text = IncrementalDetokenizer(self.loaded.processor.text)
         self.decoder.reset()
         end: TurnEnd | None = None
 
@@ -495,7 +571,6 @@ class ChatSession:
                 stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
                 yield AudioPieceOut(pcm, 1)
 
-        max_frames = None if max_new_tokens is not None else self.max_frames_for(max_answer_seconds)
         for event in interleaved_decode(
             self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel, max_frames=max_frames
         ):
@@ -531,18 +606,11 @@ class ChatSession:
         rest = text.flush()
         if rest:
             yield TextPieceOut(rest)
-        conversation.close_assistant_turn()
+        self.conversation.close_assistant_turn()
         stats.generation_s = time.perf_counter() - prefill_done
         stats.text = text.text()
         stats.cancelled = end is not None and end.reason == "cancelled"
         stats.end_reason = end.reason if end else ""
-        trim_started = time.perf_counter()
-        dropped = self._trim_ahead(answer_tokens, max_take_seconds)
-        if dropped:
-            stats.trimmed_ahead_turns = dropped
-            stats.trim_ahead_s = time.perf_counter() - trim_started
-            yield ContextTrimmedInfo(dropped)
-        yield TurnDone(stats)
 
     def next_turn_positions(self, answer_tokens: int, max_take_seconds: float) -> int:
         """Positions the next turn may need: a take of `max_take_seconds` with its markup, and room for an
@@ -554,18 +622,22 @@ class ChatSession:
         take = int(mel2emb_len(math.ceil(max_take_seconds * MEL_FRAMES_PER_SECOND) + 1)) + 1
         return min(take + markup + answer_tokens + 2, int(self.context_capacity * NEXT_TURN_MAX_SHARE))
 
-    def _trim_ahead(self, answer_tokens: int, max_take_seconds: float) -> int:
+    def _make_room_for_next_turn(self, stats: TurnStats, answer_tokens: int, max_take_seconds: float) -> int:
         """After an answer: if the next turn might not fit, drop the oldest exchanges now and rebuild the
-        cache from the kept turns' embeddings. Returns how many turns were dropped."""
+        cache from the kept turns' embeddings (no conformer run), while the answer still plays. Returns
+        how many turns were dropped."""
         conversation = self.conversation
         needed = self.next_turn_positions(answer_tokens, max_take_seconds)
         if conversation.positions + needed <= self.context_capacity:
             return 0
+        trim_started = time.perf_counter()
         dropped = conversation.drop_oldest_turns(needed, self.context_capacity)
         if dropped:
             self.backend.reset()
-            self._prefill_from_cache_position()
+            self._prefill_embeddings(self.embed_from(self.backend.positions))
             _sync(self.loaded.device)
+            stats.trimmed_ahead_turns = dropped
+            stats.trim_ahead_s = time.perf_counter() - trim_started
         return dropped
 
 

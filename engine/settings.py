@@ -56,6 +56,9 @@ class Settings:
     # hook, app/widgets/global_ptt.py); off by default, since it watches every key press.
     global_ptt: bool = False
     language: str = "auto"  # "auto" follows the system locale; see app/i18n.py
+    # Conversation history retention (engine/history): 0 keeps everything, the default.
+    history_keep_days: int = 0
+    history_max_megabytes: int = 0
 
 
 def default_settings_path() -> Path:
@@ -153,6 +156,8 @@ _FIELD_CHECKS: dict[str, Any] = {
     "ptt_key": _check_key,
     "global_ptt": _check_bool,
     "language": _check_language,
+    "history_keep_days": lambda v: _check_int(v, 0, 36500),
+    "history_max_megabytes": lambda v: _check_int(v, 0, 10_000_000),
 }
 
 

@@ -35,6 +35,8 @@ class ScriptedWorker(threading.Thread):
         self.received: list[p.Command] = []
         self.die_silently = threading.Event()
         self.on_command: Callable[[p.Command], list[p.Event]] | None = None
+        self.answer_pings = threading.Event()  # like the real engine, in every state (cleared: a hung engine)
+        self.answer_pings.set()
         ScriptedWorker.instances.append(self)
 
     def run(self) -> None:
@@ -42,6 +44,10 @@ class ScriptedWorker(threading.Thread):
             try:
                 command = self.commands.get(timeout=0.02)
             except queue.Empty:
+                continue
+            if isinstance(command, p.Ping):  # the bridge's watchdog, not a user's command
+                if self.answer_pings.is_set():
+                    self.events.put(p.Pong(command.seq, p.EngineState.IDLE))
                 continue
             self.received.append(command)
             if self.on_command is not None:

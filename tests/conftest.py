@@ -84,3 +84,13 @@ def sine(seconds: float, rate: int, frequency: float = 440.0, amplitude: float =
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True)
+def _history_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test saves its conversations under its own temporary folder, never in the real data folder."""
+    from engine.history import store
+
+    folder = tmp_path / "history-store"
+    monkeypatch.setattr(store, "default_history_dir", lambda: folder)
+    return folder

@@ -8,7 +8,6 @@ output the test reads back.
 from __future__ import annotations
 
 import json
-import queue
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +16,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import alsa_env
-from app_helpers import MicFeeder, SpeakerTap, make_voice_adapter
+from app_helpers import make_voice_adapter
 from engine import protocol as p
-from engine.worker import EngineWorker
+from engine_helpers import SPEAKER, Engine, audio_env, engine  # noqa: F401 - fixtures
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -28,83 +26,6 @@ pytestmark = [
     # audio block would flood the report (and slow the callbacks down under pytest's recorder).
     pytest.mark.filterwarnings("ignore::DeprecationWarning:sounddevice"),
 ]
-
-SPEAKER = "vc_test_speaker"
-
-
-class Engine:
-    """A running EngineWorker with its queues and every event it has posted so far."""
-
-    def __init__(self, **worker_options: object) -> None:
-        self.commands: queue.Queue[p.Command] = queue.Queue()
-        self.events: queue.Queue[p.Event] = queue.Queue()
-        # A short tail keeps the tests quick; the rest of the recorder/player is as in the app.
-        self.worker = EngineWorker(self.commands, self.events, recorder_options={"tail_s": 0.05},
-                                   **worker_options)  # type: ignore[arg-type]
-        self.seen: list[p.Event] = []
-        self.worker.start()
-
-    def send(self, *commands: p.Command) -> None:
-        for command in commands:
-            self.commands.put(command)
-
-    def pump(self) -> None:
-        while True:
-            try:
-                self.seen.append(self.events.get_nowait())
-            except queue.Empty:
-                return
-
-    def wait_for(self, predicate: Callable[[p.Event], bool], timeout: float = 60.0, *, after: int = 0) -> p.Event:
-        """The first event (from index `after` on) matching `predicate`, waiting for it if needed."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self.pump()
-            for event in self.seen[after:]:
-                if predicate(event):
-                    return event
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no matching event within {timeout} s; got {[type(e).__name__ for e in self.seen[after:]]}")
-            time.sleep(0.01)
-
-    def wait_state(self, state: p.EngineState, timeout: float = 60.0, *, after: int = 0) -> None:
-        self.wait_for(lambda e: isinstance(e, p.StateChanged) and e.state is state, timeout, after=after)
-
-    def of(self, kind: type, after: int = 0) -> list:
-        self.pump()
-        return [e for e in self.seen[after:] if isinstance(e, kind)]
-
-    def errors(self, after: int = 0) -> list[p.EngineError]:
-        return self.of(p.EngineError, after)
-
-    def stop(self) -> None:
-        self.send(p.Shutdown())
-        self.worker.join(20)
-        assert not self.worker.is_alive()
-
-
-@pytest.fixture
-def audio_env(isolated_user_dirs: Path, tmp_path: Path):  # noqa: ANN201
-    env = alsa_env.install(tmp_path / "alsa")
-    feeder = MicFeeder(env)
-    tap = SpeakerTap(env)
-    feeder.start()
-    tap.start()
-    yield env, feeder, tap
-    feeder.stop()
-    tap.stop()
-    env.uninstall()
-
-
-@pytest.fixture
-def engine(audio_env):  # noqa: ANN001, ANN201
-    eng = Engine()
-    eng.send(p.SelectDevices(None, SPEAKER),
-             p.ApplySettings(p.SamplingSettings(), "Respond with interleaved text and audio.", 1.5),
-             p.Load(source="demo", demo=True))
-    eng.wait_state(p.EngineState.IDLE, timeout=120)
-    yield eng
-    eng.stop()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 20.0, what: Callable[[], object] = str) -> None:

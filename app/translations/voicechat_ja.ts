@@ -272,6 +272,51 @@
       <translation>このターンには再生できる音声がありません。</translation>
     </message>
     <message>
+      <location filename="../engine_messages.py" line="103" />
+      <source>The conversation history cannot be opened ({error}); conversations are not saved.</source>
+      <translation>会話の履歴を開けません（{error}）。会話は保存されません。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="104" />
+      <source>The conversation history was made by a newer version of VoiceChat (format {version}); it was moved to {folder} and a new history was started.</source>
+      <translation>会話の履歴は新しいバージョンの VoiceChat で作られたものです（形式 {version}）。{folder} に移し、新しい履歴を始めました。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="105" />
+      <source>The conversation history was damaged ({error}); it was moved to {folder} and a new history was started.</source>
+      <translation>会話の履歴が壊れていました（{error}）。{folder} に移し、新しい履歴を始めました。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="106" />
+      <source>A turn could not be saved to the history ({error}).</source>
+      <translation>ターンを履歴に保存できませんでした（{error}）。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="107" />
+      <source>The disk is full: conversations are not being saved for now. The chat goes on, and saving resumes (with the turns since) as soon as there is room.</source>
+      <translation>ディスクがいっぱいのため、今は会話を保存できません。会話はそのまま続けられ、空きができしだい（それまでのターンも含めて）保存を再開します。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="108" />
+      <source>That conversation is no longer in the history.</source>
+      <translation>その会話はもう履歴にありません。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="109" />
+      <source>The conversation history is not available.</source>
+      <translation>会話の履歴を利用できません。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="110" />
+      <source>Load a model to continue a conversation.</source>
+      <translation>会話を続けるにはモデルを読み込んでください。</translation>
+    </message>
+    <message>
+      <location filename="../engine_messages.py" line="111" />
+      <source>This conversation was held with the model {saved}, not {loaded}: load that model to continue it. It can still be read, replayed and exported.</source>
+      <translation>この会話は {loaded} ではなくモデル {saved} で行われました。続けるにはそのモデルを読み込んでください。読む・再生する・エクスポートすることはできます。</translation>
+    </message>
+    <message>
       <source>No model is loaded, so there is no voice to switch.</source>
       <translation>モデルが読み込まれていないため、声を切り替えられません。</translation>
     </message>
@@ -551,6 +596,14 @@
       <source>{path} is too long ({seconds} s; at most {maximum} s).</source>
       <translation>{path} が長すぎます（{seconds} 秒。最大 {maximum} 秒）。</translation>
     </message>
+    <message>
+      <source>A turn cannot be replayed while you are recording.</source>
+      <translation>録音中はターンを再生できません。</translation>
+    </message>
+    <message>
+      <source>The recording was lost; press the talk button again.</source>
+      <translation>録音が失われました。もう一度トークボタンを押してください。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -648,6 +701,200 @@
       <location filename="../first_run.py" line="158" />
       <source>Choose the model folder</source>
       <translation>モデルフォルダーを選択</translation>
+    </message>
+  </context>
+  <context>
+    <name>HistoryPanel</name>
+    <message>
+      <location filename="../widgets/history.py" line="91" />
+      <source>No saved conversations yet.</source>
+      <translation>保存された会話はまだありません。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="41" />
+      <source>Open</source>
+      <translation>開く</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="35" />
+      <source>Continue</source>
+      <translation>続ける</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="95" />
+      <source>Export…</source>
+      <translation>エクスポート…</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="96" />
+      <source>Delete…</source>
+      <translation>削除…</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="97" />
+      <source>Delete all…</source>
+      <translation>すべて削除…</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="105" />
+      <source>Don't save this conversation</source>
+      <translation>この会話を保存しない</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="106" />
+      <source>Turns from now on are not saved. What is already saved stays (delete it here). A new conversation is saved again.</source>
+      <translation>これ以降のターンは保存されません。すでに保存された分は残ります（ここで削除できます）。新しい会話は再び保存されます。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="112" />
+      <source>Forever</source>
+      <translation>無期限</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="112" />
+      <source>%1 days</source>
+      <translation>%1 日</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="115" />
+      <source>No limit</source>
+      <translation>制限なし</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="132" />
+      <source>Keep conversations</source>
+      <translation>会話の保存期間</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="133" />
+      <source>At most</source>
+      <translation>最大サイズ</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="159" />
+      <source>History on disk: %1</source>
+      <translation>履歴のディスク使用量：%1</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="163" />
+      <source>(no text)</source>
+      <translation>（テキストなし）</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="164" />
+      <source>default voice</source>
+      <translation>標準の声</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="165" />
+      <source> (this conversation)</source>
+      <translation>（この会話）</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="166" />
+      <source>%1 turns · %2 · %3</source>
+      <translation>%1 ターン · %2 · %3</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="210" />
+      <source>The disk is full: saving is paused and resumes when there is room.</source>
+      <translation>ディスクがいっぱいのため保存を一時停止しています。空きができしだい再開します。</translation>
+    </message>
+  </context>
+  <context>
+    <name>HistoryUi</name>
+    <message>
+      <location filename="../widgets/history.py" line="374" />
+      <source>This conversation is not saved. Continuing the other one closes it for good.</source>
+      <translation>この会話は保存されていません。別の会話を続けると、この会話は失われます。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="96" />
+      <source>Continue</source>
+      <translation>続ける</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="6" />
+      <source>History</source>
+      <translation>履歴</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="344" />
+      <source>The saved conversation goes on from here.</source>
+      <translation>ここから保存された会話の続きです。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="346" />
+      <source>It is longer than the model's context: the %1 oldest turns are not in the model's memory (they stay here and in exports).</source>
+      <translation>モデルのコンテキストに収まらないため、古い %1 ターンはモデルの記憶に入っていません（こことエクスポートには残ります）。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="350" />
+      <source>%1 exchanges could not be given back to the model (a recording is missing, or an answer was never finished); they are shown only.</source>
+      <translation>%1 組のやり取りはモデルに戻せませんでした（録音がないか、応答が最後まで終わっていないため）。表示のみです。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="338" />
+      <source>Saving resumed: the turns since the disk was full are saved too.</source>
+      <translation>保存を再開しました。ディスクがいっぱいだった間のターンも保存されました。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="373" />
+      <source>Export conversation</source>
+      <translation>会話をエクスポート</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="374" />
+      <source>WAV audio (*.wav)</source>
+      <translation>WAV 音声 (*.wav)</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="386" />
+      <source>Delete the conversation %1? Its recordings and answers are deleted for good.</source>
+      <translation>会話「%1」を削除しますか？録音と応答は完全に削除されます。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="390" />
+      <source>Delete all %1 saved conversations? Their recordings and answers are deleted for good.</source>
+      <translation>保存された %1 件の会話をすべて削除しますか？録音と応答は完全に削除されます。</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="36" />
+      <source>Delete</source>
+      <translation>削除</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="278" />
+      <source>The audio of this turn is missing.</source>
+      <translation>このターンの音声ファイルが見つかりません。</translation>
+    </message>
+  </context>
+  <context>
+    <name>HistoryViewer</name>
+    <message>
+      <location filename="../widgets/history.py" line="229" />
+      <source>← Back to the conversation</source>
+      <translation>← 会話に戻る</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="230" />
+      <source>Continue this conversation</source>
+      <translation>この会話を続ける</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="95" />
+      <source>Export…</source>
+      <translation>エクスポート…</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="164" />
+      <source>default voice</source>
+      <translation>標準の声</translation>
+    </message>
+    <message>
+      <location filename="../widgets/history.py" line="251" />
+      <source>&lt;b&gt;Saved conversation&lt;/b&gt; of %1 · model %2 · voice %3</source>
+      <translation>&lt;b&gt;保存された会話&lt;/b&gt;（%1）· モデル %2 · 声 %3</translation>
     </message>
   </context>
   <context>
@@ -1024,6 +1271,36 @@
     <message>
       <source>What is wrong: %1</source>
       <translation>問題：%1</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="481" />
+      <source>History</source>
+      <translation>履歴</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="431" />
+      <source>The new system prompt applies after this answer.</source>
+      <translation>新しいシステムプロンプトはこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="433" />
+      <source>The new voice applies after this answer.</source>
+      <translation>新しい声はこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="435" />
+      <source>The model is loaded after this answer.</source>
+      <translation>モデルはこの応答の後に読み込まれます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="437" />
+      <source>The new audio devices apply after this answer.</source>
+      <translation>新しいオーディオデバイスはこの応答の後に適用されます。</translation>
+    </message>
+    <message>
+      <location filename="../main_window.py" line="513" />
+      <source>The engine has not responded for %1 s. You can wait, or restart it (the conversation is lost).</source>
+      <translation>エンジンが %1 秒間応答していません。待つか、再起動できます（会話は失われます）。</translation>
     </message>
   </context>
   <context>

@@ -80,7 +80,6 @@ class GraphedBackend:
         self._frame_view = self.frame_host.numpy()
         self._ready = torch.cuda.Event() if on_cuda else None
         self._applied: SamplingSettings | None = None
-        self.positions = 0
         capturing = capture if capture is not None else on_cuda
         if prefill_buckets is None:
             prefill_buckets = PREFILL_BUCKETS if capturing else ()
@@ -175,9 +174,18 @@ class GraphedBackend:
         self.audio_sampling.set(greedy=sampling.greedy, temperature=sampling.audio_temperature, top_k=sampling.audio_top_k)
         self._applied = sampling
 
+    @property
+    def positions(self) -> int:
+        """How many positions the cache holds: the backbone's count, its one owner (it keeps the device
+        copy, `backbone.position`, in step)."""
+        return self.backbone.positions
+
+    @positions.setter
+    def positions(self, value: int) -> None:
+        self.backbone.positions = value
+
     def reset(self) -> None:
         self.backbone.reset()
-        self.positions = 0
 
     @torch.inference_mode()
     def prefill(self, embeddings: torch.Tensor) -> None:
@@ -203,13 +211,11 @@ class GraphedBackend:
             self._run(f"prefill_{bucket}")
             backbone.positions += rows
             done += rows
-        self.positions = backbone.positions
 
     @torch.inference_mode()
     def decode(self) -> None:
         self._run("decode")
-        self.positions += 1
-        self.backbone.positions = self.positions
+        self.backbone.positions += 1
 
     @torch.inference_mode()
     def text_head(self, sampling: SamplingSettings) -> torch.Tensor:

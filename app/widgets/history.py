@@ -1,0 +1,429 @@
+"""The conversation history in the window: the list of saved conversations (a dock beside the
+conversation), a reader for one of them (in place of the live transcript, with replay), and the
+commands to continue, export and delete them, the "don't save this conversation" switch and the
+retention limits with the size on disk.
+
+`HistoryUi` wires these to the engine: it sends history commands through the bridge and takes the
+history events (`handles`/`on_event`); the main window only places it and forwards events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, QStandardPaths, Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QPushButton,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.protocol import (
+    ContinueHistory,
+    DeleteHistory,
+    ExportHistory,
+    HistoryContinued,
+    HistoryEntry,
+    HistoryListed,
+    HistoryOpened,
+    HistoryOptions,
+    HistoryStatus,
+    HistoryTurnView,
+    ListHistory,
+    OpenHistory,
+    ReplayHistoryTurn,
+)
+
+from app.widgets.transcript import TranscriptView
+
+KEEP_DAYS_CHOICES = (0, 7, 30, 90, 365)  # 0: forever
+MAX_MEGABYTES_CHOICES = (0, 100, 500, 1000, 5000)  # 0: no limit
+
+
+def format_duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}:{secs:02d}"
+
+
+def format_bytes(n: int) -> str:
+    if n >= 10**9:
+        return f"{n / 10**9:.2f} GB"
+    if n >= 10**6:
+        return f"{n / 10**6:.1f} MB"
+    return f"{n / 10**3:.0f} kB"
+
+
+def format_date(epoch_s: float) -> str:
+    return QLocale().toString(QDateTime.fromSecsSinceEpoch(int(epoch_s)), QLocale.FormatType.ShortFormat)
+
+
+class HistoryPanel(QWidget):
+    """The saved conversations, newest first, and what can be done with them."""
+
+    open_requested = Signal(int)
+    continue_requested = Signal(int)
+    export_requested = Signal(int)
+    delete_requested = Signal(int)
+    delete_all_requested = Signal()
+    options_changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.entries: list[HistoryEntry] = []
+        self.live_conversation_id: int | None = None
+        self.list = QListWidget(self)
+        self.list.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Space stays push-to-talk
+        self.list.setAlternatingRowColors(True)
+        self.list.setSpacing(2)
+        self.list.itemDoubleClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.ItemDataRole.UserRole)))
+        self.list.currentRowChanged.connect(lambda _row: self._enable())
+        self.empty_label = QLabel(self.tr("No saved conversations yet."), self)
+        self.empty_label.setStyleSheet("color: #777;")
+        self.open_button = QPushButton(self.tr("Open"), self)
+        self.continue_button = QPushButton(self.tr("Continue"), self)
+        self.export_button = QPushButton(self.tr("Export…"), self)
+        self.delete_button = QPushButton(self.tr("Delete…"), self)
+        self.delete_all_button = QPushButton(self.tr("Delete all…"), self)
+        for button, signal in ((self.open_button, self.open_requested), (self.continue_button, self.continue_requested),
+                               (self.export_button, self.export_requested), (self.delete_button, self.delete_requested)):
+            button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            button.clicked.connect(lambda _=False, s=signal: self._emit_selected(s))
+        self.delete_all_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.delete_all_button.clicked.connect(self.delete_all_requested)
+
+        self.dont_save = QCheckBox(self.tr("Don't save this conversation"), self)
+        self.dont_save.setToolTip(self.tr("Turns from now on are not saved. What is already saved stays (delete it "
+                                          "here). A new conversation is saved again."))
+        self.dont_save.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.dont_save.toggled.connect(lambda _checked: self.options_changed.emit())
+        self.keep_days = QComboBox(self)
+        for days in KEEP_DAYS_CHOICES:
+            self.keep_days.addItem(self.tr("Forever") if days == 0 else self.tr("%1 days").replace("%1", str(days)), days)
+        self.max_size = QComboBox(self)
+        for megabytes in MAX_MEGABYTES_CHOICES:
+            self.max_size.addItem(self.tr("No limit") if megabytes == 0 else format_bytes(megabytes * 10**6), megabytes)
+        for combo in (self.keep_days, self.max_size):
+            combo.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+            combo.currentIndexChanged.connect(lambda _i: self.options_changed.emit())
+        self.size_label = QLabel(self)
+        self.saving_label = QLabel(self)
+        self.saving_label.setWordWrap(True)
+        self.saving_label.setStyleSheet("color: #ef6c00;")
+        self.saving_label.hide()
+
+        buttons = QHBoxLayout()
+        for button in (self.open_button, self.continue_button, self.export_button):
+            buttons.addWidget(button)
+        deletes = QHBoxLayout()
+        deletes.addWidget(self.delete_button)
+        deletes.addWidget(self.delete_all_button)
+        form = QFormLayout()
+        form.addRow(self.tr("Keep conversations"), self.keep_days)
+        form.addRow(self.tr("At most"), self.max_size)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.list, 1)
+        layout.addWidget(self.empty_label)
+        layout.addLayout(buttons)
+        layout.addLayout(deletes)
+        layout.addWidget(self.dont_save)
+        layout.addLayout(form)
+        layout.addWidget(self.size_label)
+        layout.addWidget(self.saving_label)
+        self.set_entries(HistoryListed((), 0))
+
+    # ------------------------------------------------------------------ contents
+
+    def set_entries(self, listed: HistoryListed) -> None:
+        selected = self.selected_id()
+        self.entries = list(listed.entries)
+        self.live_conversation_id = listed.live_conversation_id
+        self.list.clear()
+        for entry in self.entries:
+            item = QListWidgetItem(self.entry_text(entry))
+            item.setData(Qt.ItemDataRole.UserRole, entry.conversation_id)
+            self.list.addItem(item)
+            if entry.conversation_id == selected:
+                self.list.setCurrentItem(item)
+        self.empty_label.setVisible(not self.entries)
+        self.size_label.setText(self.tr("History on disk: %1").replace("%1", format_bytes(listed.bytes_on_disk)))
+        self._enable()
+
+    def entry_text(self, entry: HistoryEntry) -> str:
+        title = entry.title or self.tr("(no text)")
+        voice = entry.voice or self.tr("default voice")
+        live = self.tr(" (this conversation)") if entry.conversation_id == self.live_conversation_id else ""
+        details = self.tr("%1 turns · %2 · %3").replace("%1", str(entry.turns)).replace(
+            "%2", format_duration(entry.duration_s)).replace("%3", voice)
+        return f"{format_date(entry.started_at)}{live}\n{title}\n{details}"
+
+    def selected_id(self) -> int | None:
+        item = self.list.currentItem()
+        return None if item is None else int(item.data(Qt.ItemDataRole.UserRole))
+
+    def select(self, conversation_id: int) -> None:
+        for row in range(self.list.count()):
+            if self.list.item(row).data(Qt.ItemDataRole.UserRole) == conversation_id:
+                self.list.setCurrentRow(row)
+
+    def _emit_selected(self, signal: Signal) -> None:
+        conversation_id = self.selected_id()
+        if conversation_id is not None:
+            signal.emit(conversation_id)
+
+    def _enable(self) -> None:
+        chosen = self.selected_id() is not None
+        for button in (self.open_button, self.continue_button, self.export_button, self.delete_button):
+            button.setEnabled(chosen)
+        self.delete_all_button.setEnabled(bool(self.entries))
+
+    # ------------------------------------------------------------------ options
+
+    def options(self) -> HistoryOptions:
+        return HistoryOptions(not self.dont_save.isChecked(), int(self.keep_days.currentData()),
+                              int(self.max_size.currentData()))
+
+    def set_retention(self, keep_days: int, max_megabytes: int) -> None:
+        for combo, value in ((self.keep_days, keep_days), (self.max_size, max_megabytes)):
+            index = combo.findData(value)
+            if index < 0:  # a value set by hand in settings.json: shown as it is
+                combo.addItem(str(value), value)
+                index = combo.count() - 1
+            combo.blockSignals(True)
+            combo.setCurrentIndex(index)
+            combo.blockSignals(False)
+
+    def set_status(self, status: HistoryStatus) -> None:
+        self.dont_save.blockSignals(True)
+        self.dont_save.setChecked(not status.saving_this_conversation)
+        self.dont_save.blockSignals(False)
+        self.saving_label.setText(self.tr("The disk is full: saving is paused and resumes when there is room."))
+        self.saving_label.setVisible(status.paused)
+
+
+class HistoryViewer(QWidget):
+    """A saved conversation to read and replay, shown in place of the live one."""
+
+    replay_requested = Signal(int, int)  # conversation id, turn id
+    continue_requested = Signal(int)
+    export_requested = Signal(int)
+    closed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.conversation_id: int | None = None
+        self.header = QLabel(self)
+        self.header.setWordWrap(True)
+        self.transcript = TranscriptView(self)
+        self.transcript.replay_requested.connect(self._replay)
+        self.back_button = QPushButton(self.tr("← Back to the conversation"), self)
+        self.continue_button = QPushButton(self.tr("Continue this conversation"), self)
+        self.export_button = QPushButton(self.tr("Export…"), self)
+        for button in (self.back_button, self.continue_button, self.export_button):
+            button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.back_button.clicked.connect(self.closed)
+        self.continue_button.clicked.connect(lambda: self._emit(self.continue_requested))
+        self.export_button.clicked.connect(lambda: self._emit(self.export_requested))
+        bar = QHBoxLayout()
+        bar.addWidget(self.back_button)
+        bar.addStretch(1)
+        bar.addWidget(self.export_button)
+        bar.addWidget(self.continue_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(bar)
+        layout.addWidget(self.header)
+        layout.addWidget(self.transcript, 1)
+
+    def show_conversation(self, opened: HistoryOpened) -> None:
+        self.conversation_id = opened.conversation_id
+        voice = opened.voice or self.tr("default voice")
+        self.header.setText(self.tr("<b>Saved conversation</b> of %1 · model %2 · voice %3").replace(
+            "%1", format_date(opened.started_at)).replace("%2", opened.model).replace("%3", voice))
+        show_turns(self.transcript, opened.turns)
+
+    def _replay(self, turn_id: int) -> None:
+        if self.conversation_id is not None:
+            self.replay_requested.emit(self.conversation_id, turn_id)
+
+    def _emit(self, signal: Signal) -> None:
+        if self.conversation_id is not None:
+            signal.emit(self.conversation_id)
+
+
+def show_turns(transcript: TranscriptView, turns: tuple[HistoryTurnView, ...]) -> None:
+    """Fill a transcript with saved turns (a turn whose audio file is gone says so and has no replay)."""
+    transcript.clear()
+    for turn in turns:
+        if turn.role == "user":
+            item = transcript.add_user_take(turn.turn_id, turn.duration_s)
+        else:
+            transcript.start_assistant(turn.turn_id, greedy=False)
+            transcript.finish_assistant(turn.turn_id, turn.text, turn.duration_s, turn.cancelled)
+            item = transcript.assistant_items[turn.turn_id]
+            # How it was sampled is not shown for a saved answer; that it was cut off is.
+            item.info.setText(QCoreApplication.translate("AssistantItem", "interrupted") if turn.cancelled else "")
+        item.replay_button.setEnabled(turn.has_audio)
+        if turn.audio_missing:
+            item.info.setText(QCoreApplication.translate("HistoryUi", "The audio of this turn is missing."))
+            item.info.show()
+
+
+class HistoryUi(QObject):
+    """Places the panel (a dock) and the viewer (a page behind the live transcript) and talks to the engine."""
+
+    def __init__(self, window: QMainWindow, send: Callable[[object], None], transcript: TranscriptView,
+                 on_retention_changed: Callable[[int, int], None]) -> None:
+        super().__init__(window)
+        self.window = window
+        self.send = send
+        self.live_transcript = transcript
+        self.on_retention_changed = on_retention_changed
+        self.confirmation: QMessageBox | None = None
+        self.paused = False  # saving waits for disk space
+        self.panel = HistoryPanel()
+        self.viewer = HistoryViewer()
+        self.stack = QStackedWidget()
+        self.stack.addWidget(transcript)
+        self.stack.addWidget(self.viewer)
+        self.dock = QDockWidget(self.tr("History"), window)
+        self.dock.setObjectName("history")
+        self.dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable)
+        self.dock.setWidget(self.panel)
+        window.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.dock)
+        self.toggle_action = self.dock.toggleViewAction()
+        self.toggle_action.setText(self.tr("History"))
+
+        self.panel.open_requested.connect(lambda cid: self.send(OpenHistory(cid)))
+        self.panel.continue_requested.connect(self.continue_conversation)
+        self.panel.export_requested.connect(self.choose_export_path)
+        self.panel.delete_requested.connect(self.confirm_delete)
+        self.panel.delete_all_requested.connect(self.confirm_delete_all)
+        self.panel.options_changed.connect(self._send_options)
+        self.viewer.replay_requested.connect(lambda cid, tid: self.send(ReplayHistoryTurn(cid, tid)))
+        self.viewer.continue_requested.connect(self.continue_conversation)
+        self.viewer.export_requested.connect(self.choose_export_path)
+        self.viewer.closed.connect(self.show_live)
+
+    # ------------------------------------------------------------------ engine events
+
+    @staticmethod
+    def handles(event: object) -> bool:
+        return isinstance(event, (HistoryListed, HistoryOpened, HistoryContinued, HistoryStatus))
+
+    def on_event(self, event: object) -> None:
+        if isinstance(event, HistoryListed):
+            self.panel.set_entries(event)
+            if self.viewer.conversation_id is not None and all(
+                    e.conversation_id != self.viewer.conversation_id for e in event.entries):
+                self.viewer.conversation_id = None  # it was deleted
+                self.show_live()
+        elif isinstance(event, HistoryOpened):
+            self.viewer.show_conversation(event)
+            self.stack.setCurrentWidget(self.viewer)
+        elif isinstance(event, HistoryContinued):
+            self._show_continued(event)
+        elif isinstance(event, HistoryStatus):
+            if self.paused and not event.paused:
+                self.live_transcript.add_notice(self.tr("Saving resumed: the turns since the disk was full are saved too."))
+            self.paused = event.paused
+            self.panel.set_status(event)
+
+    def _show_continued(self, event: HistoryContinued) -> None:
+        show_turns(self.live_transcript, event.turns)
+        self.live_transcript.add_notice(self.tr("The saved conversation goes on from here."))
+        if event.dropped_turns:
+            self.live_transcript.add_notice(self.tr("It is longer than the model's context: the %1 oldest turns are "
+                                                    "not in the model's memory (they stay here and in exports).")
+                                            .replace("%1", str(event.dropped_turns)))
+        if event.skipped_exchanges:
+            self.live_transcript.add_notice(self.tr("%1 exchanges could not be given back to the model (a recording is "
+                                                    "missing, or an answer was never finished); they are shown only.")
+                                            .replace("%1", str(event.skipped_exchanges)))
+        self.viewer.conversation_id = None
+        self.show_live()
+        self.panel.select(event.conversation_id)
+
+    # ------------------------------------------------------------------ user actions
+
+    def refresh(self) -> None:
+        self.send(ListHistory())
+
+    def show_live(self) -> None:
+        self.stack.setCurrentWidget(self.live_transcript)
+
+    def continue_conversation(self, conversation_id: int) -> QMessageBox | None:
+        live = self.live_transcript
+        unsaved = self.panel.dont_save.isChecked() and bool(live.user_items or live.assistant_items)
+        if not unsaved:
+            self.send(ContinueHistory(conversation_id))
+            return None
+        # The live conversation is not being saved: continuing another one would lose it for good.
+        return self._confirm(self.tr("This conversation is not saved. Continuing the other one closes it for good."),
+                             lambda: self.send(ContinueHistory(conversation_id)), self.tr("Continue"), self.tr("Continue"))
+
+    def choose_export_path(self, conversation_id: int) -> None:
+        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+        entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)
+        started = entry.started_at if entry is not None else time.time()
+        default = str(Path(folder) / time.strftime("voicechat-%Y%m%d-%H%M%S.wav", time.localtime(started)))
+        path, _ = QFileDialog.getSaveFileName(self.window, self.tr("Export conversation"), default,
+                                              self.tr("WAV audio (*.wav)"))
+        if path:
+            self.export_to(conversation_id, path)
+
+    def export_to(self, conversation_id: int, path: str) -> None:
+        if not path.lower().endswith(".wav"):
+            path += ".wav"
+        self.send(ExportHistory(conversation_id, path))
+
+    def confirm_delete(self, conversation_id: int) -> QMessageBox:
+        entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)
+        name = f"{format_date(entry.started_at)} — {entry.title}" if entry is not None else str(conversation_id)
+        text = self.tr("Delete the conversation %1? Its recordings and answers are deleted for good.").replace("%1", name)
+        return self._confirm(text, lambda: self.send(DeleteHistory((conversation_id,))))
+
+    def confirm_delete_all(self) -> QMessageBox:
+        text = self.tr("Delete all %1 saved conversations? Their recordings and answers are deleted for good.").replace(
+            "%1", str(len(self.panel.entries)))
+        return self._confirm(text, lambda: self.send(DeleteHistory(everything=True)))
+
+    def _confirm(self, text: str, action: Callable[[], None], title: str | None = None,
+                 yes_text: str | None = None) -> QMessageBox:
+        box = QMessageBox(QMessageBox.Icon.Warning, title or self.tr("Delete"), text,
+                          QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel, self.window)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)  # losing something is never the default
+        box.button(QMessageBox.StandardButton.Yes).setText(yes_text or self.tr("Delete"))
+
+        def done(result: int) -> None:
+            if result == QMessageBox.StandardButton.Yes:
+                action()
+            self.confirmation = None
+            box.deleteLater()
+
+        box.finished.connect(done)
+        self.confirmation = box
+        box.open()
+        return box
+
+    def _send_options(self) -> None:
+        options = self.panel.options()
+        self.send(options)
+        self.on_retention_changed(options.keep_days, options.max_megabytes)
+
+    def start(self, keep_days: int, max_megabytes: int) -> None:
+        """At start-up: the saved retention limits to the panel and the engine."""
+        self.panel.set_retention(keep_days, max_megabytes)
+        self.send(self.panel.options())

@@ -1,0 +1,25 @@
+"""The engine thread and what it keeps, by concern:
+
+- `thread`: `EngineWorker`, the thread's loops and the command handlers;
+- `table`: what each command does in each phase (the one table every loop reads);
+- `takes`: the recorder, its own channel to the engine, the take in progress;
+- `turn`: one answer's streaming to the player and the window, and its latency metrics;
+- `records`: the kept conversation (`TurnRecord`, `RecordBook` with the turn-finished seam) and export.
+"""
+
+from engine.worker.records import ANSWER_RATE, EXPORT_GAP_S, USER_RATE, RecordBook, TurnRecord, export_conversation
+from engine.worker.table import TABLE, Outcome, Phase
+from engine.worker.thread import EngineWorker
+
+__all__ = [
+    "ANSWER_RATE",
+    "EXPORT_GAP_S",
+    "TABLE",
+    "USER_RATE",
+    "EngineWorker",
+    "Outcome",
+    "Phase",
+    "RecordBook",
+    "TurnRecord",
+    "export_conversation",
+]

@@ -1,0 +1,167 @@
+"""The conversation as the engine keeps it (every take and every answer's PCM), and its export.
+
+Nothing the user made is lost: the records stay when the model's context drops old turns, and only
+a new conversation (Reset, a new system prompt) clears them.
+
+The seam for a history store: `RecordBook.on_finished` is called exactly once per record, on the
+engine thread, when the record is complete: a user take when it arrives, an answer when its metrics
+are known (or when it ended without any). Do not block in it for long (it runs between turns).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import protocol as p
+from engine.errors import UserFacingError
+
+log = logging.getLogger(__name__)
+
+USER_RATE = 16_000  # what the recorder delivers and respond() takes
+ANSWER_RATE = 24_000  # what the model produces and the player plays
+EXPORT_GAP_S = 0.4  # silence between turns in the exported WAV, so the turns are audible as turns
+
+
+@dataclass
+class TurnRecord:
+    """One item of the conversation as kept by the engine (for replay, export and history)."""
+
+    turn_id: int
+    role: str  # "user" | "assistant"
+    pcm: np.ndarray  # float32 mono
+    sample_rate: int
+    text: str = ""
+    cancelled: bool = False
+    metrics: p.TurnMetrics | None = None
+    greedy: bool | None = None
+    started_at: float = field(default_factory=time.time)  # wall clock, for the exported timings
+    conversation: int = 0  # which conversation (RecordBook.conversation) the turn belongs to
+    # An answer, for the history (engine/history): what the model generated (AssistantTokens, to continue
+    # from), how much was heard when it was cut (None: all of it), and how it was sampled.
+    tokens: Any = None
+    heard_samples: int | None = None
+    sampling: p.SamplingSettings | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.pcm) / self.sample_rate
+
+
+RecordListener = Callable[[TurnRecord], None]
+
+
+class RecordBook:
+    """The records of the current conversation, in order, and the one point where a turn is finished."""
+
+    def __init__(self, on_finished: RecordListener | None = None) -> None:
+        self.records: list[TurnRecord] = []
+        self.conversation = 1  # counts conversations: a new one starts at every clear()
+        self.on_finished = on_finished
+        self._finished: set[int] = set()
+
+    def __iter__(self) -> Iterator[TurnRecord]:
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def add(self, record: TurnRecord) -> TurnRecord:
+        record.conversation = self.conversation
+        self.records.append(record)
+        return record
+
+    def find(self, turn_id: int) -> TurnRecord | None:
+        return next((r for r in self.records if r.turn_id == turn_id), None)
+
+    def finish(self, record: TurnRecord) -> None:
+        """The record is complete (audio, text, metrics): hand it to the listener, once."""
+        if record.turn_id in self._finished:
+            return
+        self._finished.add(record.turn_id)
+        if self.on_finished is not None:
+            try:
+                self.on_finished(record)
+            except Exception:  # noqa: BLE001 - a history problem must not stop the conversation
+                log.exception("the record listener failed for turn %d", record.turn_id)
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.conversation += 1
+
+    def snapshot(self) -> list[TurnRecord]:
+        return list(self.records)
+
+
+def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
+    """Band-limited resampling for replay/export (user takes are 16 kHz, the player runs at 24 kHz)."""
+    from engine.audio_files import resample as _resample
+
+    return _resample(np.asarray(pcm, dtype=np.float32), src, dst)
+
+
+def export_conversation(records: list[TurnRecord], wav_path: Path) -> list[Path]:
+    """One WAV with both sides in order (24 kHz mono, 16-bit), plus .txt and .json transcripts."""
+    import soundfile as sf
+
+    if not records:
+        raise UserFacingError("There is nothing to export yet.")
+    wav_path = wav_path.with_suffix(".wav")
+    wav_path.parent.mkdir(parents=True, exist_ok=True)
+    gap = np.zeros(int(EXPORT_GAP_S * ANSWER_RATE), np.float32)
+    parts: list[np.ndarray] = []
+    turns_json: list[dict[str, Any]] = []
+    lines: list[str] = []
+    position = 0
+    for record in records:
+        pcm = resample(record.pcm, record.sample_rate, ANSWER_RATE)
+        start_s = position / ANSWER_RATE
+        parts.append(pcm)
+        parts.append(gap)
+        position += len(pcm) + len(gap)
+        entry: dict[str, Any] = {
+            "turn_id": record.turn_id,
+            "role": record.role,
+            "start_s": round(start_s, 3),
+            "duration_s": round(record.duration_s, 3),
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(record.started_at)),
+        }
+        if record.role == "assistant":
+            entry["text"] = record.text
+            entry["cancelled"] = record.cancelled
+            entry["greedy"] = record.greedy
+            entry["metrics"] = asdict(record.metrics) if record.metrics is not None else None
+            lines.append(f"[{_clock(start_s)}] Assistant: {record.text}" + (" (interrupted)" if record.cancelled else ""))
+        else:
+            lines.append(f"[{_clock(start_s)}] User: (voice, {record.duration_s:.1f} s)")
+        turns_json.append(entry)
+    audio = np.concatenate(parts[:-1]) if parts else np.zeros(0, np.float32)
+    # Clip rather than wrap: a sample over full scale must not become a loud click in PCM_16.
+    audio = np.clip(audio, -1.0, 1.0)
+    txt_path = wav_path.with_suffix(".txt")
+    json_path = wav_path.with_suffix(".json")
+    _atomic_write(wav_path, lambda f: sf.write(f, audio, ANSWER_RATE, subtype="PCM_16", format="WAV"), binary=True)
+    _atomic_write(txt_path, lambda f: f.write("\n".join(lines) + "\n"))
+    doc = {"sample_rate": ANSWER_RATE, "gap_s": EXPORT_GAP_S, "duration_s": round(len(audio) / ANSWER_RATE, 3),
+           "turns": turns_json}
+    _atomic_write(json_path, lambda f: f.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n"))
+    return [wav_path, txt_path, json_path]
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(seconds, 60.0)
+    return f"{int(minutes):02d}:{secs:05.2f}"
+
+
+def _atomic_write(path: Path, write: Callable[[Any], Any], *, binary: bool = False) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        write(f)
+    tmp.replace(path)

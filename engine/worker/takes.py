@@ -1,0 +1,149 @@
+"""The microphone side of the engine: the push-to-talk recorder and the take being recorded.
+
+The recorder delivers finished takes (and notes about dropped or cut ones) on its own worker thread.
+They come to the engine thread on `TakeChannel`, a queue of its own: the app's command queue carries
+only the app's commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine import protocol as p
+
+log = logging.getLogger(__name__)
+
+MAX_TAKE_S = 60.0
+# After the release a take arrives within the recorder's tail (a fraction of a second); this is only the
+# safety net for a press that never became a take.
+TAKE_LOST_AFTER_S = 5.0
+TAKE_LOST = "The recording was lost; press the talk button again."
+
+
+@dataclass(frozen=True)
+class TakeReady:
+    """The recorder delivered a finished take."""
+
+    take: Any  # engine.audio.capture.CapturedTake
+
+
+@dataclass(frozen=True)
+class TakeNote:
+    """The recorder dropped (too short) or cut (too long) a take."""
+
+    event: p.TakeRejected
+
+
+TakeMessage = TakeReady | TakeNote
+
+
+class Takes:
+    """Owns the recorder and what the engine knows about the take in progress.
+
+    Touched only on the engine thread, except `channel`, which the recorder's thread fills."""
+
+    def __init__(self, post: Callable[[p.Event], None], options: dict[str, Any]) -> None:
+        self._post = post
+        self._options = {"max_take_s": MAX_TAKE_S, **options}
+        self.channel: queue.Queue[TakeMessage] = queue.Queue()
+        self.device: str | None = None
+        self.recorder: Any = None
+        self.released_t: float | None = None  # monotonic time of the release (None: still held)
+        # The take in progress, by the stream frame at its press: a take the recorder delivers belongs to
+        # it if it was pressed at or after that frame (presses take effect at the next block). Counting
+        # presses would not do: the recorder merges presses within one block and refuses one while both
+        # of its buffers are busy, so some presses never become a take.
+        self.press_frame: int | None = None
+        self.dropped = False
+
+    # ------------------------------------------------------------------ device
+
+    def open(self) -> Any:
+        """The recorder, opened on first use; on failure it posts EngineError itself and retries on press()."""
+        if self.recorder is None:
+            from engine.audio.capture import PushToTalkRecorder
+
+            self.recorder = PushToTalkRecorder(self.device, on_take=self._from_recorder_take,
+                                               on_event=self._from_recorder_event, **self._options)
+            self.recorder.open()
+        return self.recorder
+
+    def close(self) -> None:
+        self.forget()
+        recorder, self.recorder = self.recorder, None
+        if recorder is not None:
+            try:
+                recorder.close()
+            except Exception:  # noqa: BLE001 - closing a broken device must not hide the real error
+                log.exception("closing the recorder failed")
+
+    # Called on the recorder's worker thread: hand over through the channel, touch no engine state.
+    def _from_recorder_take(self, take: Any) -> None:
+        self.channel.put(TakeReady(take))
+
+    def _from_recorder_event(self, event: p.Event) -> None:
+        if isinstance(event, p.TakeRejected):
+            self.channel.put(TakeNote(event))  # it changes the engine's phase
+        else:
+            self._post(event)  # InputLevel, EngineError: straight to the window
+
+    # ------------------------------------------------------------------ the take
+
+    def press(self) -> bool:
+        """Start a take; False if the microphone could not be opened (the recorder has said why)."""
+        recorder = self.open()
+        if not recorder.press():
+            return False
+        self.press_frame = recorder.frames_captured
+        self.dropped = False
+        self.released_t = None
+        return True
+
+    def release(self) -> bool:
+        """End the held take (it arrives `tail_s` later); False if it was already released."""
+        if self.recorder is None or self.released_t is not None:
+            return False
+        self.released_t = time.monotonic()
+        self.recorder.release()
+        return True
+
+    def drop(self) -> None:
+        """Cancel the take in progress: end it, and throw it away when it arrives."""
+        self.release()
+        self.dropped = True
+
+    def belongs(self, message: TakeMessage) -> bool:
+        """Whether `message` is about the take in progress (else about a cancelled or merged one)."""
+        if self.press_frame is None or self.dropped:
+            return False
+        if isinstance(message, TakeReady):
+            return int(message.take.press_frame) >= self.press_frame
+        if message.event.reason == "too_short":
+            return self.released_t is not None  # decided at the release, so not about a take still held
+        return True  # too_long: the take that was cut follows
+
+    def settled(self) -> None:
+        """The take in progress arrived (or was rejected): there is none now."""
+        self.press_frame = None
+
+    def lost(self, now: float) -> bool:
+        """Released long ago and nothing came (a press the recorder merged or refused): give up on it."""
+        return self.press_frame is not None and self.released_t is not None and now - self.released_t > TAKE_LOST_AFTER_S
+
+    def forget(self) -> None:
+        """The recorder is closed: no take in progress will arrive, and what it sent is stale."""
+        self.press_frame = None
+        self.released_t = None
+        while self.next_message(None) is not None:
+            pass
+
+    def next_message(self, timeout: float | None) -> TakeMessage | None:
+        try:
+            return self.channel.get(timeout=timeout) if timeout else self.channel.get_nowait()
+        except queue.Empty:
+            return None

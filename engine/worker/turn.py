@@ -1,0 +1,148 @@
+"""One assistant turn: streaming `ChatSession.respond` to the player and the window, and its metrics.
+
+Clocks: the turn's latency waterfall is measured from the push-to-talk release. The session's
+`TurnStats` counts seconds from the moment respond() was called, the player reports when the first
+sample became audible on the monotonic clock; `TurnClock` turns both into "ms since release".
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine import protocol as p
+from engine.worker.records import ANSWER_RATE
+
+LIVE_RTF_AFTER_S = 0.3  # the first live RTF figure after this much audio (earlier ones mean nothing)
+LIVE_RTF_EVERY_S = 0.1
+
+
+@dataclass(frozen=True)
+class TurnClock:
+    """The two moments everything is measured against (monotonic seconds)."""
+
+    release: float  # push-to-talk release (or the cut, for a take cut at the limit)
+    respond: float  # respond() was called: the take was handed over
+
+    def since_release_ms(self, seconds_after_respond: float | None) -> float | None:
+        """A `TurnStats` figure (seconds after respond()) as ms after the release."""
+        if seconds_after_respond is None:
+            return None
+        return (self.respond - self.release + seconds_after_respond) * 1000.0
+
+    def monotonic_ms(self, moment: float | None) -> float | None:
+        return None if moment is None else (moment - self.release) * 1000.0
+
+
+@dataclass
+class ActiveTurn:
+    """The assistant turn being generated or still playing."""
+
+    turn_id: int
+    clock: TurnClock
+    greedy: bool
+    cancel: threading.Event = field(default_factory=threading.Event)
+    pieces: list[np.ndarray] = field(default_factory=list)
+    samples: int = 0
+    frames: int = 0
+    text: str = ""
+    generating: bool = True
+    played: bool = False  # some of its audio went to the player
+    first_output_t: float | None = None  # first piece out of respond(): prefill is done by then
+    stats: Any = None  # engine.session.TurnStats once TurnDone arrived
+    cancelled: bool = False
+    failed: bool = False
+    utterance_id: int | None = None  # the player's utterance for this answer (None: no output device)
+    underruns_before: int = 0
+    last_rtf_t: float = 0.0
+    record: Any = None  # its TurnRecord, once generation ended
+    metrics: p.TurnMetrics | None = None
+    sampling: p.SamplingSettings | None = None  # what it was generated with (kept in the history)
+    heard_samples: int | None = None  # set when it is cut: how much of it had been heard
+
+    @property
+    def audio_s(self) -> float:
+        return self.samples / ANSWER_RATE
+
+    def pcm(self) -> np.ndarray:
+        return np.concatenate(self.pieces) if self.pieces else np.zeros(0, np.float32)
+
+    def stop(self) -> None:
+        """Barge-in or cancel: respond() ends at its next step; nothing more is played."""
+        self.cancel.set()
+        self.cancelled = True
+
+    def metrics_from(self, first_audible: float | None, underruns: int) -> p.TurnMetrics:
+        stats, clock = self.stats, self.clock
+        handed_over = clock.since_release_ms(0.0)
+        return p.TurnMetrics(
+            turn_id=self.turn_id,
+            audio_encoded_ms=clock.since_release_ms(stats.audio_encoded_s) if stats else handed_over,
+            prefill_done_ms=clock.since_release_ms(stats.prefill_done_s) if stats else handed_over,
+            first_text_ms=clock.since_release_ms(stats.first_text_s) if stats else None,
+            first_audio_frame_ms=clock.since_release_ms(stats.first_audio_frame_s) if stats else None,
+            first_audible_ms=clock.monotonic_ms(first_audible),
+            rtf=stats.rtf if stats else None,
+            frames=int(stats.frames) if stats else 0,
+            text=self.text,
+            cancelled=self.cancelled,
+            underruns=underruns,
+        )
+
+
+def stream_answer(
+    turn: ActiveTurn,
+    answer: Any,  # the respond() generator
+    *,
+    player: Any,
+    post: Callable[[p.Event], None],
+    context_used: Callable[[], int],
+    on_first_audio: Callable[[], None],
+    between_pieces: Callable[[], None],
+) -> None:
+    """Forward every piece of the answer: text to the window, audio to the player (and the window's
+    counters); after each piece, `between_pieces` reads the commands that arrived meanwhile."""
+    from engine.session import AudioPieceOut, ContextTrimmedInfo, TextPieceOut, TurnDone
+
+    for out in answer:
+        if turn.first_output_t is None and isinstance(out, (TextPieceOut, AudioPieceOut)):
+            turn.first_output_t = time.monotonic()
+        if isinstance(out, TextPieceOut):
+            turn.text += out.text
+            post(p.TextDelta(turn.turn_id, out.text))
+        elif isinstance(out, AudioPieceOut):
+            turn.frames += out.frames
+            _queue_audio(turn, player, np.asarray(out.pcm, dtype=np.float32), post, on_first_audio)
+        elif isinstance(out, ContextTrimmedInfo):
+            post(p.ContextTrimmed(out.dropped_turns, int(context_used())))
+        elif isinstance(out, TurnDone):
+            turn.stats = out.stats
+        between_pieces()
+
+
+def _queue_audio(turn: ActiveTurn, player: Any, pcm: np.ndarray, post: Callable[[p.Event], None],
+                 on_first_audio: Callable[[], None]) -> None:
+    if len(pcm) == 0:
+        return
+    first = not turn.pieces
+    turn.pieces.append(pcm)
+    turn.samples += len(pcm)
+    if turn.cancel.is_set():
+        return  # kept for the record, but a barge-in means nothing more is played
+    if turn.utterance_id is not None:
+        player.enqueue(pcm)
+    if first:
+        turn.played = True
+        on_first_audio()
+    post(p.AudioChunkQueued(turn.turn_id, len(pcm), ANSWER_RATE, turn.audio_s))
+    # Live RTF as the session defines it (time since the prefill finished over audio made), with the
+    # first output piece standing in for "prefill done".
+    now = time.monotonic()
+    if turn.audio_s >= LIVE_RTF_AFTER_S and now - turn.last_rtf_t >= LIVE_RTF_EVERY_S and turn.first_output_t:
+        turn.last_rtf_t = now
+        post(p.LiveRtf(turn.turn_id, (now - turn.first_output_t) / turn.audio_s, turn.frames))
