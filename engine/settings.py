@@ -156,8 +156,8 @@ _FIELD_CHECKS: dict[str, Any] = {
     "ptt_key": _check_key,
     "global_ptt": _check_bool,
     "language": _check_language,
-    "history_keep_days": lambda v: _check_int(v, 0, 36500),
-    "history_max_megabytes": lambda v: _check_int(v, 0, 10_000_000),
+    "history_keep_days": _in(validation.HISTORY_KEEP_DAYS),
+    "history_max_megabytes": _in(validation.HISTORY_MAX_MEGABYTES),
 }
 
 

@@ -39,6 +39,9 @@ TOP_K = Range(1, MAX_TOP_K, integer=True)
 MAX_ANSWER_SECONDS = Range(0.5, 600.0)
 MAX_TAKE_SECONDS = Range(1.0, 600.0)
 CONTEXT_TOKENS = Range(512, 131072, integer=True)
+# History retention (engine/history): 0 means keep everything.
+HISTORY_KEEP_DAYS = Range(0, 36500, integer=True)
+HISTORY_MAX_MEGABYTES = Range(0, 10_000_000, integer=True)
 
 # A prompt this long is already far beyond any sensible instruction; longer ones are refused before
 # they are tokenized (a multi-megabyte prompt would take the window to gigabytes of memory).

@@ -434,6 +434,10 @@ def test_a_new_system_prompt_asks_before_it_erases_the_conversation(qtbot, windo
     qtbot.waitUntil(lambda: window.confirm_box is None)
     assert window.bridge.sent[-1] == p.ApplySettings(window.settings.sampling, "あなたは親切な案内係です。",
                                                      window.settings.max_answer_seconds)
+    # The engine starts the new conversation and says so; the window follows it.
+    assert window.transcript.user_items
+    _worker().post(p.ConversationCleared("system_prompt"))
+    qtbot.waitUntil(lambda: not window.transcript.user_items)
     assert window.transcript.user_items == {} and window.transcript.notices
     assert window.rtf.text() == "RTF —" and window.latency.history == []
     assert load_settings(window.settings_path).settings.system_prompt == "あなたは親切な案内係です。"
@@ -450,6 +454,9 @@ def test_a_prompt_changed_during_an_answer_clears_the_window_after_it(qtbot, win
     _worker().post(p.TextDelta(4, "まだ話しています"))
     qtbot.waitUntil(lambda: window.transcript.assistant_items[4].text == "まだ話しています")  # the answer goes on
     _worker().post(p.AssistantTurnFinished(4, "まだ話しています", 1.0, False), p.StateChanged(p.EngineState.IDLE))
+    qtbot.wait(50)
+    assert 4 in window.transcript.assistant_items  # kept until the engine starts the new conversation
+    _worker().post(p.ConversationCleared("system_prompt"))
     qtbot.waitUntil(lambda: window.transcript.assistant_items == {})  # the new conversation starts after it
 
 

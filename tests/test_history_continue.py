@@ -25,7 +25,9 @@ GREEDY = SamplingSettings(greedy=True)
 TAKES = [(0.5, 300.0), (0.7, 520.0), (0.4, 760.0), (0.6, 410.0)]
 
 
-def _open(model_dir: Path, context_tokens: int = 400) -> ChatSession:
+def _open(model_dir: Path, context_tokens: int = 4096) -> ChatSession:
+    """A session on the CPU; the default context is large enough that the live turns never trim
+    (a trim after an answer keeps room for a whole next turn: NEXT_TURN_MAX_SHARE of a small context)."""
     from engine.loading import load_model
 
     loaded = load_model(model_dir, device="cpu")
@@ -102,7 +104,7 @@ def test_a_continued_conversation_rebuilds_the_live_context_and_talks_on_the_sam
 
 
 def test_a_conversation_longer_than_the_context_is_trimmed_to_its_newest_exchanges(tiny_model_dir, tmp_path) -> None:
-    live = _open(tiny_model_dir, context_tokens=400)
+    live = _open(tiny_model_dir)
     meta = ConversationMeta(new_conversation_uid(), live.system_prompt, live.loaded.name)
     store = HistoryStore(tmp_path / "history").open()
     per_turn: list[int] = []
