@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from engine.protocol import SamplingSettings
+from engine.decoding import SamplingSettings
 
 IM_END = 7
 TEXT_END = 130

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.loading import LoadedModel
-from engine.protocol import SamplingSettings
+from engine.decoding import SamplingSettings
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 
