@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from engine.loading import LoadedModel
 from engine.decoding import SamplingSettings
+from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 
@@ -132,20 +133,17 @@ class GraphedBackend:
         saved = self.backbone.snapshot()
         saved_io = (self.input.clone(), self.hidden.clone())
         steps = self.steps
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+
+        def run_every_step() -> None:
             for _ in range(3):  # warm up: cuBLAS handles, workspace, lazy module loading
                 for name, step in steps.items():
                     self.stage_standalone_run(name)
                     step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        pool = torch.cuda.graph_pool_handle()
+
+        graphs.warm_up(self.device, run_every_step)
+        pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                step()
-            self.graphs[name] = graph
+            self.graphs[name], _ = graphs.capture(step, pool=pool)
         self.backbone.restore(saved)
         self.input.copy_(saved_io[0])
         self.hidden.copy_(saved_io[1])

@@ -73,6 +73,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.realtime import graphs
+
 if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
     from liquid_audio.moshi.models.compression import MimiModel
@@ -487,15 +489,13 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         state = self._state_tensors()
         with torch.no_grad():
             saved = [t.clone() for t in state]
-            side = torch.cuda.Stream(device=self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
+
+            def run_three_steps() -> None:
                 for _ in range(3):
                     self.step_graphable()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.step_graphable()
+
+            graphs.warm_up(self.device, run_three_steps)
+            graph, _ = graphs.capture(self.step_graphable, pool=pool)
             for t, s in zip(state, saved, strict=True):
                 t.copy_(s)
         self._graph = graph
