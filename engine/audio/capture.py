@@ -32,6 +32,7 @@ import sounddevice as sd
 
 from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler, resample
+from engine.audio.ring import ring_read, ring_write
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
 
 MODEL_SAMPLE_RATE = 16_000
@@ -352,7 +353,7 @@ class PushToTalkRecorder:
                 else:
                     take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
 
-        self._write_history(mono, block_start)
+        ring_write(self._history, block_start, mono)
 
         take = self._active
         if take is not None:
@@ -366,14 +367,6 @@ class PushToTalkRecorder:
 
         self._frames_captured = block_start + frames
 
-    def _write_history(self, mono: np.ndarray, block_start: int) -> None:
-        size = len(self._history)
-        pos = block_start % size
-        first = min(len(mono), size - pos)
-        self._history[pos : pos + first] = mono[:first]
-        if first < len(mono):
-            self._history[: len(mono) - first] = mono[first:]
-
     def _begin_take(self, press_frame: int) -> None:
         try:
             buffer = self._pool.get_nowait()
@@ -382,12 +375,7 @@ class PushToTalkRecorder:
             return
         preroll = min(self._preroll_frames, press_frame, len(buffer))
         start = press_frame - preroll
-        size = len(self._history)
-        pos = start % size
-        first = min(preroll, size - pos)
-        buffer[:first] = self._history[pos : pos + first]
-        if first < preroll:
-            buffer[first:preroll] = self._history[: preroll - first]
+        ring_read(self._history, start, buffer[:preroll])
         self._take_counter += 1
         take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame)
         take.filled = preroll

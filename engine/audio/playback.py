@@ -30,6 +30,7 @@ import sounddevice as sd
 
 from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler
+from engine.audio.ring import ring_read, ring_write
 from engine.protocol import EngineError, Event
 
 MODEL_OUTPUT_RATE = 24_000
@@ -90,7 +91,6 @@ class StreamingPlayer:
         self._lock = threading.RLock()
         self._callback_error: str | None = None
         self._uid = 0
-        self.dropped_chunks = 0  # chunks enqueued with no utterance open (e.g. after a barge-in flush)
         self._underruns_total = 0  # over the player's lifetime, across stream reopens
         self._flush_generation = 0  # bumped by every flush(); never reset, so stale utterances stay stale
         self._device_underflows = 0
@@ -122,10 +122,6 @@ class StreamingPlayer:
     def buffered_frames(self) -> int:
         """Device-rate frames queued and not yet handed to the device."""
         return max(0, self._write_pos - max(self._read_pos, self._flush_to))
-
-    @property
-    def buffered_s(self) -> float:
-        return self.buffered_frames / self._rate
 
     @property
     def frames_played(self) -> int:
@@ -291,7 +287,6 @@ class StreamingPlayer:
         with self._lock:
             utterance = self._current_utterance()
             if utterance is None or utterance.end_pos is not None:
-                self.dropped_chunks += 1
                 return False
             if not self._check_stream():
                 return False
@@ -340,15 +335,6 @@ class StreamingPlayer:
         self._flush_to = self._write_pos
         return dropped
 
-    def wait_until_drained(self, timeout: float | None = None) -> bool:
-        """Block (polling, not holding any lock) until the current utterance has played out."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.is_speaking and self.is_open:
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return not self.is_speaking
-
     def _write(self, samples: np.ndarray, generation: int, timeout: float | None) -> bool:
         """Copy into the ring, waiting for space; publish the new write position after the data."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -365,11 +351,7 @@ class StreamingPlayer:
                 time.sleep(0.002)
                 continue
             count = min(free, len(samples) - offset)
-            start = write % capacity
-            first = min(count, capacity - start)
-            self._ring[start : start + first] = samples[offset : offset + first]
-            if first < count:
-                self._ring[: count - first] = samples[offset + first : offset + count]
+            ring_write(self._ring, write, samples[offset : offset + count])
             self._write_pos = write + count
             offset += count
             if generation != self._flush_generation:
@@ -395,12 +377,7 @@ class StreamingPlayer:
         available = self._write_pos - read
         count = min(frames, available)
         if count > 0:
-            capacity = len(self._ring)
-            start = read % capacity
-            first = min(count, capacity - start)
-            outdata[:first] = self._ring[start : start + first, None]
-            if first < count:
-                outdata[first:count] = self._ring[: count - first, None]
+            ring_read(self._ring, read, outdata[:count])
         else:
             count = 0
         if count < frames:

@@ -500,9 +500,6 @@ class StreamingDetokenizer(StreamingAudioDecoder):
                 t.copy_(s)
         self._graph = graph
 
-    def drop_graph(self) -> None:
-        self._graph = None
-
     # ------------------------------------------------------------------ the step
 
     def _state_tensors(self) -> list[Tensor]:
