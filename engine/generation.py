@@ -60,10 +60,9 @@ class GeneratedFrame:
 
 @dataclass
 class TurnEnd:
-    """Why generation stopped; `im_end_fed` says the backbone has already consumed `<|im_end|>`."""
+    """Why generation stopped (on "im_end" the backbone has already consumed `<|im_end|>`)."""
 
     reason: str  # "im_end", "max_tokens", "cancelled"
-    im_end_fed: bool
 
 
 class StepBackend(Protocol):
@@ -98,7 +97,7 @@ def interleaved_decode(
         if text_mode:
             token = backend.read_token(pending)
             if token == IM_END:
-                yield TurnEnd("im_end", im_end_fed=True)
+                yield TurnEnd("im_end")
                 return
             yield GeneratedText(token)
             if token == TEXT_END:
@@ -115,13 +114,13 @@ def interleaved_decode(
                 text_mode = True
             yield GeneratedFrame(codes, values, pending)
         if cancel is not None and cancel.is_set():
-            yield TurnEnd("cancelled", im_end_fed=False)
+            yield TurnEnd("cancelled")
             return
         if step == max_new_tokens - 1:
             break
         left -= 1
         pending = backend.text_head(sampling) if text_mode else backend.audio_head(sampling)
-    yield TurnEnd("max_tokens", im_end_fed=False)
+    yield TurnEnd("max_tokens")
 
 
 def liquid_sampling_args(sampling: SamplingSettings, *, audio: bool) -> tuple[float | None, int | None]:
