@@ -25,11 +25,12 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from engine.loading import LoadedModel
 from engine.decoding import SamplingSettings
+from engine.loading import LoadedModel
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
+from engine.realtime.streaming import StreamingState
 
 
 # Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a
@@ -46,7 +47,7 @@ PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
 MATMUL_ATTENTION_MAX_ROWS = 128
 
 
-class GraphedBackend:
+class GraphedBackend(StreamingState):
     """Implements `engine.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
 
     def __init__(
@@ -130,8 +131,7 @@ class GraphedBackend:
     def capture(self) -> None:
         """Capture every graph once; the cache is restored afterwards, so nothing is lost."""
         started = time.perf_counter()
-        saved = self.backbone.snapshot()
-        saved_io = (self.input.clone(), self.hidden.clone())
+        saved = self.snapshot()
         steps = self.steps
 
         def run_every_step() -> None:
@@ -144,9 +144,7 @@ class GraphedBackend:
         pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
             self.graphs[name], _ = graphs.capture(step, pool=pool)
-        self.backbone.restore(saved)
-        self.input.copy_(saved_io[0])
-        self.hidden.copy_(saved_io[1])
+        self.restore(saved)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
 
@@ -172,6 +170,10 @@ class GraphedBackend:
         self.text_sampling.set(greedy=sampling.greedy, temperature=sampling.text_temperature, top_k=sampling.text_top_k)
         self.audio_sampling.set(greedy=sampling.greedy, temperature=sampling.audio_temperature, top_k=sampling.audio_top_k)
         self._applied = sampling
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The backbone's cache, then the next input and the last output (the `StreamingState` protocol)."""
+        return [*self.backbone.state_tensors(), self.input, self.hidden]
 
     def reset(self) -> None:
         self.backbone.reset()

@@ -74,6 +74,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.realtime import graphs
+from engine.realtime.streaming import StreamingState
 
 if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
@@ -202,7 +203,7 @@ class _AttnLayer:
     src: nn.Module = field(repr=False)  # the decoder layer, for refresh_weights()
 
 
-class StreamingDetokenizer(StreamingAudioDecoder):
+class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
     """Frame-by-frame `LFM2AudioDetokenizer` with explicit state and an optional CUDA graph.
 
     Usage::
@@ -486,9 +487,8 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         """
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        state = self._state_tensors()
         with torch.no_grad():
-            saved = [t.clone() for t in state]
+            saved = self.snapshot()
 
             def run_three_steps() -> None:
                 for _ in range(3):
@@ -496,13 +496,13 @@ class StreamingDetokenizer(StreamingAudioDecoder):
 
             graphs.warm_up(self.device, run_three_steps)
             graph, _ = graphs.capture(self.step_graphable, pool=pool)
-            for t, s in zip(state, saved, strict=True):
-                t.copy_(s)
+            self.restore(saved)
         self._graph = graph
 
     # ------------------------------------------------------------------ the step
 
-    def _state_tensors(self) -> list[Tensor]:
+    def state_tensors(self) -> list[Tensor]:
+        """What a step carries to the next (the `StreamingState` protocol); `frames_done` is host-side."""
         return [self._arena, self._conv_hist, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
 
     @torch.no_grad()
@@ -685,9 +685,8 @@ def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
             return func(*args, **(kwargs or {}))
 
     cuda = decoder.device.type == "cuda"
-    state = decoder._state_tensors()
     with torch.no_grad():
-        saved = [t.clone() for t in state]
+        saved = decoder.snapshot()
         decoder.step_graphable()  # warm-up (lazy init) outside the count
         if cuda:
             torch.cuda.synchronize(decoder.device)
@@ -700,7 +699,6 @@ def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
         else:
             with _OpCounter():
                 decoder.step_graphable()
-        for t, s in zip(state, saved, strict=True):
-            t.copy_(s)
+        decoder.restore(saved)
     return KernelCount("cuda" if cuda else "cpu", sum(names.values()), dict(names))
 
