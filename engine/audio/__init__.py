@@ -1,4 +1,4 @@
-"""Audio I/O for the engine: push-to-talk capture, streaming playback, devices. numpy + sounddevice only:
+"""Audio I/O for the engine: push-to-talk capture, streaming playback, devices. numpy, soxr and sounddevice only:
 no Qt, no torch (the audio callbacks must stay lean and import nothing heavy)."""
 
 from engine.audio.capture import MODEL_SAMPLE_RATE, CapturedTake, PushToTalkRecorder
