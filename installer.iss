@@ -197,7 +197,7 @@ begin
   Result := SlicesComplete();
 end;
 
-// Models (Hugging Face cache under models\), settings.json, audio-devices.json and Logs\ all live
+// Models (Hugging Face cache under models\), settings.json, history\ and Logs\ all live
 // in one folder (engine/paths.py): platformdirs' user data dir, which on Windows is
 // %LOCALAPPDATA%\<author>\<app name>. It survives the uninstall unless the user agrees to remove it.
 function UserDataDir(): String;

@@ -172,7 +172,6 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "Audio capture failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "Audio playback failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "The previous take is still being processed; press again in a moment."),
-    QT_TRANSLATE_NOOP("EngineMessages", "Could not save the audio device choice."),
     QT_TRANSLATE_NOOP(
         "EngineMessages",
         'The microphone "{name}" stopped delivering audio (unplugged?). It will be reopened on the next push-to-talk.',

@@ -48,15 +48,12 @@ def read_wav_mono(path: str | Path, target_rate: int) -> np.ndarray:
 
 
 def resample(wave: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
-    """Band-limited polyphase resampling (scipy), exact for rational rate ratios."""
+    """Whole-signal resampling with the app's one resampler (soxr, `engine.audio.resample`)."""
     if from_rate == to_rate or wave.size == 0:
         return np.ascontiguousarray(wave, dtype=np.float32)
-    from math import gcd
+    from engine.audio.resample import resample as soxr_resample
 
-    from scipy.signal import resample_poly
-
-    g = gcd(int(from_rate), int(to_rate))
-    return resample_poly(wave, int(to_rate) // g, int(from_rate) // g).astype(np.float32)
+    return soxr_resample(wave, from_rate, to_rate)
 
 
 def write_wav(path: str | Path, wave: np.ndarray, rate: int) -> None:

@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from engine.protocol import SamplingSettings
+from engine.decoding import SamplingSettings
 
 IM_END = 7
 TEXT_END = 130
@@ -60,10 +60,9 @@ class GeneratedFrame:
 
 @dataclass
 class TurnEnd:
-    """Why generation stopped; `im_end_fed` says the backbone has already consumed `<|im_end|>`."""
+    """Why generation stopped (on "im_end" the backbone has already consumed `<|im_end|>`)."""
 
     reason: str  # "im_end", "max_tokens", "cancelled"
-    im_end_fed: bool
 
 
 class StepBackend(Protocol):
@@ -103,7 +102,7 @@ def interleaved_decode(
         if text_mode:
             token = backend.read_token(pending)
             if token == IM_END:
-                yield TurnEnd("im_end", im_end_fed=True)
+                yield TurnEnd("im_end")
                 return
             yield GeneratedText(token)
             if token == TEXT_END:
@@ -124,13 +123,13 @@ def interleaved_decode(
             if max_frames is not None and frames >= max_frames:
                 break  # like the token limit: the last frame is not fed back
         if cancel is not None and cancel.is_set():
-            yield TurnEnd("cancelled", im_end_fed=False)
+            yield TurnEnd("cancelled")
             return
         if step == max_new_tokens - 1:
             break
         left -= 1
         pending = backend.text_head(sampling) if text_mode else backend.audio_head(sampling)
-    yield TurnEnd("max_tokens", im_end_fed=False)
+    yield TurnEnd("max_tokens")
 
 
 def liquid_sampling_args(sampling: SamplingSettings, *, audio: bool) -> tuple[float | None, int | None]:

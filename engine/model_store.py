@@ -24,6 +24,22 @@ from engine.protocol import Progress
 
 DEFAULT_REPO_ID = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 MIMI_CHECKPOINT = "tokenizer-e351c8d8-checkpoint125.safetensors"
+# The files of a model repository the app reads (check_model_folder, liquid-audio's from_pretrained and
+# transformers' AutoTokenizer); a download fetches only these, not the repository's demo media or README.
+# The Mimi checkpoint is the fallback audio decoder: fetched only when the repository has no detokenizer.
+MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "audio_detokenizer/config.json",
+    "audio_detokenizer/model.safetensors",
+)
 _REQUIRED_CONFIG_KEYS = ("codebooks", "interleaved_n_text", "interleaved_n_audio", "preprocessor", "encoder", "lfm", "depthformer")
 
 ProgressCallback = Callable[[Progress], None]
@@ -569,7 +585,11 @@ def find_local_model(source: str, revision: str | None = None) -> Path | None:
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        folder = Path(snapshot_download(source, revision=revision, cache_dir=models_dir(), local_files_only=True))
+        # The same files as `download` fetches (huggingface_hub checks them against its cached file list);
+        # check_model_folder then checks the audio decoder (the detokenizer, or Mimi's checkpoint).
+        folder = Path(snapshot_download(
+            source, revision=revision, cache_dir=models_dir(), local_files_only=True, allow_patterns=list(MODEL_FILES)
+        ))
     except (LocalEntryNotFoundError, OSError, ValueError):
         return None
     return folder if not check_model_folder(folder) else None
@@ -600,7 +620,16 @@ def download(
             revision=revision,
             cache_dir=models_dir(),
             tqdm_class=_byte_progress_class(progress, cancel),
+            allow_patterns=list(MODEL_FILES),
         )
+        if not (Path(folder) / "audio_detokenizer").is_dir():  # an older layout: Mimi decodes the audio
+            folder = snapshot_download(
+                source,
+                revision=Path(folder).name,  # the commit just downloaded, even if the branch moved since
+                cache_dir=models_dir(),
+                tqdm_class=_byte_progress_class(progress, cancel),
+                allow_patterns=[MIMI_CHECKPOINT],
+            )
     except DownloadCancelled:
         raise
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:

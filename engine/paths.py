@@ -67,6 +67,3 @@ def hub_xet_cache_dir() -> Path:
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 
-
-def audio_devices_file() -> Path:
-    return config_dir() / "audio-devices.json"

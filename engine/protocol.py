@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from engine.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
+
 
 class EngineState(enum.Enum):
     """What the engine is doing; the window shows it as 読み込み中 / 待機中 / 録音中 / 考え中 / 話し中."""
@@ -22,21 +24,6 @@ class EngineState(enum.Enum):
     # No model is loaded (first run, a failed load or a cancelled download): the window offers the
     # first-run choices instead of push-to-talk.
     NO_MODEL = "no_model"
-
-
-# The real-time engine samples inside CUDA graphs from a sorted top-64 (engine.realtime.sampling).
-MAX_TOP_K = 64
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """Decoding settings for one turn. `greedy` wins over temperature/top-k when set."""
-
-    greedy: bool = False
-    audio_temperature: float = 1.0
-    audio_top_k: int = 4
-    text_temperature: float = 1.0
-    text_top_k: int = 4
 
 
 # --------------------------------------------------------------------------- commands (app -> engine)

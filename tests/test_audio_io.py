@@ -26,14 +26,13 @@ import alsa_env  # noqa: E402
 
 from engine.audio import (  # noqa: E402
     AudioDeviceError,
-    AudioIO,
     PushToTalkRecorder,
     StreamingPlayer,
     StreamingResampler,
     find_device,
     list_devices,
-    load_device_choice,
     resample,
+    rescan_devices,
 )
 from engine.protocol import EngineError, InputLevel, TakeRejected  # noqa: E402
 
@@ -63,7 +62,7 @@ def alsa(tmp_path_factory: pytest.TempPathFactory) -> Iterator[alsa_env.AlsaTest
 
 @pytest.fixture
 def closing(alsa: alsa_env.AlsaTestEnv) -> Iterator[Callable[[Any], Any]]:
-    """Register recorders/players/AudioIOs to close after the test, with the speaker FIFO drained so a playback
+    """Register recorders/players to close after the test, with the speaker FIFO drained so a playback
     stream blocked on it can stop. Leftover FIFO data is dropped before and after each test."""
     alsa.drain_mic()
     alsa.drain_speaker()
@@ -180,25 +179,29 @@ def test_unplugged_device_reports_error_and_next_take_reopens(
     assert take.pressed_s == pytest.approx(0.5)
 
 
-def test_audio_io_rescans_so_a_replugged_mic_is_found_on_the_next_press(
-    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
+def test_a_rescan_finds_a_replugged_mic_on_the_next_press(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
 ) -> None:
     events: list[Any] = []
-    audio = closing(AudioIO(choice_path=tmp_path / "devices.json", on_event=events.append))
+    name = "vc_test_unplugged_mic"
+    recorder = closing(PushToTalkRecorder(name, on_event=events.append))
     alsa.unplug()
     try:
-        # Listed (scanned before the unplug), so the choice is accepted and saved, but it cannot be opened.
-        # (The null sink as speaker: a stream blocked on the speaker FIFO could not be closed by the re-scan.)
-        assert audio.select_devices("vc_test_unplugged_mic", "default") is False
-        assert [e.kind for e in events] == ["audio_device"] and "vc_test_unplugged_mic" in events[0].message
-        audio.press()  # re-scans: now it is not even listed
-        assert len(events) == 2 and "vc_test_unplugged_mic" in events[1].message
-        assert "vc_test_unplugged_mic" not in {d.name for d in list_devices("input")}
+        # Listed (scanned before the unplug), but it cannot be opened.
+        assert name in {d.name for d in list_devices("input")}
+        assert recorder.open() is False
+        assert [e.kind for e in events] == ["audio_device"] and name in events[0].message
+        recorder.close_stream()  # re-initialising PortAudio invalidates open streams
+        rescan_devices()  # now it is not even listed
+        assert recorder.press() is False
+        assert len(events) == 2 and name in events[1].message
+        assert name not in {d.name for d in list_devices("input")}
     finally:
         alsa.replug()
-    audio.press()  # plugged back in: the re-scan finds it and the take starts
-    assert len(events) == 2 and audio.recorder.is_open and audio.recorder.is_recording
-    assert "vc_test_unplugged_mic" in {d.name for d in list_devices("input")}
+    rescan_devices()  # plugged back in: the re-scan finds it and the take starts
+    assert recorder.press() is True
+    assert len(events) == 2 and recorder.is_open and recorder.is_recording
+    assert name in {d.name for d in list_devices("input")}
 
 
 # --------------------------------------------------------------------------- capture
@@ -331,20 +334,41 @@ def test_input_level_reports_rms_peak_and_clipping(alsa: alsa_env.AlsaTestEnv, c
 # --------------------------------------------------------------------------- playback
 
 
-def test_resampler_chunked_output_equals_one_shot() -> None:
+RATE_PAIRS = [(24_000, 48_000), (24_000, 44_100), (48_000, 16_000), (44_100, 16_000), (24_000, 24_000)]
+
+
+@pytest.mark.parametrize(("src", "dst"), RATE_PAIRS)
+def test_resampler_chunked_output_equals_one_shot(src: int, dst: int) -> None:
     rng = np.random.default_rng(7)
-    signal = rng.standard_normal(30_011) * 0.1
-    for src, dst in [(24_000, 48_000), (24_000, 44_100), (48_000, 16_000), (44_100, 16_000), (24_000, 24_000)]:
-        whole = resample(signal, src, dst)
-        assert len(whole) == -(-len(signal) * dst // src)
-        resampler = StreamingResampler(src, dst)
+    signal = (rng.standard_normal(30_011) * 0.1).astype(np.float32)
+    whole = resample(signal, src, dst)
+    assert whole.dtype == np.float32 and len(whole) == round(len(signal) * dst / src)
+    resampler = StreamingResampler(src, dst)
+    for _ in range(2):  # reset() starts a new signal: the second pass gives the same samples
         pieces, start = [], 0
         while start < len(signal):
             size = int(rng.integers(1, 2_500))
             pieces.append(resampler.process(signal[start : start + size]))
             start += size
         pieces.append(resampler.flush())
-        np.testing.assert_allclose(np.concatenate(pieces), whole, atol=1e-6, err_msg=f"{src}->{dst}")
+        np.testing.assert_array_equal(np.concatenate(pieces), whole)
+        resampler.reset()
+
+
+@pytest.mark.parametrize(("src", "dst"), [pair for pair in RATE_PAIRS if pair[0] != pair[1]])
+def test_resampler_keeps_a_tone_and_removes_what_the_new_rate_cannot_hold(src: int, dst: int) -> None:
+    seconds = 1.0
+    kept = tone(1000, seconds, src)  # well inside both bands
+    out = resample(kept, src, dst)
+    middle = out[len(out) // 4 : 3 * len(out) // 4]  # away from the edges' filter transients
+    assert dominant_frequency(middle, dst) == pytest.approx(1000, abs=1)
+    reference = tone(1000, seconds, dst)[len(out) // 4 : 3 * len(out) // 4]
+    assert np.sqrt(np.mean(middle**2)) == pytest.approx(np.sqrt(np.mean(reference**2)), rel=1e-3)  # gain 1
+    np.testing.assert_allclose(middle, reference, atol=2e-3)  # same phase: no delay left in the output
+    if dst < src:  # a tone above the new Nyquist frequency must not alias into the band
+        above = tone(0.45 * src if src < 2 * dst else 0.6 * dst, seconds, src)
+        aliased = resample(above, src, dst)[len(out) // 4 : 3 * len(out) // 4]
+        assert np.sqrt(np.mean(aliased**2)) < 1e-3 * np.sqrt(np.mean(above**2))  # at least 60 dB down
 
 
 @pytest.mark.parametrize("rate", [None, 48_000], ids=["native-44k1", "48k"])
@@ -412,20 +436,23 @@ def test_underruns_are_counted_when_the_buffer_starves(closing: Callable[[Any], 
 
 
 def test_barge_in_flushes_playback_and_starts_the_take(
-    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
 ) -> None:
-    barge_ins: list[bool] = []
-    audio = closing(AudioIO(
-        choice_path=tmp_path / "devices.json",
-        on_barge_in=lambda: barge_ins.append(True),
-        recorder_options={"samplerate": 48_000},
-        player_options={"samplerate": 48_000, "safety_margin_s": 0.0},
-    ))
-    assert audio.select_devices("default", SPEAKER)
-    recorder, player = audio.recorder, audio.player
+    """A press while the answer plays, as the engine thread handles it: flush the player, then press."""
+    recorder = closing(PushToTalkRecorder("default", samplerate=48_000))
+    player = closing(StreamingPlayer(SPEAKER, samplerate=48_000, safety_margin_s=0.0))
+    assert recorder.open() and player.open()
+
+    def press() -> bool:
+        barge_in = player.is_speaking
+        if barge_in:
+            player.flush()
+        assert recorder.press()
+        return barge_in
+
     block = recorder.block_frames
-    assert audio.press() is False  # nothing playing: a plain press, no barge-in
-    audio.release()
+    assert press() is False  # nothing playing: a plain press, no barge-in
+    recorder.release()
     alsa.feed_mic(np.zeros(block, np.float32), block=block)  # press and release land on the same frame
     assert next_event(recorder.events, TakeRejected).reason == "too_short"
     wait_until(lambda: not recorder.is_recording, "the empty take to end")
@@ -438,8 +465,7 @@ def test_barge_in_flushes_playback_and_starts_the_take(
     assert player.is_speaking and player.buffered_frames > 0
 
     frames_fed = recorder.frames_captured
-    assert audio.press() is True  # ...when the user talks over it
-    assert barge_ins == [True]
+    assert press() is True  # ...when the user talks over it
     assert player.buffered_frames == 0 and not player.is_speaking
     assert player.enqueue(answer[:2400]) is False  # late chunks of the cancelled answer are dropped
     after = alsa.read_speaker(48_000)[:, 0]
@@ -451,29 +477,9 @@ def test_barge_in_flushes_playback_and_starts_the_take(
     # The press also started a take.
     alsa.feed_mic(tone(440, 0.5, 48_000), block=block)
     wait_frames(recorder, frames_fed + 24_000)
-    audio.release()
+    recorder.release()
     alsa.feed_mic(np.zeros(9_600, np.float32), block=block)
     assert recorder.takes.get(timeout=HANG_GUARD_S).pressed_s == pytest.approx(0.5)
-
-
-def test_device_choice_is_persisted(
-    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any], tmp_path: Path
-) -> None:
-    path = tmp_path / "settings" / "devices.json"
-    events: list[Any] = []
-    first = closing(AudioIO(choice_path=path, on_event=events.append))
-    assert first.choice.input_device is None and first.choice.output_device is None
-    assert first.select_devices("default", SPEAKER)
-    assert first.select_devices("Gone Mic", SPEAKER) is False  # refused, and nothing changes
-    assert events and events[-1].kind == "audio_device" and "Gone Mic" in events[-1].message
-    with alsa.mic_running(), alsa.speaker_running():
-        first.close()
-
-    second = closing(AudioIO(choice_path=path))
-    assert (second.choice.input_device, second.choice.output_device) == ("default", SPEAKER)
-    assert second.recorder.device_name == "default" and second.player.device_name == SPEAKER
-    path.write_text("{not json")
-    assert load_device_choice(path).input_device is None  # a damaged file falls back to the defaults
 
 
 def test_audio_package_imports_neither_qt_nor_torch() -> None:

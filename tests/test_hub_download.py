@@ -34,6 +34,7 @@ import torch
 
 from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError
 from engine.model_store import (
+    MIMI_CHECKPOINT,
     check_model_folder,
     download,
     find_local_model,
@@ -301,6 +302,26 @@ def _tree(files: dict[str, bytes]) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- fixtures
 
 
+# Files of a real model repository that the app never reads: a download must not fetch them. (The tiny
+# checkpoint's README.md is one too; the Mimi checkpoint is read only when there is no audio_detokenizer/.)
+UNREAD_FILES = {"assets/demo-ja.wav": b"RIFF" + bytes(4096), MIMI_CHECKPOINT: b"\0" * 8192}
+
+
+def _read_by_the_app(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {path: data for path, data in files.items() if path != "README.md" and path not in UNREAD_FILES}
+
+
+@pytest.fixture(scope="session")
+def app_files(tiny_files: dict[str, bytes]) -> dict[str, bytes]:
+    """The tiny checkpoint's files that the app reads: what a download fetches."""
+    files = _read_by_the_app(tiny_files)
+    assert set(files) == {
+        "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+        "audio_detokenizer/config.json", "audio_detokenizer/model.safetensors",
+    }
+    return files
+
+
 @pytest.fixture(scope="session")
 def tiny_files(tiny_model_dir: Path) -> dict[str, bytes]:
     """Every file of the tiny checkpoint, keyed by its path in the repository ("audio_detokenizer/config.json")."""
@@ -364,7 +385,7 @@ def start_hub(online: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StartHu
 
 @pytest.fixture
 def hub(start_hub: StartHub, tiny_files: dict[str, bytes]) -> FakeHub:
-    return start_hub({REPO_ID: tiny_files})
+    return start_hub({REPO_ID: {**tiny_files, **UNREAD_FILES}})
 
 
 def _snapshot(repo_id: str = REPO_ID) -> Path:
@@ -407,7 +428,7 @@ def test_is_offline_follows_the_server_on_its_own_port(start_hub: StartHub) -> N
 
 
 def test_download_fetches_every_file_over_http_and_loads(
-    hub: FakeHub, tiny_files: dict[str, bytes], tiny_model_dir: Path, tiny_loaded
+    hub: FakeHub, app_files: dict[str, bytes], tiny_model_dir: Path, tiny_loaded
 ) -> None:
     from engine.loading import load_model
 
@@ -420,15 +441,15 @@ def test_download_fetches_every_file_over_http_and_loads(
     assert folder == _snapshot()
     assert check_model_folder(folder) == []
     downloaded = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    assert downloaded == set(tiny_files)
-    for path, data in tiny_files.items():
+    assert downloaded == set(app_files)
+    for path, data in app_files.items():
         assert (folder / path).read_bytes() == data, path
 
     requests = hub.take_requests()
-    assert set(requests) == _expected_requests(tiny_files)
+    assert set(requests) == _expected_requests(app_files)
     assert len(requests) == len(set(requests)), "a request was sent twice"
 
-    total = sum(len(data) for data in tiny_files.values())
+    total = sum(len(data) for data in app_files.values())
     byte_events = _byte_events(events)
     assert byte_events, "the progress callback got no byte counts"
     assert all(event.stage == "download" for event in byte_events)
@@ -444,7 +465,7 @@ def test_download_fetches_every_file_over_http_and_loads(
     assert loaded.folder == folder
 
 
-def test_downloaded_model_is_found_without_the_server(hub: FakeHub, tiny_files: dict[str, bytes]) -> None:
+def test_downloaded_model_is_found_without_the_server(hub: FakeHub, app_files: dict[str, bytes]) -> None:
     folder = download(REPO_ID)
     hub.stop()
     hub.take_requests()
@@ -453,17 +474,17 @@ def test_downloaded_model_is_found_without_the_server(hub: FakeHub, tiny_files: 
     assert find_local_model(REPO_ID) == folder
     assert resolve_model(REPO_ID, allow_download=False) == folder
     assert hub.requests == []
-    assert (folder / "model.safetensors").read_bytes() == tiny_files["model.safetensors"]
+    assert (folder / "model.safetensors").read_bytes() == app_files["model.safetensors"]
 
 
 def test_cancelled_download_leaves_no_broken_files_and_resumes(
-    hub: FakeHub, tiny_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
+    hub: FakeHub, app_files: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from huggingface_hub import constants
 
     # Small chunks, so that the weights arrive in many pieces and the cancel lands inside them.
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 256 * 1024)
-    small = {path for path in tiny_files if not _is_lfs(path)}
+    small = {path for path in app_files if not _is_lfs(path)}
     cancel = threading.Event()
     events: list[Progress] = []
 
@@ -476,20 +497,20 @@ def test_cancelled_download_leaves_no_broken_files_and_resumes(
     with pytest.raises(DownloadCancelled):
         download(REPO_ID, progress=on_progress, cancel=cancel)
     assert cancel.is_set()
-    total = sum(len(data) for data in tiny_files.values())
+    total = sum(len(data) for data in app_files.values())
     assert max(event.done_bytes or 0 for event in events) < total
 
     store = models_dir()
     assert not [p for p in store.rglob("*") if p.name.endswith(".incomplete")], "partial files were left behind"
     blob_names = {
         path: hashlib.sha256(data).hexdigest() if _is_lfs(path) else _git_blob_sha1(data)
-        for path, data in tiny_files.items()
+        for path, data in app_files.items()
     }
     blobs = store / f"models--{REPO_ID.replace('/', '--')}" / "blobs"
     assert {blob.name for blob in blobs.iterdir()} <= set(blob_names.values())
     kept = {path for path, name in blob_names.items() if (blobs / name).exists()}
     for path in kept:  # every blob that is there is complete
-        assert (blobs / blob_names[path]).read_bytes() == tiny_files[path], path
+        assert (blobs / blob_names[path]).read_bytes() == app_files[path], path
     assert small <= kept
     assert "audio_detokenizer/model.safetensors" not in kept
     assert check_model_folder(_snapshot()) != []
@@ -500,19 +521,19 @@ def test_cancelled_download_leaves_no_broken_files_and_resumes(
     folder = download(REPO_ID, progress=events.append)
     assert folder == _snapshot()
     assert check_model_folder(folder) == []
-    for path, data in tiny_files.items():
+    for path, data in app_files.items():
         assert (folder / path).read_bytes() == data, path
 
     # Files finished before the cancel are kept: the second run fetches only the others, and the tree
     # listing (cached on disk per commit by huggingface_hub) is not asked for again.
     requests = hub.take_requests()
     fetched = {r.path for r in requests if r.method == "GET"}
-    for path, data in tiny_files.items():
+    for path, data in app_files.items():
         url_path = f"{CDN_PATH}{blob_names[path]}" if _is_lfs(path) else f"/{REPO_ID}/resolve/{COMMIT}/{path}"
         assert (url_path in fetched) == (path not in kept), path
     assert f"/api/models/{REPO_ID}/revision/main" in fetched
     assert f"/api/models/{REPO_ID}/tree/{COMMIT}" not in fetched
-    refetched = sum(len(tiny_files[path]) for path in tiny_files if path not in kept)
+    refetched = sum(len(app_files[path]) for path in app_files if path not in kept)
     assert _byte_events(events)[-1].done_bytes == refetched
 
 
@@ -545,8 +566,26 @@ def test_truncated_weights_on_the_server_are_named(
     assert "truncated" in problem
     assert str(_snapshot()) in error.message and problem in error.message
     assert (_snapshot() / "model.safetensors").stat().st_size == len(weights) // 2
-    assert set(hub.take_requests()) == _expected_requests(files)
+    assert set(hub.take_requests()) == _expected_requests(_read_by_the_app(files))
     assert find_local_model(REPO_ID) is None  # a broken download is not offered as a model
+
+
+def test_a_repository_without_the_detokenizer_gets_the_mimi_checkpoint(
+    start_hub: StartHub, tiny_files: dict[str, bytes]
+) -> None:
+    files = {path: data for path, data in tiny_files.items() if not path.startswith("audio_detokenizer/")}
+    hub = start_hub({REPO_ID: {**files, **UNREAD_FILES}})
+
+    folder = download(REPO_ID)
+    assert check_model_folder(folder) == []
+    downloaded = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert downloaded == {*_read_by_the_app(files), MIMI_CHECKPOINT}  # still no demo media, no README
+    assert (folder / MIMI_CHECKPOINT).read_bytes() == UNREAD_FILES[MIMI_CHECKPOINT]
+    fetched = {r.path for r in hub.take_requests() if r.method == "HEAD"}
+    assert f"/{REPO_ID}/resolve/{COMMIT}/assets/demo-ja.wav" not in fetched
+    assert f"/{REPO_ID}/resolve/{COMMIT}/README.md" not in fetched
+    hub.stop()
+    assert find_local_model(REPO_ID) == folder  # and it is found again without the server
 
 
 def test_progress_bars_behave_like_tqdm_for_huggingface_hub() -> None:

@@ -466,7 +466,7 @@ def test_all_users_install_upgrade_and_uninstall(
     user_files = {}
     for name, folder in user_folders.items():
         host = wine.host(folder)
-        if host.suffix:  # a file (settings.json, audio-devices.json)
+        if host.suffix:  # a file (settings.json)
             host.parent.mkdir(parents=True, exist_ok=True)
             user_files[host] = f"{name} contents".encode()
         else:

@@ -18,7 +18,7 @@ def test_every_folder_follows_the_platform_dirs(isolated_user_dirs: Path) -> Non
     assert paths.config_dir() == isolated_user_dirs / "xdg_config_home" / paths.APP_NAME
     assert paths.log_dir() == isolated_user_dirs / "xdg_state_home" / paths.APP_NAME / "log"
     assert paths.models_dir().parent == paths.demo_model_dir().parent == paths.hub_xet_cache_dir().parent == paths.data_dir()
-    assert paths.settings_file().parent == paths.audio_devices_file().parent == paths.config_dir()
+    assert paths.settings_file().parent == paths.config_dir()
 
 
 def test_hf_xet_writes_into_the_apps_folder_after_a_download_attempt(tmp_path: Path) -> None:

@@ -337,10 +337,6 @@
       <translation>前の録音をまだ処理しています。少し待ってからもう一度押してください。</translation>
     </message>
     <message>
-      <source>Could not save the audio device choice.</source>
-      <translation>オーディオデバイスの選択を保存できませんでした。</translation>
-    </message>
-    <message>
       <source>The microphone "{name}" stopped delivering audio (unplugged?). It will be reopened on the next push-to-talk.</source>
       <translation>マイク「{name}」から音声が届かなくなりました（抜かれた可能性があります）。次に押して話すときに開き直します。</translation>
     </message>

@@ -1,4 +1,4 @@
-"""Audio I/O for the engine: push-to-talk capture, streaming playback, devices. numpy + sounddevice only:
+"""Audio I/O for the engine: push-to-talk capture, streaming playback, devices. numpy, soxr and sounddevice only:
 no Qt, no torch (the audio callbacks must stay lean and import nothing heavy)."""
 
 from engine.audio.capture import MODEL_SAMPLE_RATE, CapturedTake, PushToTalkRecorder
@@ -10,7 +10,6 @@ from engine.audio.devices import (
     list_devices,
     rescan_devices,
 )
-from engine.audio.io import AudioIO, DeviceChoice, load_device_choice, save_device_choice
 from engine.audio.playback import MODEL_OUTPUT_RATE, StreamingPlayer, UtteranceStats
 from engine.audio.resample import StreamingResampler, resample
 
@@ -20,17 +19,13 @@ __all__ = [
     "AudioDevice",
     "AudioDeviceError",
     "AudioError",
-    "AudioIO",
     "CapturedTake",
-    "DeviceChoice",
     "PushToTalkRecorder",
     "StreamingPlayer",
     "StreamingResampler",
     "UtteranceStats",
     "find_device",
     "list_devices",
-    "load_device_choice",
     "rescan_devices",
     "resample",
-    "save_device_choice",
 ]

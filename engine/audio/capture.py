@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler, resample
+from engine.audio.ring import ring_read, ring_write
+from engine.audio.stream import DeviceStream
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
 
 MODEL_SAMPLE_RATE = 16_000
@@ -86,8 +87,10 @@ class _ActiveTake:
         self.outcome = ""  # "complete" | "too_long" | "too_short" | "interrupted"
 
 
-class PushToTalkRecorder:
+class PushToTalkRecorder(DeviceStream):
     """Push-to-talk recorder on one input device (see the module docstring for the threading contract)."""
+
+    _kind = "input"
 
     def __init__(
         self,
@@ -119,10 +122,8 @@ class PushToTalkRecorder:
         self._on_take = on_take or self.takes.put
         self._on_event = on_event or self.events.put
 
-        self._stream: sd.InputStream | None = None
-        self._device: AudioDevice | None = None
+        self._init_device_stream()
         self._stream_lock = threading.Lock()  # serialises open/close between engine and worker; never in callback
-        self._callback_error: str | None = None
 
         # Requests from the engine thread: monotonically increasing counters, read by the callback.
         self._press_requests = 0
@@ -143,10 +144,6 @@ class PushToTalkRecorder:
         return self._rate
 
     @property
-    def device(self) -> AudioDevice | None:
-        return self._device
-
-    @property
     def block_frames(self) -> int:
         """Frames per callback block (fixed, `block_s` at the stream rate)."""
         return self._blocksize
@@ -155,11 +152,6 @@ class PushToTalkRecorder:
     def frames_captured(self) -> int:
         """Frames delivered by the stream since it was (re)opened."""
         return self._frames_captured
-
-    @property
-    def is_open(self) -> bool:
-        stream = self._stream
-        return stream is not None and stream.active and not self._stream_died
 
     @property
     def is_recording(self) -> bool:
@@ -176,25 +168,7 @@ class PushToTalkRecorder:
         is emitted and False returned; the next `press()` tries again."""
         self._ensure_worker()
         with self._stream_lock:
-            if self.is_open:
-                return True
-            self._close_stream_locked()
-            try:
-                stream, device = open_stream(
-                    "input",
-                    self.device_name,
-                    self.requested_samplerate,
-                    self._prepare_stream,
-                    latency="low",
-                    callback=self._on_audio,
-                    finished_callback=self._on_stream_finished,
-                )
-            except AudioDeviceError as exc:
-                self._report_device_error(exc)
-                return False
-            self._stream = stream
-            self._device = device
-            return True
+            return self._open_stream_locked(self._prepare_stream, latency="low", callback=self._on_audio)
 
     def select_device(self, device: str | None) -> bool:
         """Switch to another input device (closing the current stream) and open it."""
@@ -247,8 +221,7 @@ class PushToTalkRecorder:
     def _init_stream_state(self, rate: int, channels: int) -> None:
         """Fresh preallocated buffers and flags for a stream at `rate` (called before the stream starts:
         its callback may run at once)."""
-        self._closing_stream = False
-        self._stream_died = False
+        self._reset_stream_flags()
         self._rate = rate
         self._channels = channels
         self._downmix_gain = np.float32(1.0 / channels)
@@ -279,28 +252,10 @@ class PushToTalkRecorder:
         self._level_written = 0
         self._level_read = 0
 
-    def _close_stream_locked(self) -> None:
-        stream = self._stream
-        self._stream = None
-        if stream is None:
-            return
-        self._closing_stream = True
-        try:
-            # abort, not stop: there is nothing to drain on input, and stop() waits for the device.
-            stream.abort(ignore_errors=True)
-            stream.close(ignore_errors=True)
-        finally:
-            # A take cut off by closing the stream is handed to the worker like any other.
-            if self._active is not None:
-                self._finish(self._active, "interrupted")
-
-    def _on_stream_finished(self) -> None:
-        # PortAudio calls this when the stream stops; if we did not stop it, the device went away.
-        if not self._closing_stream:
-            self._stream_died = True
-
-    def _report_device_error(self, exc: AudioDeviceError) -> None:
-        self._on_event(EngineError.from_exception("audio_device", exc))
+    def _stream_closed(self) -> None:
+        # A take cut off by closing the stream is handed to the worker like any other.
+        if self._active is not None:
+            self._finish(self._active, "interrupted")
 
     # ------------------------------------------------------------------ audio callback (PortAudio thread)
 
@@ -308,8 +263,7 @@ class PushToTalkRecorder:
         try:
             self._process_block(indata, frames, status)
         except Exception as exc:  # never let an exception escape into PortAudio; the worker reports it
-            if self._callback_error is None:
-                self._callback_error = repr(exc)
+            self._keep_callback_error(exc)
 
     def _process_block(self, indata: np.ndarray, frames: int, status: sd.CallbackFlags) -> None:
         if status.input_overflow:
@@ -352,7 +306,7 @@ class PushToTalkRecorder:
                 else:
                     take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
 
-        self._write_history(mono, block_start)
+        ring_write(self._history, block_start, mono)
 
         take = self._active
         if take is not None:
@@ -366,14 +320,6 @@ class PushToTalkRecorder:
 
         self._frames_captured = block_start + frames
 
-    def _write_history(self, mono: np.ndarray, block_start: int) -> None:
-        size = len(self._history)
-        pos = block_start % size
-        first = min(len(mono), size - pos)
-        self._history[pos : pos + first] = mono[:first]
-        if first < len(mono):
-            self._history[: len(mono) - first] = mono[first:]
-
     def _begin_take(self, press_frame: int) -> None:
         try:
             buffer = self._pool.get_nowait()
@@ -382,12 +328,7 @@ class PushToTalkRecorder:
             return
         preroll = min(self._preroll_frames, press_frame, len(buffer))
         start = press_frame - preroll
-        size = len(self._history)
-        pos = start % size
-        first = min(preroll, size - pos)
-        buffer[:first] = self._history[pos : pos + first]
-        if first < preroll:
-            buffer[first:preroll] = self._history[: preroll - first]
+        ring_read(self._history, start, buffer[:preroll])
         self._take_counter += 1
         take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame)
         take.filled = preroll
@@ -505,18 +446,13 @@ class PushToTalkRecorder:
         return InputLevel(rms=rms, peak=peak, clipping=peak >= CLIP_LEVEL)
 
     def _check_stream_health(self) -> None:
-        if self._callback_error is not None:
-            message, self._callback_error = self._callback_error, None
-            self._on_event(EngineError(kind="internal", message="Audio capture failed.", details=message))
+        self._report_callback_error("Audio capture failed.")
         if self._stream_died and self._stream is not None:
             with self._stream_lock:
                 if not self._stream_died or self._stream is None:
                     return
                 self._close_stream_locked()
-            name = self.device_name or "(system default)"
-            self._on_event(EngineError.templated(
-                "audio_device",
+            self._report_stream_died(
                 'The microphone "{name}" stopped delivering audio (unplugged?). '
-                "It will be reopened on the next push-to-talk.",
-                name=name,
-            ))
+                "It will be reopened on the next push-to-talk."
+            )

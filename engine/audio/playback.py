@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 import sounddevice as sd
 
-from engine.audio.devices import AudioDevice, AudioDeviceError, open_stream
 from engine.audio.resample import StreamingResampler
-from engine.protocol import EngineError, Event
+from engine.audio.ring import ring_read, ring_write
+from engine.audio.stream import DeviceStream
+from engine.protocol import Event
 
 MODEL_OUTPUT_RATE = 24_000
 
@@ -59,8 +60,10 @@ class UtteranceStats:
     underrun_frames: int  # silence inserted by those underruns, in device frames
 
 
-class StreamingPlayer:
+class StreamingPlayer(DeviceStream):
     """Streaming player for one output device (see the module docstring for the threading contract)."""
+
+    _kind = "output"
 
     def __init__(
         self,
@@ -83,14 +86,11 @@ class StreamingPlayer:
         self.latency = latency
         self._on_event = on_event or (lambda event: None)
 
-        self._stream: sd.OutputStream | None = None
-        self._device: AudioDevice | None = None
+        self._init_device_stream()
         # Serialises the producer methods and stream (re)opening; re-entrant because begin_utterance opens the
         # stream. Never taken by the callback or by flush().
         self._lock = threading.RLock()
-        self._callback_error: str | None = None
         self._uid = 0
-        self.dropped_chunks = 0  # chunks enqueued with no utterance open (e.g. after a barge-in flush)
         self._underruns_total = 0  # over the player's lifetime, across stream reopens
         self._flush_generation = 0  # bumped by every flush(); never reset, so stale utterances stay stale
         self._device_underflows = 0
@@ -103,15 +103,6 @@ class StreamingPlayer:
         return self._rate
 
     @property
-    def device(self) -> AudioDevice | None:
-        return self._device
-
-    @property
-    def is_open(self) -> bool:
-        stream = self._stream
-        return stream is not None and stream.active and not self._stream_died
-
-    @property
     def output_latency_s(self) -> float | None:
         """The output latency PortAudio reports for the open stream: how long after the callback a sample is
         heard. The app adds it to "first sample handed to the device" to show when speech became audible."""
@@ -122,10 +113,6 @@ class StreamingPlayer:
     def buffered_frames(self) -> int:
         """Device-rate frames queued and not yet handed to the device."""
         return max(0, self._write_pos - max(self._read_pos, self._flush_to))
-
-    @property
-    def buffered_s(self) -> float:
-        return self.buffered_frames / self._rate
 
     @property
     def frames_played(self) -> int:
@@ -172,26 +159,12 @@ class StreamingPlayer:
         """Open and start the output stream if it is not running. On failure an EngineError(kind="audio_device")
         is emitted and False returned; the next `begin_utterance()` tries again."""
         with self._lock:
-            if self.is_open:
-                return True
-            self._close_stream_locked()
-            try:
-                stream, device = open_stream(
-                    "output",
-                    self.device_name,
-                    self.requested_samplerate,
-                    self._prepare_stream,
-                    blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
-                    latency=self.latency,
-                    callback=self._on_audio,
-                    finished_callback=self._on_stream_finished,
-                )
-            except AudioDeviceError as exc:
-                self._report(exc)
-                return False
-            self._stream = stream
-            self._device = device
-            return True
+            return self._open_stream_locked(
+                self._prepare_stream,
+                blocksize=0,  # let PortAudio pick the lowest-latency size; the callback copes with any
+                latency=self.latency,
+                callback=self._on_audio,
+            )
 
     def select_device(self, device: str | None) -> bool:
         """Switch to another output device. Whatever was queued is dropped."""
@@ -217,8 +190,7 @@ class StreamingPlayer:
     def _init_stream_state(self, rate: int) -> None:
         """Fresh buffers and flags for a stream at `rate` (called before the stream starts: its callback
         may run at once)."""
-        self._closing_stream = False
-        self._stream_died = False
+        self._reset_stream_flags()
         self._died_reported = False
         self._rate = rate
         self._ring = np.zeros(max(1, round(self.buffer_s * rate)), dtype=np.float32)
@@ -239,35 +211,14 @@ class StreamingPlayer:
         self._cb_underruns = 0
         self._cb_underrun_frames = 0
 
-    def _close_stream_locked(self) -> None:
-        stream = self._stream
-        self._stream = None
-        if stream is None:
-            return
-        self._closing_stream = True
-        stream.abort(ignore_errors=True)  # drop what the device buffered: closing means stop now
-        stream.close(ignore_errors=True)
-
-    def _on_stream_finished(self) -> None:
-        if not self._closing_stream:
-            self._stream_died = True
-
-    def _report(self, exc: AudioDeviceError) -> None:
-        self._on_event(EngineError.from_exception("audio_device", exc))
-
     def _check_stream(self) -> bool:
         """True if the stream is usable; reports (once) a stream that died under us."""
-        if self._callback_error is not None:
-            details, self._callback_error = self._callback_error, None
-            self._on_event(EngineError(kind="internal", message="Audio playback failed.", details=details))
+        self._report_callback_error("Audio playback failed.")
         if self._stream_died and not self._died_reported:
             self._died_reported = True
-            name = self.device_name or "(system default)"
-            self._on_event(EngineError.templated(
-                "audio_device",
-                'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.',
-                name=name,
-            ))
+            self._report_stream_died(
+                'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.'
+            )
         return self.is_open
 
     # ------------------------------------------------------------------ producer API (engine thread)
@@ -291,7 +242,6 @@ class StreamingPlayer:
         with self._lock:
             utterance = self._current_utterance()
             if utterance is None or utterance.end_pos is not None:
-                self.dropped_chunks += 1
                 return False
             if not self._check_stream():
                 return False
@@ -340,15 +290,6 @@ class StreamingPlayer:
         self._flush_to = self._write_pos
         return dropped
 
-    def wait_until_drained(self, timeout: float | None = None) -> bool:
-        """Block (polling, not holding any lock) until the current utterance has played out."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.is_speaking and self.is_open:
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            time.sleep(0.005)
-        return not self.is_speaking
-
     def _write(self, samples: np.ndarray, generation: int, timeout: float | None) -> bool:
         """Copy into the ring, waiting for space; publish the new write position after the data."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -365,11 +306,7 @@ class StreamingPlayer:
                 time.sleep(0.002)
                 continue
             count = min(free, len(samples) - offset)
-            start = write % capacity
-            first = min(count, capacity - start)
-            self._ring[start : start + first] = samples[offset : offset + first]
-            if first < count:
-                self._ring[: count - first] = samples[offset + first : offset + count]
+            ring_write(self._ring, write, samples[offset : offset + count])
             self._write_pos = write + count
             offset += count
             if generation != self._flush_generation:
@@ -385,8 +322,7 @@ class StreamingPlayer:
             self._fill(outdata, frames, time_info, status)
         except Exception as exc:  # never let an exception escape into PortAudio: play silence, report later
             outdata.fill(0)
-            if self._callback_error is None:
-                self._callback_error = repr(exc)
+            self._keep_callback_error(exc)
 
     def _fill(self, outdata: np.ndarray, frames: int, time_info: object, status: sd.CallbackFlags) -> None:
         if status.output_underflow:
@@ -395,12 +331,7 @@ class StreamingPlayer:
         available = self._write_pos - read
         count = min(frames, available)
         if count > 0:
-            capacity = len(self._ring)
-            start = read % capacity
-            first = min(count, capacity - start)
-            outdata[:first] = self._ring[start : start + first, None]
-            if first < count:
-                outdata[first:count] = self._ring[: count - first, None]
+            ring_read(self._ring, read, outdata[:count])
         else:
             count = 0
         if count < frames:

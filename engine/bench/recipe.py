@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from engine.generation import END_OF_AUDIO, IM_END, TEXT_END
+from engine.realtime import graphs
 
 
 class RecipeGenerator:
@@ -70,21 +71,16 @@ class RecipeGenerator:
             )
             self.backbone_out = out.last_hidden_state
 
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        def run_both_steps() -> None:
             for _ in range(3):
                 depth_step()
                 backbone_step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self.depth_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.depth_graph):
-            depth_step()
+
+        # Each graph in its own private pool (pool=None), as the recipe has it.
+        graphs.warm_up(self.device, run_both_steps)
+        self.depth_graph, _ = graphs.capture(depth_step)
         try:
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                backbone_step()
-            self.backbone_graph = graph
+            self.backbone_graph, _ = graphs.capture(backbone_step)
         except Exception as error:  # recorded in the results: the recipe then runs its backbone eagerly
             self.backbone_capture_error = f"{type(error).__name__}: {error}"
             torch.cuda.synchronize(self.device)

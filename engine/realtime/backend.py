@@ -21,14 +21,19 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from engine.loading import LoadedModel
-from engine.protocol import SamplingSettings
+from engine.decoding import SamplingSettings
+from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
+from engine.realtime.streaming import StreamingState
+
+if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
+    from engine.loading import LoadedModel
 
 
 # Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a
@@ -45,7 +50,7 @@ PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
 MATMUL_ATTENTION_MAX_ROWS = 128
 
 
-class GraphedBackend:
+class GraphedBackend(StreamingState):
     """Implements `engine.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
 
     def __init__(
@@ -128,26 +133,20 @@ class GraphedBackend:
     def capture(self) -> None:
         """Capture every graph once; the cache is restored afterwards, so nothing is lost."""
         started = time.perf_counter()
-        saved = self.backbone.snapshot()
-        saved_io = (self.input.clone(), self.hidden.clone())
+        saved = self.snapshot()
         steps = self.steps
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+
+        def run_every_step() -> None:
             for _ in range(3):  # warm up: cuBLAS handles, workspace, lazy module loading
                 for name, step in steps.items():
                     self.stage_standalone_run(name)
                     step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        pool = torch.cuda.graph_pool_handle()
+
+        graphs.warm_up(self.device, run_every_step)
+        pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                step()
-            self.graphs[name] = graph
-        self.backbone.restore(saved)
-        self.input.copy_(saved_io[0])
-        self.hidden.copy_(saved_io[1])
+            self.graphs[name], _ = graphs.capture(step, pool=pool)
+        self.restore(saved)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
 
@@ -183,6 +182,10 @@ class GraphedBackend:
     @positions.setter
     def positions(self, value: int) -> None:
         self.backbone.positions = value
+
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The backbone's cache, then the next input and the last output (the `StreamingState` protocol)."""
+        return [*self.backbone.state_tensors(), self.input, self.hidden]
 
     def reset(self) -> None:
         self.backbone.reset()

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from engine.realtime import graphs
+
 log = logging.getLogger(__name__)
 
 MEL_FRAMES_PER_SECOND = 100  # the preprocessor's 10 ms hop
@@ -101,13 +103,10 @@ class EncoderGraphs:
                 features = torch.zeros((1, features_in, frames), device=self.device, dtype=self.dtype)
                 features[..., :take_frames] = torch.randn((1, features_in, take_frames), device=self.device, generator=generator)
                 length = torch.full((1,), take_frames, dtype=torch.long, device=self.device)
-                side.wait_stream(torch.cuda.current_stream(self.device))
-                with torch.cuda.stream(side):
-                    expected, expected_length = (t.clone() for t in self._eager_forward(features, length))
-                torch.cuda.current_stream(self.device).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    encoded, encoded_length = self._eager_forward(features, length)
+                expected, expected_length = graphs.warm_up(
+                    self.device, lambda: tuple(t.clone() for t in self._eager_forward(features, length)), side=side
+                )
+                graph, (encoded, encoded_length) = graphs.capture(lambda: self._eager_forward(features, length), pool=pool)
                 rung = _Rung(graph, features, length, encoded, encoded_length)
                 graph.replay()
                 problem = _compare(encoded, encoded_length, expected, expected_length)

@@ -24,6 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.realtime.cuda_kernels import FusedGemv, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
+from engine.realtime.streaming import StreamingState
 
 END_OF_AUDIO = 2048
 
@@ -78,7 +79,7 @@ class _ConvLayer:
     w2: torch.Tensor
 
 
-class StaticBackbone:
+class StaticBackbone(StreamingState):
     """transformers' Lfm2Model as a fixed-buffer decoder: prefill spans and single decode steps."""
 
     def __init__(self, lfm: nn.Module, max_positions: int) -> None:
@@ -184,25 +185,15 @@ class StaticBackbone:
         self.position.zero_()
         self.positions = 0
 
-    def snapshot(self) -> list[torch.Tensor]:
-        """Copies of the mutable state (used to warm up and capture graphs without corrupting it)."""
-        state = [self.position.clone()]
+    def state_tensors(self) -> list[torch.Tensor]:
+        """The position, then per layer its keys and values (attention) or its conv state."""
+        state = [self.position]
         for layer in self.layers:
             if isinstance(layer, _AttentionLayer):
-                state += [layer.keys.clone(), layer.values.clone()]
+                state += [layer.keys, layer.values]
             else:
-                state.append(layer.state.clone())
+                state.append(layer.state)
         return state
-
-    def restore(self, state: list[torch.Tensor]) -> None:
-        items = iter(state)
-        self.position.copy_(next(items))
-        for layer in self.layers:
-            if isinstance(layer, _AttentionLayer):
-                layer.keys.copy_(next(items))
-                layer.values.copy_(next(items))
-            else:
-                layer.state.copy_(next(items))
 
     # ------------------------------------------------------------------ math shared by both paths
 

@@ -73,6 +73,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.realtime import graphs
+from engine.realtime.streaming import StreamingState
+
 if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
     from liquid_audio.moshi.models.compression import MimiModel
@@ -200,7 +203,7 @@ class _AttnLayer:
     src: nn.Module = field(repr=False)  # the decoder layer, for refresh_weights()
 
 
-class StreamingDetokenizer(StreamingAudioDecoder):
+class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
     """Frame-by-frame `LFM2AudioDetokenizer` with explicit state and an optional CUDA graph.
 
     Usage::
@@ -220,12 +223,28 @@ class StreamingDetokenizer(StreamingAudioDecoder):
     """
 
     def __init__(self, detokenizer: LFM2AudioDetokenizer) -> None:
+        self._module = detokenizer
+        layers = self._read_geometry(detokenizer)
+        self._make_layer_specs(layers)
+        self._make_output_head(detokenizer)
+        self.refresh_weights()  # the fused copies of the layers and the head
+        self._make_rotary(detokenizer.lfm.rotary_emb)
+        self._make_mask()
+        self._allocate_state(window=detokenizer.istft.window, n_attn=len(layers) - self._n_conv)
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._frames_done = 0
+        self.reset()
+
+    # ------------------------------------------------------------------ construction, step by step
+
+    def _read_geometry(self, detokenizer: LFM2AudioDetokenizer) -> list[nn.Module]:
+        """Device, dtype and the sizes the layouts are built from (checked against what the step assumes);
+        returns the decoder layers."""
         lfm = detokenizer.lfm
         cfg = lfm.config
         emb_w = detokenizer.emb.emb.weight
         self.device: torch.device = emb_w.device
         self.dtype: torch.dtype = emb_w.dtype
-        self._module = detokenizer
         hidden = int(cfg.hidden_size)
         if hidden != _HIDDEN or detokenizer.emb.codeboooks != NUM_CODEBOOKS:
             raise ValueError(f"expected hidden size {_HIDDEN} and {NUM_CODEBOOKS} codebooks")
@@ -237,7 +256,6 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         self._hidden = hidden
         self._window = int(detokenizer.sliding_window_size)
         self._l_cache = int(cfg.conv_L_cache)
-        dev, dt = self.device, self.dtype
 
         layers = list(lfm.layers[: cfg.num_hidden_layers])
         attn = [layer.self_attn for layer in layers if layer.is_attention_layer]
@@ -256,9 +274,15 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         if not 1 <= self._l_cache <= UPSAMPLE + 1:
             raise ValueError("conv_L_cache must be in 1..7 (the state shift assumes L - 1 <= 6)")
         self._attn_width = attn_width
-        n_conv = len(layers) - len(attn)
+        self._n_conv = len(layers) - len(attn)
+        return layers
 
-        # ---- per-layer weights (references, plus the fused copies listed in the module docstring)
+    def _make_layer_specs(self, layers: list[nn.Module]) -> None:
+        """Per-layer weights: references, plus the fused copies listed in the module docstring (filled by
+        `refresh_weights`)."""
+        hidden, attn_width = self._hidden, self._attn_width
+        hd, n_kv, n_rep = self._head_dim, self._n_kv, self._n_rep
+        dev, dt = self.device, self.dtype
         self._layers: list[_ConvLayer | _AttnLayer] = []
         for layer in layers:
             if layer.is_attention_layer:
@@ -303,6 +327,11 @@ class StreamingDetokenizer(StreamingAudioDecoder):
                     )
                 )
         self._layer_modules = layers
+
+    def _make_output_head(self, detokenizer: LFM2AudioDetokenizer) -> None:
+        """The final norm, the codebook embeddings, the output Linear's fused copy and the ISTFT matrix."""
+        lfm, hidden, dev = detokenizer.lfm, self._hidden, self.device
+        emb_w = detokenizer.emb.emb.weight
         self._final_norm_w = lfm.embedding_norm.weight
         self._final_eps = float(lfm.embedding_norm.variance_epsilon)
         self._emb3 = emb_w.view(NUM_CODEBOOKS, CODEBOOK_SIZE, hidden)
@@ -312,9 +341,10 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         if detokenizer.istft.padding != "same" or window.numel() != WIN:
             raise ValueError("expected the 'same'-padded ISTFT with a 1280-sample window")
         self._dft = _real_dft_synthesis_matrix(window.cpu()).to(dev)
-        self.refresh_weights()
 
-        # ---- rotary: RT[t] (head_dim x head_dim) so that roped = x @ RT[t]; built once per step
+    def _make_rotary(self, rope: nn.Module) -> None:
+        """RT[t] (head_dim x head_dim) so that roped = x @ RT[t]; the step builds it once per frame."""
+        hd, dev, dt = self._head_dim, self.device, self.dtype
         half = hd // 2
         inv_freq = rope.inv_freq.detach().to(device=dev, dtype=torch.float32)
         if inv_freq.numel() != half:
@@ -332,7 +362,9 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         self._ang = torch.empty(UPSAMPLE, half, device=dev, dtype=torch.float32)
         self._rt = torch.empty(UPSAMPLE, hd, hd, device=dev, dtype=dt)
 
-        # ---- sliding-window mask: static band in slot coordinates + the validity row of the arena
+    def _make_mask(self) -> None:
+        """The sliding-window mask: a static band in slot coordinates (+ the validity row of the arena)."""
+        dev, dt = self.device, self.dtype
         rows = UPSAMPLE * self._blocks
         t = torch.arange(UPSAMPLE)[:, None]
         s = torch.arange(self._slots)[None, :]
@@ -345,10 +377,14 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         self._mask_store = torch.zeros(rows, padded, device=dev, dtype=dt)
         self._mask = self._mask_store[:, : self._slots]
 
-        # ---- state
+    def _allocate_state(self, *, window: Tensor, n_attn: int) -> None:
+        """The state buffers of the module docstring, and the step's static inputs and outputs."""
+        hidden, attn_width, n_conv = self._hidden, self._attn_width, self._n_conv
+        dev, dt = self.device, self.dtype
+        window = window.detach().to(device=dev, dtype=torch.float32)
         # Attention arena (+ validity block); a 1-wide dummy when there is no attention layer.
-        self._arena = torch.zeros(len(attn) + 1, self._slots, max(attn_width, 1), device=dev, dtype=dt)
-        self._arena_tmp = torch.empty(len(attn) + 1, self._past, max(attn_width, 1), device=dev, dtype=dt)
+        self._arena = torch.zeros(n_attn + 1, self._slots, max(attn_width, 1), device=dev, dtype=dt)
+        self._arena_tmp = torch.empty(n_attn + 1, self._past, max(attn_width, 1), device=dev, dtype=dt)
         self._validity = self._arena[-1, :, 0]
         lc = self._l_cache
         self._conv_hist = torch.zeros(n_conv, lc - 1 + UPSAMPLE, lc * hidden, device=dev, dtype=dt)
@@ -381,9 +417,6 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         self.pcm_buffer: Tensor = torch.zeros(FRAME_SAMPLES, device=dev, dtype=torch.float32)
         self.valid_samples: Tensor = torch.zeros((), device=dev, dtype=torch.int64)
 
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._frames_done = 0
-        self.reset()
 
     # ------------------------------------------------------------------ weights
 
@@ -484,28 +517,22 @@ class StreamingDetokenizer(StreamingAudioDecoder):
         """
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        state = self._state_tensors()
         with torch.no_grad():
-            saved = [t.clone() for t in state]
-            side = torch.cuda.Stream(device=self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
+            saved = self.snapshot()
+
+            def run_three_steps() -> None:
                 for _ in range(3):
                     self.step_graphable()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                self.step_graphable()
-            for t, s in zip(state, saved, strict=True):
-                t.copy_(s)
-        self._graph = graph
 
-    def drop_graph(self) -> None:
-        self._graph = None
+            graphs.warm_up(self.device, run_three_steps)
+            graph, _ = graphs.capture(self.step_graphable, pool=pool)
+            self.restore(saved)
+        self._graph = graph
 
     # ------------------------------------------------------------------ the step
 
-    def _state_tensors(self) -> list[Tensor]:
+    def state_tensors(self) -> list[Tensor]:
+        """What a step carries to the next (the `StreamingState` protocol); `frames_done` is host-side."""
         return [self._arena, self._conv_hist, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
 
     @torch.no_grad()
@@ -688,9 +715,8 @@ def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
             return func(*args, **(kwargs or {}))
 
     cuda = decoder.device.type == "cuda"
-    state = decoder._state_tensors()
     with torch.no_grad():
-        saved = [t.clone() for t in state]
+        saved = decoder.snapshot()
         decoder.step_graphable()  # warm-up (lazy init) outside the count
         if cuda:
             torch.cuda.synchronize(decoder.device)
@@ -703,7 +729,6 @@ def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
         else:
             with _OpCounter():
                 decoder.step_graphable()
-        for t, s in zip(state, saved, strict=True):
-            t.copy_(s)
+        decoder.restore(saved)
     return KernelCount("cuda" if cuda else "cpu", sum(names.values()), dict(names))
 

@@ -1,0 +1,48 @@
+"""The one way this code base captures a CUDA graph (after moshi's `utils/compile.py` `CUDAGraphed`).
+
+The rules every capture follows:
+1. Warm up eagerly on a side stream first, ordered after the work already queued on the current stream
+   and before whatever is queued after it: cuBLAS/cuDNN handles and workspaces, lazily loaded kernels
+   and lazily grown module state must exist before a capture, and PyTorch's CUDA-graph notes ask for
+   the warm-up to be off the default stream (`warm_up`).
+2. Capture into a fresh `torch.cuda.CUDAGraph`, into the memory pool the caller names: graphs that
+   never run at the same time share one pool (`torch.cuda.graph_pool_handle()`), which keeps VRAM
+   bounded; `None` gives the graph a private pool (`capture`).
+3. The captured step reads and writes only static buffers, so a replay is the eager step on whatever
+   the buffers hold; every caller keeps that eager step as its fallback (CPU, or a failed capture).
+
+The capture itself records nothing on the device; callers that must not lose state (a conversation's
+cache, a half-spoken utterance) snapshot it before the warm-up and restore it after the capture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+def warm_up(device: torch.device, run: Callable[[], T], *, side: torch.cuda.Stream | None = None) -> T:
+    """`run()` on a side stream (a new one unless `side` is given), ordered between the current
+    stream's earlier and later work; returns what `run` returned."""
+    current = torch.cuda.current_stream(device)
+    if side is None:
+        side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        result = run()
+    current.wait_stream(side)
+    return result
+
+
+def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
+    """Record one call of `step` as a new graph in memory pool `pool` (None: a private pool);
+    returns the graph and what `step` returned during the capture (its static output buffers)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        result = step()
+    return graph, result
+
