@@ -59,6 +59,7 @@ class Context:
     out: Path
     examples = 0
     steps = 0
+    during_answer = 0  # commands sent right after an answer's first audio
 
 
 CTX = Context()
@@ -151,6 +152,62 @@ class EngineMachine(RuleBasedStateMachine):
         turn_id = 10_000 if which == "bogus" or not ids else (ids[0] if which == "first" else ids[-1])
         self._send(p.ReplayTurn(turn_id))
 
+    # Commands while an answer is being generated (respond() holds the session's lock), in four rules so
+    # that hypothesis picks these moments often: the answers of the tiny model are made in a blink.
+    @rule(command=st.sampled_from(("new_prompt", "new_prompt", "same_prompt")))
+    def prompt_during_an_answer(self, command: str) -> None:
+        self._during_an_answer(command)
+
+    @rule(command=st.sampled_from(("voice", "broken_voice", "reset", "load", "devices")))
+    def change_during_an_answer(self, command: str) -> None:
+        self._during_an_answer(command)
+
+    @rule(command=st.sampled_from(("barge_in", "cancel", "release")))
+    def take_during_an_answer(self, command: str) -> None:
+        self._during_an_answer(command)
+
+    @rule(command=st.sampled_from(("export", "replay")))
+    def replay_or_export_during_an_answer(self, command: str) -> None:
+        self._during_an_answer(command)
+
+    def _during_an_answer(self, command: str) -> None:
+        """A long answer, and `command` as soon as its first audio was queued."""
+        if self.stopped:
+            return
+        mark = len(self.eng.seen)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
+        time.sleep(0.3)
+        self.eng.send(p.EndTake())
+        try:
+            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=5, after=mark)
+        except AssertionError:
+            return  # no answer came (say, the microphone was switched off or a change was pending)
+        CTX.steps += 1
+        CTX.during_answer += 1
+        if command in ("new_prompt", "same_prompt"):
+            if command == "new_prompt":
+                self.prompt = next(x for x in PROMPTS if x != self.prompt)
+            self.eng.send(p.ApplySettings(p.SamplingSettings(greedy=True), self.prompt, 1.0))
+        elif command in ("voice", "broken_voice"):
+            self.eng.send(p.SwitchVoice(str(CTX.good_voice if command == "voice" else CTX.broken_voice)))
+        elif command == "reset":
+            self.eng.send(p.Reset())
+        elif command == "load":
+            self.eng.send(p.Load(source="demo", demo=True))
+        elif command == "devices":
+            self.eng.send(p.SelectDevices("vc_test_mic", SPEAKER))
+        elif command == "export":
+            self.exports += 1
+            self.eng.send(p.Export(str(CTX.out / f"during-{CTX.examples}" / f"talk-{self.exports}.wav")))
+        elif command == "replay":
+            self.eng.send(p.ReplayTurn(self.eng.of(p.UserTakeAdded)[-1].turn_id))
+        elif command == "barge_in":
+            self.eng.send(p.StartTake())
+        elif command == "cancel":
+            self.eng.send(p.Cancel())
+        else:
+            self.eng.send(p.EndTake())
+
     @rule(seconds=st.floats(0.0, 1.0))
     def wait(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -237,7 +294,8 @@ class EngineMachine(RuleBasedStateMachine):
     def _wait_for_rest(self) -> None:
         """Until two pings in a row find the engine resting with nothing else happening in between."""
         deadline = time.monotonic() + REST_TIMEOUT_S
-        self._send(p.EndTake())  # a take still held would otherwise run to its 60 s limit
+        # A take still held would otherwise run to its 60 s limit, and a long answer to its end.
+        self._send(p.EndTake(), p.Cancel())
         while True:
             assert time.monotonic() < deadline, "the engine did not come to rest"
             first = self._ping()
@@ -247,8 +305,8 @@ class EngineMachine(RuleBasedStateMachine):
             quiet = all(isinstance(e, (p.InputLevel, p.Pong)) for e in self.eng.seen[mark:])
             if first.state in RESTING and second.state in RESTING and quiet:
                 return
-            if second.state is p.EngineState.RECORDING:
-                self._send(p.EndTake())
+            if second.state is not p.EngineState.IDLE:
+                self._send(p.EndTake(), p.Cancel())
 
     def _check_records(self) -> None:
         """What the engine keeps (its export) is what the window was told, since the last new conversation."""
@@ -305,10 +363,11 @@ def test_random_interleavings_of_every_command(audio_env, isolated_user_dirs: Pa
     CTX.out = tmp_path / "exports"
     CTX.out.mkdir()
     (CTX.out / "not-a-folder.txt").write_text("a file where the export wants a folder")
-    CTX.examples = CTX.steps = 0
+    CTX.examples = CTX.steps = CTX.during_answer = 0
     run_state_machine_as_test(
         EngineMachine,
         settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck), print_blob=True),
     )
-    print(f"stateful engine test: {CTX.examples} examples, {CTX.steps} commands sent")
+    print(f"stateful engine test: {CTX.examples} examples, {CTX.steps} commands sent, "
+          f"{CTX.during_answer} of them during an answer")

@@ -337,7 +337,9 @@ class EngineWorker:
             handler(command)
         except Exception as exc:  # noqa: BLE001 - every failure is shown, the engine keeps running
             kind = _error_kind(exc)
-            self._report(exc, kind if kind != "internal" else _COMMAND_ERROR_KIND.get(type(command).__name__))
+            if kind == "internal" and type(exc).__name__ != "SessionBusy":  # that one is a bug here, not the user's
+                kind = _COMMAND_ERROR_KIND.get(type(command).__name__, kind)
+            self._report(exc, kind)
             if self.phase is Phase.RECORDING and not (self.recorder is not None and self.recorder.is_recording):
                 self._set_phase(self._rest_phase())
 
