@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from engine import validation
 from engine.errors import SettingsError
+from engine.files import write_atomically
 from engine.protocol import SamplingSettings
 
 SETTINGS_VERSION = 1
@@ -324,19 +324,6 @@ def _copy_aside(path: Path, raw: bytes) -> Path | None:
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
     """Write atomically: readers see either the old file or the new one, never a partial one."""
     path = path or default_settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(to_json_dict(settings), ensure_ascii=False, indent=2) + "\n"
-    fd, tmp_name = tempfile.mkstemp(prefix=".settings-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        raise
+    write_atomically(path, text.encode("utf-8"))
     return path

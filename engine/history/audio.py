@@ -9,7 +9,6 @@ the model itself continues from its saved audio codes, not from this sound.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import numpy as np
@@ -33,36 +32,6 @@ def encode_flac(pcm: np.ndarray, sample_rate: int, subtype: str) -> bytes:
     soundfile.write(buffer, np.clip(np.asarray(pcm, dtype=np.float32), -1.0, 1.0), sample_rate, format="FLAC",
                     subtype=subtype)
     return buffer.getvalue()
-
-
-def write_file_atomically(path: Path, data: bytes) -> None:
-    """`data` lands at `path` whole or not at all: a temporary file in the same folder, fsync, rename, and
-    an fsync of the folder so the rename itself survives a power cut. Raises OSError (disk full...)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    if os.name != "posix":
-        return  # Windows has no directory handles to fsync; NTFS journals the rename itself
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_flac(path: Path) -> tuple[np.ndarray, int]:

@@ -41,8 +41,8 @@ from engine.history.audio import (
     TAKE_SUBTYPE,
     encode_flac,
     read_flac,
-    write_file_atomically,
 )
+from engine.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,7 @@ class HistoryStore:
             subtype = TAKE_SUBTYPE if turn.role == "user" else ANSWER_SUBTYPE
             data = encode_flac(turn.pcm, turn.sample_rate, subtype)
             relative = f"{AUDIO_DIR}/{conversation.uid}/{uuid.uuid4().hex}.flac"
-            write_file_atomically(self.folder / relative, data)
+            write_atomically(self.folder / relative, data)
             audio_bytes = len(data)
         tokens = turn.tokens
         blobs = (None, None, None) if tokens is None else (

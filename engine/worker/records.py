@@ -10,6 +10,7 @@ are known (or when it ended without any). Do not block in it for long (it runs b
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ import numpy as np
 
 from engine import protocol as p
 from engine.errors import UserFacingError
+from engine.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -147,21 +149,16 @@ def export_conversation(records: list[TurnRecord], wav_path: Path) -> list[Path]
     audio = np.clip(audio, -1.0, 1.0)
     txt_path = wav_path.with_suffix(".txt")
     json_path = wav_path.with_suffix(".json")
-    _atomic_write(wav_path, lambda f: sf.write(f, audio, ANSWER_RATE, subtype="PCM_16", format="WAV"), binary=True)
-    _atomic_write(txt_path, lambda f: f.write("\n".join(lines) + "\n"))
+    wav = io.BytesIO()
+    sf.write(wav, audio, ANSWER_RATE, subtype="PCM_16", format="WAV")
+    write_atomically(wav_path, wav.getvalue())
+    write_atomically(txt_path, ("\n".join(lines) + "\n").encode("utf-8"))
     doc = {"sample_rate": ANSWER_RATE, "gap_s": EXPORT_GAP_S, "duration_s": round(len(audio) / ANSWER_RATE, 3),
            "turns": turns_json}
-    _atomic_write(json_path, lambda f: f.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n"))
+    write_atomically(json_path, (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
     return [wav_path, txt_path, json_path]
 
 
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(seconds, 60.0)
     return f"{int(minutes):02d}:{secs:05.2f}"
-
-
-def _atomic_write(path: Path, write: Callable[[Any], Any], *, binary: bool = False) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
-        write(f)
-    tmp.replace(path)
