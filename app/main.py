@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
+from engine.constants import APP_AUTHOR, APP_NAME
 from engine.settings import load_settings
 
 from app.bridge import EngineBridge
@@ -18,9 +19,9 @@ from app.main_window import MainWindow
 def create_app(argv: list[str]) -> QApplication:
     app = QApplication.instance() or QApplication(argv)
     assert isinstance(app, QApplication)
-    app.setApplicationName("VoiceChat")
-    app.setOrganizationName("VoiceChat")
-    app.setApplicationDisplayName("VoiceChat")
+    app.setApplicationName(APP_NAME)
+    app.setOrganizationName(APP_AUTHOR)
+    app.setApplicationDisplayName(APP_NAME)
     return app
 
 

@@ -61,6 +61,7 @@ from engine.protocol import (
     TurnMetrics,
     UserTakeAdded,
 )
+from engine.model_store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
@@ -299,7 +300,7 @@ class MainWindow(QMainWindow):
 
         if self.first_run is None:
             source = self.settings.model_source
-            hub_id = source if source and "/" in source and not source.startswith(("/", ".")) else DEFAULT_MODEL_SOURCE
+            hub_id = source if source and looks_like_repo_id(source) else DEFAULT_MODEL_SOURCE
             dialog = FirstRunDialog(hub_id, offline=bool(hf_constants.HF_HUB_OFFLINE), resume=resume, parent=self)
             dialog.download_requested.connect(self._on_download_chosen)
             dialog.folder_chosen.connect(self._on_folder_chosen)

@@ -18,8 +18,7 @@ import numpy as np
 import torch
 
 from engine.loading import LoadedModel
-
-FRAME_SAMPLES = 1920
+from engine.constants import FRAME_SAMPLES
 
 
 class PipelinedDecoder:

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from engine import logs, paths
+from engine.constants import MODEL_REPO_ID as DEFAULT_MODEL_REPO
 
 logger = logging.getLogger(__name__)
 
 APP_NAME = paths.APP_NAME
-DEFAULT_MODEL_REPO = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 REPORT_SCHEMA = 1
 
 # Oldest driver branch that runs CUDA 12.x builds through minor-version compatibility (NVIDIA's

@@ -28,10 +28,10 @@ import torch
 from torch import nn
 
 from engine.decoding import SamplingSettings
+from engine.constants import END_OF_AUDIO
 
 IM_END = 7
 TEXT_END = 130
-END_OF_AUDIO = 2048
 
 
 @dataclass(frozen=True)

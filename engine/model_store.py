@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 from engine import paths
 from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError, Problem
 from engine.protocol import Progress
+from engine.constants import MODEL_REPO_ID as DEFAULT_REPO_ID
 
-DEFAULT_REPO_ID = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 MIMI_CHECKPOINT = "tokenizer-e351c8d8-checkpoint125.safetensors"
 # The files of a model repository the app reads (check_model_folder, liquid-audio's from_pretrained and
 # transformers' AutoTokenizer); a download fetches only these, not the repository's demo media or README.

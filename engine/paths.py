@@ -19,9 +19,7 @@ from pathlib import Path
 
 import platformdirs
 
-APP_NAME = "VoiceChat"
-# platformdirs' "appauthor": on Windows the folders are %LOCALAPPDATA%\<author>\<name>.
-APP_AUTHOR = "VoiceChat"
+from engine.constants import APP_AUTHOR, APP_NAME
 
 
 def _dirs() -> platformdirs.PlatformDirs:

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.diagnostics import selftest_main
-
-FRAME_SAMPLES = 1920
+from engine.constants import FRAME_SAMPLES
 
 
 def run_demo_turn() -> dict[str, Any]:

@@ -41,6 +41,9 @@ from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
+from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE_OUT
+from engine.constants import USER_SAMPLE_RATE as SAMPLE_RATE_IN
+from engine.constants import FRAME_SECONDS
 
 if TYPE_CHECKING:
     from engine.history.context import RestorePlan
@@ -48,9 +51,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
-SAMPLE_RATE_IN = 16_000
-SAMPLE_RATE_OUT = 24_000
-FRAME_SECONDS = 0.08  # one audio frame is 1920 samples at 24 kHz
 MIN_TAKE_SECONDS = 0.1
 DEFAULT_MAX_TAKE_SECONDS = 60.0
 # Context trims happen ahead, after an answer has been generated (while it plays): when the next turn

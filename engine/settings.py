@@ -25,13 +25,13 @@ from engine import validation
 from engine.errors import SettingsError
 from engine.files import write_atomically
 from engine.protocol import SamplingSettings
+from engine.constants import DEFAULT_SYSTEM_PROMPT
+from engine.constants import MODEL_REPO_ID as DEFAULT_MODEL_SOURCE
 
 SETTINGS_VERSION = 1
 
 # The prompt liquid-audio's own chat demo uses; it asks for interleaved text and speech, which is
 # what the app shows (text) and plays (audio).
-DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
-DEFAULT_MODEL_SOURCE = "LiquidAI/LFM2.5-Audio-1.5B-JP"
 
 CONTEXT_CHOICES = (2048, 4096, 8192, 16384)
 LANGUAGES = ("auto", "ja", "en")

@@ -50,6 +50,6 @@ def test_the_real_time_layer_imports_nothing_from_the_engine_thread() -> None:
     assert "engine.realtime.graphs" in realtime and "engine.realtime.streaming" in realtime
     loaded = _loaded_after(realtime)
     engine_modules = {m for m in loaded if m.startswith("engine.") and not m.startswith("engine.realtime")}
-    # Only the torch-free decoding settings from outside the layer; never the queue protocol, the worker,
-    # the session, the settings or the model store.
-    assert engine_modules == {"engine.decoding"}, sorted(engine_modules)
+    # Only the torch-free decoding settings and the app's constants from outside the layer; never the
+    # queue protocol, the worker, the session, the settings or the model store.
+    assert engine_modules == {"engine.constants", "engine.decoding"}, sorted(engine_modules)

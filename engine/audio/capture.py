@@ -34,8 +34,8 @@ from engine.audio.resample import StreamingResampler, resample
 from engine.audio.ring import ring_read, ring_write
 from engine.audio.stream import DeviceStream
 from engine.protocol import EngineError, Event, InputLevel, TakeRejected
+from engine.constants import USER_SAMPLE_RATE as MODEL_SAMPLE_RATE
 
-MODEL_SAMPLE_RATE = 16_000
 # A sample this close to full scale means the analogue side or the converter clipped.
 CLIP_LEVEL = 0.999
 # Takes waiting for the worker plus the one being recorded. Two is enough: the worker converts a take in well

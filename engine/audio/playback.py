@@ -32,8 +32,7 @@ from engine.audio.resample import StreamingResampler
 from engine.audio.ring import ring_read, ring_write
 from engine.audio.stream import DeviceStream
 from engine.protocol import Event
-
-MODEL_OUTPUT_RATE = 24_000
+from engine.constants import ANSWER_SAMPLE_RATE as MODEL_OUTPUT_RATE
 
 
 @dataclass(frozen=True)

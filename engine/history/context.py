@@ -15,8 +15,7 @@ import torch
 
 from engine.conversation import AudioOutPiece, Piece, TextPiece, Turn
 from engine.history.store import CODEBOOKS, AssistantTokens, SavedConversation, SavedTurn
-
-END_OF_AUDIO = 2048
+from engine.constants import END_OF_AUDIO
 
 
 def tokens_of_turn(turn: Turn) -> AssistantTokens:

@@ -25,8 +25,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from engine.realtime.cuda_kernels import FusedGemv, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
+from engine.constants import END_OF_AUDIO
 
-END_OF_AUDIO = 2048
 
 # Prefill (eager, a new length every turn) is pinned to the memory-efficient kernel: left to
 # choose, torch 2.11 picks cuDNN attention on Hopper, which builds a plan for every new shape

@@ -75,6 +75,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.realtime import graphs
 from engine.realtime.streaming import StreamingState
+from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE
 
 if TYPE_CHECKING:  # imported lazily: liquid-audio pulls in a lot at import time
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
@@ -95,7 +96,6 @@ __all__ = [
     "make_streaming_decoder",
 ]
 
-SAMPLE_RATE = 24_000
 NUM_CODEBOOKS = 8
 CODEBOOK_SIZE = 2048
 UPSAMPLE = 6  # transformer positions (= STFT frames) per code frame

@@ -24,11 +24,11 @@ import numpy as np
 from engine import protocol as p
 from engine.errors import UserFacingError
 from engine.files import write_atomically
+from engine.constants import ANSWER_SAMPLE_RATE as ANSWER_RATE
+from engine.constants import USER_SAMPLE_RATE as USER_RATE
 
 log = logging.getLogger(__name__)
 
-USER_RATE = 16_000  # what the recorder delivers and respond() takes
-ANSWER_RATE = 24_000  # what the model produces and the player plays
 EXPORT_GAP_S = 0.4  # silence between turns in the exported WAV, so the turns are audible as turns
 
 
