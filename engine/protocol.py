@@ -371,11 +371,10 @@ class EngineError:
 
     @classmethod
     def from_exception(cls, kind: str, error: object, *, details: str = "") -> "EngineError":
-        """From a UserFacingError or an AudioError (message, template, values and parts carried over)."""
-        message = getattr(error, "message", None) or getattr(error, "user_message", str(error))
+        """From a UserFacingError (message, template, values and parts carried over)."""
         return cls(
             kind=kind,
-            message=message,
+            message=getattr(error, "message", None) or str(error),
             details=details or getattr(error, "details", ""),
             template=getattr(error, "template", ""),
             values=tuple(sorted(getattr(error, "values", {}).items())),

@@ -137,7 +137,7 @@ def test_lists_devices_with_host_api_and_rate(alsa: alsa_env.AlsaTestEnv) -> Non
 def test_unknown_device_gives_error_naming_it_and_app_keeps_running(closing: Callable[[Any], Any]) -> None:
     with pytest.raises(AudioDeviceError) as raised:
         find_device("Imaginary USB Mic", "input")
-    assert "Imaginary USB Mic" in raised.value.user_message
+    assert "Imaginary USB Mic" in raised.value.message
 
     recorder = make_recorder(closing, "Imaginary USB Mic")
     assert recorder.open() is False

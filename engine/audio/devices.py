@@ -19,20 +19,22 @@ from typing import Any, Literal
 
 import sounddevice as sd
 
+from engine.errors import UserFacingError
+
 DeviceKind = Literal["input", "output"]
 
 _WASAPI_HOST_API = "Windows WASAPI"
 
 
-class AudioError(Exception):
-    """An audio problem the user has to be told about. `user_message` is ready to show in the window."""
+class AudioError(UserFacingError):
+    """An audio problem the user has to be told about (the one error family: `message`, `template`,
+    `values` as every UserFacingError), with PortAudio's own words in `details`."""
 
-    def __init__(self, user_message: str, *, details: str = "", template: str = "", values: dict[str, str] | None = None) -> None:
-        super().__init__(user_message)
-        self.user_message = user_message
+    kind = "audio_device"
+
+    def __init__(self, message: str, *, details: str = "", template: str = "", values: dict[str, str] | None = None) -> None:
+        super().__init__(message, template=template, values=values)
         self.details = details
-        self.template = template  # translatable form, as in engine.errors.UserFacingError
-        self.values = values or {}
 
 
 class AudioDeviceError(AudioError):
@@ -40,7 +42,7 @@ class AudioDeviceError(AudioError):
 
     def __init__(
         self,
-        user_message: str,
+        message: str,
         *,
         device_name: str | None,
         kind: DeviceKind,
@@ -48,9 +50,9 @@ class AudioDeviceError(AudioError):
         template: str = "",
         values: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(user_message, details=details, template=template, values=values)
+        super().__init__(message, details=details, template=template, values=values)
         self.device_name = device_name
-        self.kind = kind
+        self.direction = kind
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ def _error_kind(exc: BaseException) -> str:
     name = type(exc).__name__
     if name == "OutOfMemoryError" or "out of memory" in str(exc).lower():
         return "gpu_memory"
-    if name in ("PortAudioError", "AudioDeviceError", "AudioError") or type(exc).__module__.startswith("engine.audio"):
+    if name == "PortAudioError" or type(exc).__module__.startswith("engine.audio"):
         return "audio_device"
     return "internal"
 
