@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -75,6 +75,20 @@ def make_window(tmp_path: Path, *, settings: Settings | None = None, language: s
         save_settings(settings, settings_path)
     loaded: LoadResult = load_settings(settings_path)
     return MainWindow(bridge or EngineBridge(ScriptedWorker), loaded, settings_path)
+
+
+def scripted_window(qtbot, tmp_path: Path, *, settings: Settings | None = None,  # noqa: ANN001
+                    bridge: EngineBridge | None = None, startup_commands: int = 4) -> Iterator[MainWindow]:
+    """For a fixture: a shown main window on a new ScriptedWorker, once the worker has its start-up
+    commands; closed afterwards."""
+    ScriptedWorker.instances.clear()
+    win = make_window(tmp_path, settings=settings or Settings(model_source="/models/lfm"), bridge=bridge)
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    qtbot.waitUntil(lambda: len(ScriptedWorker.instances[-1].received) >= startup_commands)
+    yield win
+    win.close()
 
 
 def commands_of(window: MainWindow, kind: type) -> list[p.Command]:

@@ -9,11 +9,10 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from app_helpers import ScriptedWorker, make_window
+from app_helpers import ScriptedWorker, scripted_window
 
 from app.bridge import EngineBridge
 from engine import protocol as p
-from engine.settings import Settings
 
 
 def _worker() -> ScriptedWorker:
@@ -22,15 +21,7 @@ def _worker() -> ScriptedWorker:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
-    ScriptedWorker.instances.clear()
-    bridge = EngineBridge(ScriptedWorker, deadline_s=1.5, loading_deadline_s=60.0)
-    win = make_window(tmp_path, settings=Settings(model_source="/models/lfm"), bridge=bridge)
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: len(_worker().received) >= 4)
-    yield win
-    win.close()
+    yield from scripted_window(qtbot, tmp_path, bridge=EngineBridge(ScriptedWorker, deadline_s=1.5, loading_deadline_s=60.0))
 
 
 def test_a_hung_engine_is_noticed_and_can_be_restarted(qtbot, window) -> None:  # noqa: ANN001

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from app_helpers import ScriptedWorker, commands_of, make_window
+from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
 from PySide6.QtCore import QEvent, QLocale, Qt
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QApplication
@@ -130,14 +130,7 @@ def test_level_meter_converts_to_dbfs_and_holds_clipping(qtbot) -> None:  # noqa
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
-    ScriptedWorker.instances.clear()
-    win = make_window(tmp_path, settings=Settings(model_source="/models/lfm"))
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: len(ScriptedWorker.instances[-1].received) >= 4)
-    yield win
-    win.close()
+    yield from scripted_window(qtbot, tmp_path)
 
 
 def _worker() -> ScriptedWorker:

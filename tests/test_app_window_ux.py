@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from app_helpers import ScriptedWorker, commands_of, make_window
+from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PySide6.QtCore import QEvent, Qt
@@ -37,14 +37,7 @@ NO_SPEAKER = "No speaker was found. Connect one and try again."
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
-    ScriptedWorker.instances.clear()
-    win = make_window(tmp_path, settings=Settings(model_source="/models/lfm"))
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: len(ScriptedWorker.instances[-1].received) >= 4)
-    yield win
-    win.close()
+    yield from scripted_window(qtbot, tmp_path)
 
 
 def _worker() -> ScriptedWorker:

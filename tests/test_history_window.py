@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from app_helpers import ScriptedWorker, commands_of, make_window
+from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
 from PySide6.QtWidgets import QMessageBox
 from test_app_e2e import SPEAKER, devices, one_turn  # noqa: F401 - devices is a fixture
 
@@ -95,14 +95,8 @@ def test_a_conversation_is_closed_reopened_replayed_continued_and_deleted(qtbot,
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
-    ScriptedWorker.instances.clear()
-    win = make_window(tmp_path, settings=Settings(model_source="/models/lfm", history_keep_days=30))
-    qtbot.addWidget(win)
-    win.show()
-    win.start_engine()
-    qtbot.waitUntil(lambda: len(ScriptedWorker.instances[-1].received) >= 5)
-    yield win
-    win.close()
+    yield from scripted_window(qtbot, tmp_path, settings=Settings(model_source="/models/lfm", history_keep_days=30),
+                               startup_commands=5)
 
 
 def _entries(n: int) -> p.HistoryListed:
