@@ -4,15 +4,13 @@ widget updates and user actions into commands. It never waits for the engine."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QStandardPaths, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -69,6 +67,7 @@ from app.engine_messages import engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
+from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalPttKey
 from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
@@ -416,19 +415,14 @@ class MainWindow(QMainWindow):
             # Said before any file dialog: there is no point choosing a file for nothing.
             self.banner.show_message("info", self.tr("There is nothing to export yet."))
             return False
-        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
-        default = str(Path(folder) / time.strftime("voicechat-%Y%m%d-%H%M%S.wav"))
-        path, _ = QFileDialog.getSaveFileName(self, self.tr("Export conversation"), default,
-                                              self.tr("WAV audio (*.wav)"))
-        if not path:
+        path = ask_export_path(self)
+        if path is None:
             return False
         self.export_to(path)
         return True
 
     def export_to(self, path: str) -> None:
-        if not path.lower().endswith(".wav"):
-            path += ".wav"
-        self.bridge.send(Export(path))
+        self.bridge.send(Export(with_wav_suffix(path)))
 
     def open_settings(self) -> SettingsDialog:
         self.bridge.send(ListDevices())  # refresh for next time; the dialog uses what we have now

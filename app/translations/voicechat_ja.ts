@@ -835,16 +835,6 @@
       <translation>保存を再開しました。ディスクがいっぱいだった間のターンも保存されました。</translation>
     </message>
     <message>
-      <location filename="../widgets/history.py" line="373" />
-      <source>Export conversation</source>
-      <translation>会話をエクスポート</translation>
-    </message>
-    <message>
-      <location filename="../widgets/history.py" line="374" />
-      <source>WAV audio (*.wav)</source>
-      <translation>WAV 音声 (*.wav)</translation>
-    </message>
-    <message>
       <location filename="../widgets/history.py" line="386" />
       <source>Delete the conversation %1? Its recordings and answers are deleted for good.</source>
       <translation>会話「%1」を削除しますか？録音と応答は完全に削除されます。</translation>
@@ -1027,16 +1017,6 @@
       <location filename="../main_window.py" line="249" />
       <source>Choose a model…</source>
       <translation>モデルを選択…</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="288" />
-      <source>Export conversation</source>
-      <translation>会話をエクスポート</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="289" />
-      <source>WAV audio (*.wav)</source>
-      <translation>WAV 音声 (*.wav)</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="315" />
@@ -1644,6 +1624,19 @@
       <location filename="../widgets/transcript.py" line="34" />
       <source>▶ Replay</source>
       <translation>▶ 再生</translation>
+    </message>
+  </context>
+  <context>
+    <name>ExportDialog</name>
+    <message>
+      <location filename="../widgets/export_dialog.py" line="17" />
+      <source>Export conversation</source>
+      <translation>会話をエクスポート</translation>
+    </message>
+    <message>
+      <location filename="../widgets/export_dialog.py" line="18" />
+      <source>WAV audio (*.wav)</source>
+      <translation>WAV 音声 (*.wav)</translation>
     </message>
   </context>
 </TS>

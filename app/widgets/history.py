@@ -8,16 +8,13 @@ history events (`handles`/`on_event`); the main window only places it and forwar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, QStandardPaths, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
-    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -47,6 +44,7 @@ from engine.protocol import (
     ReplayHistoryTurn,
 )
 
+from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.transcript import TranscriptView
 
 KEEP_DAYS_CHOICES = (0, 7, 30, 90, 365)  # 0: forever
@@ -375,19 +373,13 @@ class HistoryUi(QObject):
                              lambda: self.send(ContinueHistory(conversation_id)), self.tr("Continue"), self.tr("Continue"))
 
     def choose_export_path(self, conversation_id: int) -> None:
-        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
         entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)
-        started = entry.started_at if entry is not None else time.time()
-        default = str(Path(folder) / time.strftime("voicechat-%Y%m%d-%H%M%S.wav", time.localtime(started)))
-        path, _ = QFileDialog.getSaveFileName(self.window, self.tr("Export conversation"), default,
-                                              self.tr("WAV audio (*.wav)"))
-        if path:
+        path = ask_export_path(self.window, entry.started_at if entry is not None else None)
+        if path is not None:
             self.export_to(conversation_id, path)
 
     def export_to(self, conversation_id: int, path: str) -> None:
-        if not path.lower().endswith(".wav"):
-            path += ".wav"
-        self.send(ExportHistory(conversation_id, path))
+        self.send(ExportHistory(conversation_id, with_wav_suffix(path)))
 
     def confirm_delete(self, conversation_id: int) -> QMessageBox:
         entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)
