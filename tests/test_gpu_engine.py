@@ -101,7 +101,8 @@ def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
     backend = GraphedBackend(full_size, context_tokens=1024)
     assert {"decode", "text_head", "audio_head"} < set(backend.graphs)
     # The fused NVRTC kernels are what the graphs replay here (a silent fallback would go untested).
-    assert backend.depthformer.gemv is not None and backend.backbone.short_conv is not None
+    assert backend.depthformer.fused is not None and backend.backbone.short_conv is not None
+    assert backend.backbone.rope_cache is not None
     assert backend.text_sampling.fused is not None and backend.audio_sampling.fused is not None
     checking = ReplayVersusEager(backend)
     schedule = Schedule(full_size.interleaved_n_text, full_size.interleaved_n_audio)

@@ -99,33 +99,71 @@ def test_fused_swiglu_equals_silu_times_up(device) -> None:
     torch.testing.assert_close(swiglu(gate, up).float(), expected, rtol=1.6e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize(
-    ("rows", "columns"), [(1536, 1024), (2049, 1024), (1024, 2816), (6144, 2048)]  # depthformer q|k|v, head, w2; backbone in-proj
-)
-def test_fused_matrix_vector_kernels_match_float64(device, rows: int, columns: int) -> None:
-    from engine.realtime.cuda_kernels import FusedGemv
+@pytest.fixture(scope="module")
+def full_size():
+    from engine.bench.random_model import random_full_size_model
 
-    gemv = FusedGemv.create(device, torch.bfloat16)
-    assert gemv is not None, "the fused matrix-vector kernels did not compile on this GPU"
-    generator = torch.Generator(device=device).manual_seed(rows + columns)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return random_full_size_model(stop_tokens=True)
 
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, device=device, generator=generator).to(torch.bfloat16)
 
-    x, norm, weight, w13, residual = randn(1, columns), randn(columns), randn(rows, columns), randn(2 * rows, columns), randn(1, rows)
-    assert FusedGemv.supports(weight) and FusedGemv.supports(w13)
-    x64, weight64, w13_64 = x.double(), weight.double(), w13.double()
-    normed64 = F.rms_norm(x.float(), (columns,), norm.float(), 1e-5).to(torch.bfloat16).double()  # F.rms_norm's own rounding
+def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got.double() - expected.double()).norm() / expected.double().norm())
 
-    def relative(got: torch.Tensor, expected: torch.Tensor) -> float:
-        return float((got.double() - expected).norm() / expected.norm())
 
-    out = torch.full((1, rows), float("nan"), device=device, dtype=torch.bfloat16)
-    assert relative(gemv.norm(x, norm, 1e-5, weight, out=out), normed64 @ weight64.T) < 4e-3
-    out.fill_(float("nan"))
-    assert torch.equal(gemv.norm(torch.zeros_like(x), norm, 1e-5, weight, out=out), torch.zeros_like(out))  # eps reaches the kernel
-    stream = residual.clone()  # in place, as the depthformer updates its residual stream
-    assert relative(gemv.residual(x, weight, stream, out=stream), residual.double() + x64 @ weight64.T) < 4e-3
-    gate, up = (normed64 @ w13_64.T).chunk(2, dim=-1)
-    out.fill_(float("nan"))
-    assert relative(gemv.norm_swiglu(x, norm, 1e-5, w13, out=out), F.silu(gate) * up) < 6e-3
+@torch.inference_mode()
+def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(device, full_size) -> None:
+    """The one-launch codebook kernel against the plain ops on the full-size depthformer, teacher-forced
+    over random inputs; and bit for bit the same logits whatever the number of blocks that meet at its
+    grid-wide barriers (a race at a barrier would show as a difference)."""
+    from engine.realtime.sampling import DeviceSampling
+    from engine.realtime.static_model import StaticDepthformer
+
+    depthformer = StaticDepthformer(full_size.model, DeviceSampling(device))
+    step = depthformer.fused
+    assert step is not None, "the one-launch depthformer kernel did not compile or failed its start-up check"
+    generator = torch.Generator(device=device).manual_seed(7)
+    hidden_size = full_size.model.lfm.config.hidden_size
+    for trial in range(6):
+        hidden = torch.randn((1, hidden_size), device=device, generator=generator).to(torch.bfloat16)
+        codes = torch.randint(0, 2048, (8,), device=device, generator=generator)
+        fused = depthformer.teacher_forced_logits(hidden, codes)
+        depthformer.fused = None
+        plain = depthformer.teacher_forced_logits(hidden, codes)
+        depthformer.fused = step
+        for i in range(8):
+            assert _relative(fused[i], plain[i]) < 1e-2, (trial, i)
+        blocks = step.blocks
+        for grid in (1, 3, 17, blocks):
+            step.blocks = grid
+            assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused), (trial, grid)
+        step.blocks = blocks
+    assert step.barrier[0].item() == 0  # every barrier completed and reset its counter
+
+
+@torch.inference_mode()
+def test_backbone_rope_cache_kernel_matches_the_plain_ops(device, full_size) -> None:
+    from engine.realtime.static_model import StaticBackbone, _AttentionLayer
+
+    backbone = StaticBackbone(full_size.model.lfm, max_positions=512)
+    kernel = backbone.rope_cache
+    assert kernel is not None, "the backbone rope/cache kernel did not compile on this GPU"
+    layer = next(layer for layer in backbone.layers if isinstance(layer, _AttentionLayer))
+    generator = torch.Generator(device=device).manual_seed(8)
+    width = layer.qkv.shape[0]
+    for position in (0, 1, 77, 511):
+        backbone.position.fill_(position)
+        qkv = (torch.randn((1, width), device=device, generator=generator) * 3).to(torch.bfloat16)
+        keys, values = layer.keys.clone(), layer.values.clone()
+        mask = torch.full_like(backbone._mask, 5.0)
+        q = kernel(qkv, layer.q_norm, layer.k_norm, backbone.eps, backbone.cos, backbone.sin, backbone.position,
+                   keys, values, backbone._q.clone(), mask, write_mask=True)  # fmt: skip
+        cos = backbone.cos.index_select(0, backbone.position)
+        sin = backbone.sin.index_select(0, backbone.position)
+        q_ref, k_ref, v_ref = backbone._qkv(layer, qkv, cos, sin)
+        assert _relative(q, q_ref[0]) < 1e-2 and _relative(keys[0, :, position], k_ref[0]) < 1e-2, position
+        assert torch.equal(values[0, :, position], v_ref[0]), position
+        others = torch.arange(512, device=device) != position
+        assert torch.equal(keys[0][:, others], layer.keys[0][:, others]), position  # only its own slot is written
+        expected_mask = torch.where(torch.arange(512, device=device) > position, float("-inf"), 0.0).to(torch.bfloat16)
+        assert torch.equal(mask.view(-1), expected_mask), position

@@ -9,9 +9,11 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
   gate by c) as one kernel instead of five;
 - `top_k_gumbel_argmax`: top-k threshold + Gumbel-max choice + argmax over one row of logits as one
   block instead of ~7 kernels (PyTorch's top-k alone took ~14 µs per depthformer codebook);
-- `gemv_norm`, `gemv_residual`, `gemv_norm_swiglu`: the depthformer's batch-1 matrix-vector products
-  fused with the RMS norm before them, the residual add after them, or the SwiGLU between w1|w3 and
-  w2 (cuBLAS takes 5-7 µs for any 1024-wide product; these take 5-7 µs and replace 2-3 kernels).
+- `depthformer_codebook`: a whole depthformer codebook step (6 layers and the logits head, 43
+  kernels before) as one launch whose blocks meet at grid-wide barriers: a persistent kernel in the
+  manner of Hazy Research's "no bubbles" megakernels, at the scale of one codebook;
+- `backbone_rope_cache`: the backbone decode step's q|k norm, rotary and cache write, with the
+  step's attention mask, as one kernel per attention layer instead of ~9 (plus ~10 per step).
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
 random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
 ops run instead: slower, same results within bf16 rounding.
@@ -180,46 +182,33 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
 }
 """
 
-_GEMV_SOURCE = _COMMON + r"""
-// Batch-1 matrix-vector products with what surrounds them in a transformer block, one warp per
-// output row, 16-byte weight loads. The input vector is staged in shared memory as bf16 (RMS-
-// normalized first, rounded exactly as F.rms_norm would output it, when a norm weight is given).
-// Rows are K contiguous bf16 (K % 8 == 0, K <= GEMV_MAX_K, rows 16-byte aligned).
-#define GEMV_WARPS 8
-#define GEMV_MAX_K 8192
+_DEPTHFORMER_SOURCE = _COMMON + r"""
+// One depthformer codebook step in ONE launch: all layers and the codebook's logits. The blocks
+// (one per SM, all resident) meet at a grid-wide barrier between the phases that need the whole
+// vector the phase before produced; a phase's matrix rows are spread over every warp of the grid,
+// one warp per row, so each weight is read once per step at close to full bandwidth. 27 kernels per
+// codebook (7 per layer, norm, head) become one: at batch 1 the step was bound by launches, not bytes.
+// bf16 values are raw 16 bits; activations written in this launch are read through L2 (__ldcg),
+// weights through the read-only path. Every output is computed by one warp in a fixed order, so
+// the result is deterministic (a graph replay equals the eager launch bit for bit).
+#define DEPTH_WARPS 16
+#define DEPTH_THREADS (DEPTH_WARPS * 32)
+#define DEPTH_MAX_K 4096
+#define DEPTH_MAX_QK_HEADS 64
+#define DEPTH_MAX_POSITIONS 16
+#define DEPTH_HEAD_DIM 32
+#define DEPTH_TABLE 9  // pointers per layer, see DepthformerStep.layer_table
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
     return v;
 }
 
-__device__ __forceinline__ void stage_input(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm,
-                                            const float* __restrict__ eps, int K, unsigned short* h) {
-    __shared__ float partial[GEMV_WARPS];
-    float squares = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        unsigned short bits = x[k];
-        float v = bf16_to_float(bits);
-        h[k] = bits;
-        squares += v * v;
-    }
-    if (norm != 0) {
-        squares = warp_sum(squares);
-        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = squares;
-        __syncthreads();
-        float total = 0.0f;
-        for (int w = 0; w < GEMV_WARPS; ++w) total += partial[w];
-        float inv_rms = rsqrtf(total / (float)K + eps[0]);
-        for (int k = threadIdx.x; k < K; k += blockDim.x)  // each thread rewrites only its own entries
-            h[k] = float_to_bf16(bf16_to_float(h[k]) * inv_rms * bf16_to_float(norm[k]));
-    }
-    __syncthreads();
-}
-
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // two bf16 products
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
+// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
 __device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
     const uint4* weights = reinterpret_cast<const uint4*>(row);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
@@ -233,51 +222,249 @@ __device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row,
     return warp_sum(acc);
 }
 
-// y = W @ rms_norm(x, norm)                     (W: N x K)
-extern "C" __global__ void gemv_norm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm, const float* eps,
-                                     const unsigned short* __restrict__ W, unsigned short* __restrict__ y, int K, int N) {
-    __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
-    stage_input(x, norm, eps, K, h);
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= N) return;
-    float acc = row_dot(W + (long long)row * K, h, K);
-    if ((threadIdx.x & 31) == 0) y[row] = float_to_bf16(acc);
+// All blocks of the grid wait here until every block has arrived (sense by generation count).
+// The counter returns to 0 at every barrier, so no reset is needed between launches.
+__device__ __forceinline__ void grid_sync(unsigned int* counter, unsigned int* generation) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned int* current = generation;
+        unsigned int seen = *current;
+        __threadfence();
+        if (atomicAdd(counter, 1u) == gridDim.x - 1) {
+            atomicExch(counter, 0u);
+            __threadfence();
+            atomicAdd(generation, 1u);
+        } else {
+            while (*current == seen) { }
+        }
+        __threadfence();
+    }
+    __syncthreads();
 }
 
-// y = residual + W @ x                          (y may be the residual buffer itself)
-extern "C" __global__ void gemv_residual(const unsigned short* __restrict__ x, const unsigned short* W,
-                                         const unsigned short* residual, unsigned short* y, int K, int N) {
-    __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
-    stage_input(x, 0, 0, K, h);
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= N) return;
-    float acc = row_dot(W + (long long)row * K, h, K);
-    if ((threadIdx.x & 31) == 0) y[row] = float_to_bf16(acc + bf16_to_float(residual[row]));
+// h = src (a vector written in this launch, or h itself when src is 0), RMS-normed with `norm`
+// when given (rounded exactly as F.rms_norm would output it).
+__device__ void stage(const unsigned short* src, const unsigned short* __restrict__ norm, float eps, int K,
+                      unsigned short* h, float* partial) {
+    float squares = 0.0f;
+    for (int k = threadIdx.x; k < K; k += DEPTH_THREADS) {
+        unsigned short bits = src != 0 ? __ldcg(src + k) : h[k];
+        h[k] = bits;
+        float v = bf16_to_float(bits);
+        squares += v * v;
+    }
+    if (norm != 0) {
+        squares = warp_sum(squares);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = squares;
+        __syncthreads();
+        float total = 0.0f;
+        for (int w = 0; w < DEPTH_WARPS; ++w) total += partial[w];
+        float inv_rms = rsqrtf(total / (float)K + eps);
+        for (int k = threadIdx.x; k < K; k += DEPTH_THREADS)
+            h[k] = float_to_bf16(bf16_to_float(h[k]) * inv_rms * bf16_to_float(norm[k]));
+    }
+    __syncthreads();
 }
 
-// y = silu(gate) * up with [gate; up] = W13 @ rms_norm(x, norm)   (W13: 2N x K, y: N)
-extern "C" __global__ void gemv_norm_swiglu(const unsigned short* __restrict__ x, const unsigned short* __restrict__ norm,
-                                            const float* eps, const unsigned short* __restrict__ W13, unsigned short* __restrict__ y,
-                                            int K, int N) {
-    __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
-    stage_input(x, norm, eps, K, h);
-    int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (row >= N) return;
-    float gate = bf16_to_float(float_to_bf16(row_dot(W13 + (long long)row * K, h, K)));
-    float up = bf16_to_float(float_to_bf16(row_dot(W13 + (long long)(row + N) * K, h, K)));
-    if ((threadIdx.x & 31) == 0) y[row] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
+// Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
+// RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
+// in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
+// Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
+__device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
+                       unsigned short* qk_rows, const unsigned short* __restrict__ rope, float qk_eps,
+                       unsigned short* h, float* qk, float* scores) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
+    const unsigned short* row = qkv_rows + (long long)i * qkv_width;
+    for (int head = warp; head < qk_heads; head += DEPTH_WARPS) {
+        float v = bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane));
+        float squares = warp_sum(v * v);
+        float n = bf16_to_float(float_to_bf16(v * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
+        float partner = __shfl_xor_sync(0xffffffffu, n, 1);
+        const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
+        int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
+        float n_even = (lane & 1) ? partner : n, n_odd = (lane & 1) ? n : partner;
+        unsigned short out = float_to_bf16(n_even * bf16_to_float(m[even * DEPTH_HEAD_DIM + lane]) +
+                                           n_odd * bf16_to_float(m[(even + 1) * DEPTH_HEAD_DIM + lane]));
+        qk[head * DEPTH_HEAD_DIM + lane] = bf16_to_float(out);
+        if (blockIdx.x == 0) qk_rows[((long long)i * qk_heads + head) * DEPTH_HEAD_DIM + lane] = out;
+    }
+    __syncthreads();
+    const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
+    for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
+        int head = t / positions, j = t % positions, key_head = heads + head / group;
+        const float* q = qk + head * DEPTH_HEAD_DIM;
+        float dot = 0.0f;
+        if (j == i) {
+            const float* k = qk + key_head * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
+        } else {
+            const unsigned short* k = qk_rows + ((long long)j * qk_heads + key_head) * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(__ldcg(k + d));
+        }
+        scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
+    }
+    __syncthreads();
+    for (int head = threadIdx.x; head < heads; head += DEPTH_THREADS) {
+        float* s = scores + head * DEPTH_MAX_POSITIONS;
+        float top = s[0];
+        for (int j = 1; j < positions; ++j) top = fmaxf(top, s[j]);
+        float total = 0.0f;
+        for (int j = 0; j < positions; ++j) { s[j] = expf(s[j] - top); total += s[j]; }
+        for (int j = 0; j < positions; ++j) s[j] /= total;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
+        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
+        const unsigned short* v = qkv_rows + qk_heads * DEPTH_HEAD_DIM + (head / group) * DEPTH_HEAD_DIM + d;
+        const float* p = scores + head * DEPTH_MAX_POSITIONS;
+        float out = 0.0f;
+        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(__ldcg(v + (long long)j * qkv_width));
+        h[e] = float_to_bf16(out);
+    }
+    __syncthreads();
+}
+
+// Codebook i: x = inputs_row (+ embedding[previous_code[0]] when has_previous), then every layer
+//   x += out(attention(qkv(norm(x))));  x += w2(swiglu(w13(ffn_norm(x))))
+// and logits = to_logits(head_norm(x)). The residual stream lives in `stream` (each warp owns its
+// rows of it); `act` holds the SwiGLU output; `barrier` is two zeroed words.
+extern "C" __global__ void __launch_bounds__(DEPTH_THREADS, 1)
+depthformer_codebook(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int i,
+                     int dim, int heads, int kv_heads, int ff,
+                     const unsigned short* __restrict__ inputs_row, int has_previous,
+                     const long long* __restrict__ previous_code, const unsigned short* __restrict__ embedding,
+                     unsigned short* stream, unsigned short* act,
+                     const unsigned short* __restrict__ head_norm, float head_eps,
+                     const unsigned short* __restrict__ to_logits, unsigned short* logits, int vocab,
+                     unsigned int* barrier) {
+    __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
+    __shared__ float partial[DEPTH_WARPS];
+    __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
+    __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
+    const int lane = threadIdx.x & 31;
+    const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
+    const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM;
+    unsigned int* counter = barrier;
+    unsigned int* generation = barrier + 1;
+
+    long long code = has_previous ? previous_code[0] : 0;
+    for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
+        unsigned short bits = inputs_row[k];
+        if (has_previous) bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(embedding[code * dim + k]));
+        h[k] = bits;
+    }
+    __syncthreads();
+    for (int r = first_row; r < dim; r += row_step)
+        if (lane == 0) stream[r] = h[r];  // the warp that owns row r in the residual phases below
+
+    for (int l = 0; l < layers; ++l) {
+        const long long* p = table + (long long)l * DEPTH_TABLE;
+        const unsigned short* norm = (const unsigned short*)p[0];
+        const unsigned short* qkv = (const unsigned short*)p[1];
+        const unsigned short* rope = (const unsigned short*)p[2];
+        const unsigned short* out = (const unsigned short*)p[3];
+        const unsigned short* ffn_norm = (const unsigned short*)p[4];
+        const unsigned short* w13 = (const unsigned short*)p[5];
+        const unsigned short* w2 = (const unsigned short*)p[6];
+        unsigned short* qkv_rows = (unsigned short*)p[7];
+        unsigned short* qk_rows = (unsigned short*)p[8];
+
+        stage(l == 0 ? 0 : stream, norm, eps[3 * l], dim, h, partial);
+        for (int r = first_row; r < qkv_width; r += row_step) {
+            float acc = row_dot(qkv + (long long)r * dim, h, dim);
+            if (lane == 0) qkv_rows[(long long)i * qkv_width + r] = float_to_bf16(acc);
+        }
+        grid_sync(counter, generation);
+
+        attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
+        for (int r = first_row; r < dim; r += row_step) {
+            float acc = row_dot(out + (long long)r * dim, h, dim);
+            if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
+        }
+        grid_sync(counter, generation);
+
+        stage(stream, ffn_norm, eps[3 * l + 2], dim, h, partial);
+        for (int r = first_row; r < ff; r += row_step) {
+            float gate = bf16_to_float(float_to_bf16(row_dot(w13 + (long long)r * dim, h, dim)));
+            float up = bf16_to_float(float_to_bf16(row_dot(w13 + (long long)(r + ff) * dim, h, dim)));
+            if (lane == 0) act[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
+        }
+        grid_sync(counter, generation);
+
+        stage(act, 0, 0.0f, ff, h, partial);
+        for (int r = first_row; r < dim; r += row_step) {
+            float acc = row_dot(w2 + (long long)r * ff, h, ff);
+            if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
+        }
+        grid_sync(counter, generation);
+    }
+
+    stage(stream, head_norm, head_eps, dim, h, partial);
+    for (int r = first_row; r < vocab; r += row_step) {
+        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
+        if (lane == 0) logits[r] = float_to_bf16(acc);
+    }
+}
+"""
+
+_BACKBONE_ROPE_SOURCE = _COMMON + r"""
+// The backbone decode step's attention inputs at one position, as one kernel (was ~9 per layer plus
+// ~10 per step): per q|k head (one block of head_dim threads) RMS-norm, the norm weight, and the
+// rotary at `position` exactly as transformers' Lfm2 computes them in bf16 (each op rounded):
+//   q = w * bf16(x * rsqrt(mean(x^2) + eps));  q = bf16(bf16(q * cos) + bf16(rotate_half(q) * sin))
+// q goes to q_out (heads, head_dim); k and v are written into the cache slot `position`. When
+// write_mask is set, the additive attention mask (0 up to position, -inf after) is written too.
+extern "C" __global__ void backbone_rope_cache(const unsigned short* __restrict__ qkv, const unsigned short* __restrict__ q_norm,
+                                               const unsigned short* __restrict__ k_norm, float eps,
+                                               const unsigned short* __restrict__ cos, const unsigned short* __restrict__ sin,
+                                               const long long* __restrict__ position, unsigned short* keys,
+                                               unsigned short* values, unsigned short* q_out, unsigned short* mask,
+                                               int write_mask, int heads, int kv_heads, int max_positions) {
+    __shared__ float partial[32];
+    __shared__ float normed[1024];
+    const int d = threadIdx.x, head_dim = blockDim.x, half = head_dim / 2, head = blockIdx.x;
+    const long long pos = position[0];
+    if (write_mask)
+        for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < max_positions; k += gridDim.x * blockDim.x)
+            mask[k] = k > pos ? 0xff80 : 0;  // bf16 -inf, 0
+    const int qk_heads = heads + kv_heads;
+    if (head >= qk_heads) {  // a value head: copied into the cache
+        int kv = head - qk_heads;
+        values[((long long)kv * max_positions + pos) * head_dim + d] = qkv[(qk_heads + kv) * head_dim + d];
+        return;
+    }
+    float v = bf16_to_float(qkv[head * head_dim + d]);
+    float squares = v * v;
+    for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    if ((d & 31) == 0) partial[d >> 5] = squares;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < head_dim / 32; ++w) total += partial[w];
+    float n = bf16_to_float(float_to_bf16(v * rsqrtf(total / (float)head_dim + eps)));
+    const unsigned short* weight = head < heads ? q_norm : k_norm;
+    float q = bf16_to_float(float_to_bf16(bf16_to_float(weight[d]) * n));
+    normed[d] = q;
+    __syncthreads();
+    float rotated = d < half ? -normed[d + half] : normed[d - half];
+    float c = bf16_to_float(cos[pos * head_dim + d]), s = bf16_to_float(sin[pos * head_dim + d]);
+    unsigned short out = float_to_bf16(bf16_to_float(float_to_bf16(q * c)) + bf16_to_float(float_to_bf16(rotated * s)));
+    if (head < heads) q_out[head * head_dim + d] = out;
+    else keys[((long long)(head - heads) * max_positions + pos) * head_dim + d] = out;
 }
 """
 
 _SOURCES = {
     "short_conv_step": _SHORT_CONV_SOURCE,
     "top_k_gumbel_argmax": _SAMPLER_SOURCE,
-    "gemv_norm": _GEMV_SOURCE,
-    "gemv_residual": _GEMV_SOURCE,
-    "gemv_norm_swiglu": _GEMV_SOURCE,
+    "depthformer_codebook": _DEPTHFORMER_SOURCE,
+    "backbone_rope_cache": _BACKBONE_ROPE_SOURCE,
 }
-GEMV_ROWS_PER_BLOCK = 8  # GEMV_WARPS
-GEMV_MAX_K = 8192
+DEPTH_THREADS = 512  # DEPTH_WARPS * 32
+DEPTH_MAX_K = 4096
+DEPTH_MAX_QK_HEADS = 64
+DEPTH_MAX_POSITIONS = 16
+DEPTH_HEAD_DIM = 32
 SAMPLER_THREADS = 1024
 _CONV_THREADS = 256
 
@@ -399,96 +586,108 @@ class TopKGumbelArgmax:
         return out
 
 
-class FusedGemv:
-    """Batch-1 matrix-vector products fused with the RMS norm before them, the residual add after them,
-    or the SwiGLU between w1|w3 and w2: one kernel each (cuBLAS + PyTorch need two or three, and
-    cuBLAS takes 5-7 µs for a 1024-wide batch-1 product on the H200)."""
+class DepthformerCodebookStep:
+    """One depthformer codebook step (all layers, then the codebook's logits) as ONE kernel launch.
 
-    def __init__(self, kernels: dict[str, Any], device: torch.device) -> None:
-        self.kernels = kernels
-        self.device = device
-        self._eps: dict[float, torch.Tensor] = {}
+    The grid has one block per SM and its blocks meet at grid-wide barriers between phases, so it
+    must be resident as a whole: one block per SM always fits (512 threads, ~20 KB of shared memory).
+    Built by `StaticDepthformer`, which gives it the layer table and checks it against the plain ops
+    on the model's own weights before using it.
+    """
 
-    def _eps_tensor(self, eps: float) -> torch.Tensor:
-        """eps as a float32 device scalar: a pointer is passed the same way by every PyTorch version."""
-        tensor = self._eps.get(eps)
-        if tensor is None:
-            tensor = self._eps[eps] = torch.full((1,), eps, dtype=torch.float32, device=self.device)
-        return tensor
+    def __init__(self, kernel: Any, device: torch.device) -> None:
+        self.kernel = kernel
+        self.blocks = torch.cuda.get_device_properties(device).multi_processor_count
+        self.barrier = torch.zeros((2,), dtype=torch.int32, device=device)  # counter, generation
 
     @classmethod
-    def create(cls, device: torch.device, dtype: torch.dtype) -> "FusedGemv | None":
+    def create(cls, device: torch.device, dtype: torch.dtype) -> "DepthformerCodebookStep | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
-        kernels = {name: _compiled(name) for name in ("gemv_norm", "gemv_residual", "gemv_norm_swiglu")}
-        if any(kernel is None for kernel in kernels.values()):
-            return None
-        gemv = cls(kernels, device)
-        problem = gemv.self_check(device, hidden=1024, rows=1536)
-        if problem:
-            log.warning("fused matrix-vector kernels failed their self-check (%s); using plain PyTorch ops", problem)
-            return None
-        return gemv
+        kernel = _compiled("depthformer_codebook")
+        return cls(kernel, device) if kernel is not None else None
 
     @staticmethod
-    def supports(weight: torch.Tensor) -> bool:
-        columns = weight.shape[-1]
+    def supports(*, dim: int, heads: int, kv_heads: int, ff: int, positions: int, weights: list[torch.Tensor]) -> bool:
+        """Whether the kernel's fixed limits hold for this depthformer."""
         return (
-            weight.dtype == torch.bfloat16
-            and weight.is_contiguous()
-            and columns % 8 == 0
-            and columns <= GEMV_MAX_K
-            and weight.data_ptr() % 16 == 0
+            dim == heads * DEPTH_HEAD_DIM
+            and heads % kv_heads == 0
+            and heads + kv_heads <= DEPTH_MAX_QK_HEADS
+            and positions <= DEPTH_MAX_POSITIONS
+            and max(dim, ff) <= DEPTH_MAX_K
+            and dim % 8 == 0
+            and ff % 8 == 0
+            and all(w.dtype == torch.bfloat16 and w.is_contiguous() and w.data_ptr() % 16 == 0 for w in weights)
         )
 
-    def _launch(self, name: str, rows: int, args: list[Any]) -> None:
-        grid = ((rows + GEMV_ROWS_PER_BLOCK - 1) // GEMV_ROWS_PER_BLOCK, 1, 1)
-        self.kernels[name](grid=grid, block=(32 * GEMV_ROWS_PER_BLOCK, 1, 1), args=args)
+    def __call__(
+        self,
+        *,
+        table: torch.Tensor,
+        eps: torch.Tensor,
+        layers: int,
+        position: int,
+        dims: tuple[int, int, int, int],
+        inputs_row: torch.Tensor,
+        previous_code: torch.Tensor | None,
+        embedding: torch.Tensor,
+        stream: torch.Tensor,
+        act: torch.Tensor,
+        head_norm: torch.Tensor,
+        head_eps: float,
+        to_logits: torch.Tensor,
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        dim, heads, kv_heads, ff = dims
+        has_previous = previous_code is not None
+        self.kernel(
+            grid=(self.blocks, 1, 1),
+            block=(DEPTH_THREADS, 1, 1),
+            args=[
+                table, eps, layers, position, dim, heads, kv_heads, ff,
+                inputs_row, int(has_previous), previous_code if has_previous else table, embedding,
+                stream, act, head_norm, float(head_eps), to_logits, logits, to_logits.shape[0], self.barrier,
+            ],
+        )  # fmt: skip
+        return logits
 
-    def norm(self, x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-        """out (1, N) = rms_norm(x, norm) @ weight.T"""
-        rows, columns = weight.shape
-        self._launch("gemv_norm", rows, [x, norm, self._eps_tensor(eps), weight, out, columns, rows])
-        return out
 
-    def residual(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-        """out (1, N) = residual + x @ weight.T (out may be residual itself)"""
-        rows, columns = weight.shape
-        self._launch("gemv_residual", rows, [x, weight, residual, out, columns, rows])
-        return out
+class BackboneRopeCache:
+    """The backbone decode step's q|k norm + rotary + cache write (and the step's mask) as one kernel."""
 
-    def norm_swiglu(self, x: torch.Tensor, norm: torch.Tensor, eps: float, w13: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-        """out (1, N) = silu(gate) * up, [gate | up] = rms_norm(x, norm) @ w13.T (w13: 2N rows)"""
-        rows, columns = w13.shape
-        self._launch("gemv_norm_swiglu", rows // 2, [x, norm, self._eps_tensor(eps), w13, out, columns, rows // 2])
-        return out
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
 
-    def self_check(self, device: torch.device, *, hidden: int, rows: int) -> str | None:
-        """Compare each kernel with the plain ops on random data; a description of the first mismatch."""
-        generator = torch.Generator(device=device).manual_seed(0)
+    @classmethod
+    def create(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> "BackboneRopeCache | None":
+        if device.type != "cuda" or dtype != torch.bfloat16 or head_dim % 32 or head_dim > 1024:
+            return None
+        kernel = _compiled("backbone_rope_cache")
+        return cls(kernel) if kernel is not None else None
 
-        def randn(*shape: int) -> torch.Tensor:
-            return torch.randn(shape, device=device, generator=generator).to(torch.bfloat16)
-
-        x, norm, weight, w13, residual = randn(1, hidden), randn(hidden), randn(rows, hidden), randn(2 * rows, hidden), randn(1, rows)
-        normed = F.rms_norm(x, (hidden,), norm, 1e-5)
-        gate, up = F.linear(normed, w13).chunk(2, dim=-1)
-        checks = {
-            "gemv_norm": (self.norm(x, norm, 1e-5, weight, out=torch.empty(1, rows, device=device, dtype=torch.bfloat16)), F.linear(normed, weight)),
-            "gemv_residual": (
-                self.residual(x, weight, residual, out=torch.empty(1, rows, device=device, dtype=torch.bfloat16)),
-                torch.addmm(residual[0], x, weight.t()),
-            ),
-            "gemv_norm_swiglu": (
-                self.norm_swiglu(x, norm, 1e-5, w13, out=torch.empty(1, rows, device=device, dtype=torch.bfloat16)),
-                F.silu(gate) * up,
-            ),
-        }
-        for name, (got, expected) in checks.items():
-            error = float((got.float() - expected.float()).norm() / expected.float().norm())
-            if not error < 1e-2:
-                return f"{name}: relative error {error:.3g}"
-        zero = torch.zeros_like(x)  # a zero input must give zeros (the norm's eps keeps it finite)
-        if self.norm(zero, norm, 1e-5, weight, out=torch.empty(1, rows, device=device, dtype=torch.bfloat16)).count_nonzero():
-            return "gemv_norm: a zero input did not give zeros"
-        return None
+    def __call__(
+        self,
+        qkv: torch.Tensor,
+        q_norm: torch.Tensor,
+        k_norm: torch.Tensor,
+        eps: float,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        position: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        q_out: torch.Tensor,
+        mask: torch.Tensor,
+        *,
+        write_mask: bool,
+    ) -> torch.Tensor:
+        """keys / values: (1, kv_heads, max_positions, head_dim); q_out: (heads, head_dim); mask: (max_positions,)."""
+        _, kv_heads, max_positions, head_dim = keys.shape
+        heads = q_out.shape[0]
+        self.kernel(
+            grid=(heads + 2 * kv_heads, 1, 1),
+            block=(head_dim, 1, 1),
+            args=[qkv, q_norm, k_norm, float(eps), cos, sin, position, keys, values, q_out, mask, int(write_mask), heads, kv_heads, max_positions],
+        )
+        return q_out

@@ -15,6 +15,7 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -22,10 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import FusedGemv, ShortConvStep, short_conv_step_reference, swiglu
+from engine.realtime.cuda_kernels import BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
+
+log = logging.getLogger(__name__)
 
 
 # Prefill (eager, a new length every turn) is pinned to the memory-efficient kernel: left to
@@ -58,7 +61,6 @@ class _AttentionLayer:
     qkv: torch.Tensor
     q_norm: torch.Tensor
     k_norm: torch.Tensor
-    head_norms: torch.Tensor  # (heads + kv_heads, head_dim): q's norm weight per q head, then k's
     out: torch.Tensor
     keys: torch.Tensor  # (1, kv_heads, max_positions, head_dim)
     values: torch.Tensor
@@ -110,12 +112,6 @@ class StaticBackbone(StreamingState):
                         qkv=_fuse_linear_weights([attn.q_proj, attn.k_proj, attn.v_proj]),
                         q_norm=attn.q_layernorm.weight,
                         k_norm=attn.k_layernorm.weight,
-                        head_norms=torch.cat(
-                            (
-                                attn.q_layernorm.weight.detach().expand(self.heads, -1),
-                                attn.k_layernorm.weight.detach().expand(self.kv_heads, -1),
-                            )
-                        ).float(),
                         out=attn.out_proj.weight,
                         keys=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
                         values=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
@@ -157,19 +153,10 @@ class StaticBackbone(StreamingState):
         self.key_index = torch.arange(max_positions, device=device)
         self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
         self.span_length = torch.zeros((1,), dtype=torch.long, device=device)  # real rows of a padded prefill
-        # Decode-time rotary: rope(g ⊙ n) = n ⊙ (g·cos) + rotate_half(n) ⊙ (swap(g)·sin), where n is the
-        # unweighted RMS-normed q|k head and g its norm weight. rotate_half is a fixed ±1 permutation
-        # (a 64×64 matmul); the g-folded tables of all attention layers are built once per step.
-        half = self.head_dim // 2
-        rotate = torch.zeros((self.head_dim, self.head_dim), dtype=torch.float32, device=device)
-        rotate[half:, :half] = -torch.eye(half, device=device)
-        rotate[:half, half:] = torch.eye(half, device=device)
-        self.rotate_half = rotate.to(dtype)
-        attention = [layer for layer in self.layers if isinstance(layer, _AttentionLayer)]
-        norms = torch.stack([layer.head_norms for layer in attention]) if attention else torch.zeros((0,), device=device)
-        self._norms_cos = norms  # (attention layers, heads + kv_heads, head_dim)
-        self._norms_sin = torch.cat((norms[..., half:], norms[..., :half]), dim=-1) if attention else norms
-        self._attention_index = {id(layer): i for i, layer in enumerate(attention)}
+        # The decode step's q|k norm + rotary + cache write is one kernel on CUDA (plain ops elsewhere).
+        self.rope_cache = BackboneRopeCache.create(device, dtype, self.head_dim)
+        self._q = torch.zeros((self.heads, self.head_dim), device=device, dtype=dtype)
+        self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
     # ------------------------------------------------------------------ state
@@ -203,9 +190,10 @@ class StaticBackbone(StreamingState):
             return torch.addmm(x[0], swiglu(gate, up), layer.w2.t())
         return x + F.linear(swiglu(gate, up), layer.w2)
 
-    def _qkv(self, layer: _AttentionLayer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        n = h.shape[0]
-        q, k, v = F.linear(h, layer.qkv).split(
+    def _qkv(self, layer: _AttentionLayer, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """Projected q|k|v rows (n, ...) → q, k normed and roped at their positions' cos / sin, and v."""
+        n = qkv.shape[0]
+        q, k, v = qkv.split(
             [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
         )
         q = F.rms_norm(q.view(n, self.heads, self.head_dim), (self.head_dim,), layer.q_norm, self.eps)
@@ -243,27 +231,22 @@ class StaticBackbone(StreamingState):
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        ~17 kernels per attention layer and 9 per conv layer (on CUDA the conv step and the SwiGLU
-        are one kernel each). The matrix products stay with cuBLAS here: at these sizes (8-67 MB per
-        weight) it beats the fused kernels the depthformer uses (H200: decode step 1.16 ms with
-        cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
+        On CUDA 11 kernels per attention layer and 8 per conv layer (the q|k norm + rotary + cache
+        write, the conv step and the SwiGLU are one kernel each). The matrix products stay with cuBLAS
+        here: at these sizes (8-67 MB per weight) it beats hand-written matrix-vector kernels (H200:
+        decode step 1.16 ms with cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
         """
-        position = self.position
-        cos = self.cos.index_select(0, position).float()  # (1, head_dim)
-        sin = self.sin.index_select(0, position).float()
-        rope = ((self._norms_cos * cos).to(self.dtype), (self._norms_sin * sin).to(self.dtype))  # (attention layers, heads + kv, d)
-        mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(
-            self.key_index.view(1, 1, -1) > position, float("-inf")
-        )
+        first_attention = True
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                attn = self._decode_attention(layer, F.linear(h, layer.qkv), rope, mask)
+                attn = self._decode_attention(layer, F.linear(h, layer.qkv), write_mask=first_attention)
+                first_attention = False
                 x = torch.addmm(x[0], attn, layer.out.t())
             else:
                 x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
             x = self._mlp(layer, x)
-        position.add_(1)
+        self.position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
 
     def _conv_step(self, layer: _ConvLayer, bcu: torch.Tensor) -> torch.Tensor:
@@ -271,25 +254,28 @@ class StaticBackbone(StreamingState):
             return self.short_conv(bcu, layer.state, layer.conv)
         return short_conv_step_reference(bcu, layer.state, layer.conv)
 
-    def _decode_attention(
-        self, layer: _AttentionLayer, qkv: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
-    ) -> torch.Tensor:
-        """q|k|v (1, ...) of this position → attention output (1, hidden); writes k and v into the cache."""
+    def _decode_attention(self, layer: _AttentionLayer, qkv: torch.Tensor, *, write_mask: bool) -> torch.Tensor:
+        """q|k|v (1, ...) of this position → attention output (1, hidden); writes k and v into the cache
+        (and, for the step's first attention layer, the step's mask: 0 up to `position`, -inf after)."""
         position = self.position
-        i = self._attention_index[id(layer)]
-        qk_heads = self.heads + self.kv_heads
-        n = F.rms_norm(qkv[0, : qk_heads * self.head_dim].view(qk_heads, self.head_dim), (self.head_dim,), eps=self.eps)
-        qk = torch.addcmul(n * rope[0][i], n @ self.rotate_half, rope[1][i])
-        k = qk[self.heads :].view(1, self.kv_heads, 1, self.head_dim)
-        v = qkv[0, qk_heads * self.head_dim :].view(1, self.kv_heads, 1, self.head_dim)
-        layer.keys.index_copy_(2, position, k)
-        layer.values.index_copy_(2, position, v)
+        if self.rope_cache is not None:
+            q = self.rope_cache(
+                qkv, layer.q_norm, layer.k_norm, self.eps, self.cos, self.sin, position,
+                layer.keys, layer.values, self._q, self._mask, write_mask=write_mask,
+            )  # fmt: skip
+        else:
+            if write_mask:
+                self._mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(self.key_index > position, float("-inf")))
+            q, k, v = self._qkv(layer, qkv, self.cos.index_select(0, position), self.sin.index_select(0, position))
+            layer.keys.index_copy_(2, position, k.view(1, self.kv_heads, 1, self.head_dim))
+            layer.values.index_copy_(2, position, v.view(1, self.kv_heads, 1, self.head_dim))
+            q = q[0]
         # Attention as two batched matmuls over the whole cache, masked past `position`: one query
         # row per head, grouped under its kv head. At 4 query rows per kv head the fused SDPA
         # kernels run one block per head along 4096 keys (61 µs per layer on the H200); cuBLAS
         # spreads the keys over the whole GPU (~15 µs for all three kernels).
-        rows = qk[: self.heads].view(self.kv_heads, self.heads // self.kv_heads, self.head_dim)
-        scores = torch.baddbmm(mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
+        rows = q.view(self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        scores = torch.baddbmm(self._mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
         attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
         return attn.view(1, self.hidden)
 
@@ -337,7 +323,7 @@ class StaticBackbone(StreamingState):
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, h, cos, sin)
+                q, k, v = self._qkv(layer, F.linear(h, layer.qkv), cos, sin)
                 layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
                 layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
                 y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), layer.out)
@@ -358,13 +344,13 @@ class StaticBackbone(StreamingState):
 class StaticDepthformer:
     """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
 
-    Per codebook and layer, on CUDA, it is 7 kernels: norm + q|k|v product written straight into the
-    position's cache row (one fused kernel), one RMS norm over all q and k heads, one batched matmul
-    that applies the norm weights and the rotary at this (static) position and writes roped q|k into
-    the cache, SDPA reading keys/values in place, out-projection + residual add (fused), norm + w1|w3
-    + SwiGLU (fused), and w2 + residual add (fused); see `engine.realtime.cuda_kernels`. Elsewhere
-    (or if those kernels are unavailable) the same math runs as plain PyTorch ops, 11 kernels. The
-    sampling noise for all codebooks is drawn once per frame; each codebook's choice is one kernel.
+    On CUDA each codebook is ONE kernel (`engine.realtime.cuda_kernels.DepthformerCodebookStep`: the
+    codebook's input, all layers and its logits head, its blocks meeting at grid-wide barriers),
+    then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that kernel is
+    unavailable or fails its start-up check against the plain ops on the model's own weights, the
+    same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache keeps q|k|v
+    as projected (v is the value cache) and q|k normed and roped (k is the key cache). The sampling
+    noise for all codebooks is drawn once per frame.
     """
 
     def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
@@ -433,20 +419,71 @@ class StaticDepthformer:
         self.frame = torch.zeros((self.codebooks,), dtype=torch.long, device=device)
         vocab = self.heads_out[0][2].shape[0]
         self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
-        self._x = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the residual stream
-        # On CUDA every matrix product runs as one fused kernel with its norm / residual / SwiGLU.
-        weights = [layer[name] for layer in self.layers for name in ("qkv", "out", "w13", "w2")]
-        weights += [to_logits for _, _, to_logits, _ in self.heads_out]
-        gemv = FusedGemv.create(device, dtype)
-        self.gemv = gemv if gemv is not None and all(FusedGemv.supports(w) for w in weights) else None
-        if self.gemv is not None:
-            self._act = torch.zeros((1, self.layers[0]["w13"].shape[0] // 2), device=device, dtype=dtype)
-            self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
+        self.ff = self.layers[0]["w13"].shape[0] // 2
+        self._stream = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the fused step's residual stream
+        self._act = torch.zeros((1, self.ff), device=device, dtype=dtype)
+        self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
+        self.fused = self._fused_step()
 
-    def _codebook_logits(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """Codebook i's logits (1, vocab) for depthformer input x (1, dim); writes position i's cache rows."""
-        if self.gemv is not None:
-            return self._codebook_logits_fused(i, x)
+    # The fused kernel's per-layer pointer table, in the order the kernel reads it (DEPTH_TABLE).
+    _TABLE = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
+
+    def _fused_step(self) -> DepthformerCodebookStep | None:
+        """The one-launch codebook kernel, if it compiles, fits this model and agrees with the plain ops."""
+        step = DepthformerCodebookStep.create(self.device, self.dtype)
+        tensors = [layer[name] for layer in self.layers for name in self._TABLE]
+        tensors += [t for _, _, to_logits, embedding in self.heads_out for t in (to_logits, embedding)]
+        if step is None or not DepthformerCodebookStep.supports(
+            dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, weights=tensors
+        ):
+            return None
+        # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
+        self._table = torch.tensor(
+            [[layer[name].data_ptr() for name in self._TABLE] for layer in self.layers], dtype=torch.int64, device=self.device
+        )
+        self._eps = torch.tensor(
+            [[layer["norm_eps"], layer["qk_eps"], layer["ffn_eps"]] for layer in self.layers], dtype=torch.float32, device=self.device
+        )
+        self.fused = step
+        problem = self._fused_disagreement()
+        if problem:
+            log.warning("fused depthformer kernel failed its start-up check (%s); using plain PyTorch ops", problem)
+            return None
+        return step
+
+    def _fused_disagreement(self) -> str | None:
+        """Teacher-forced logits of the fused kernel against the plain ops on random inputs (start-up)."""
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        hidden_size = self.model.depth_linear.weight.shape[1]
+        hidden = torch.randn((1, hidden_size), device=self.device, generator=generator).to(self.dtype)
+        codes = torch.randint(0, self.heads_out[0][3].shape[0], (self.codebooks,), device=self.device, generator=generator)
+        fused = self.teacher_forced_logits(hidden, codes)
+        step, self.fused = self.fused, None
+        try:
+            plain = self.teacher_forced_logits(hidden, codes)
+        finally:
+            self.fused = step
+        for i in range(self.codebooks):
+            error = float((fused[i].float() - plain[i].float()).norm() / plain[i].float().norm())
+            if not error < 2e-2:
+                return f"codebook {i}: relative error {error:.3g}"
+        return None
+
+    def _codebook_logits(self, i: int, inputs: torch.Tensor, previous_code: torch.Tensor | None) -> torch.Tensor:
+        """Codebook i's logits (1, vocab): its input is inputs[i] plus, after the first, the embedding of
+        the previous codebook's code (a (1,) device tensor); writes position i's cache rows."""
+        embedding = self.heads_out[i - 1][3] if i else self.heads_out[0][3]
+        norm_w, norm_eps, to_logits, _ = self.heads_out[i]
+        if self.fused is not None:
+            return self.fused(
+                table=self._table, eps=self._eps, layers=len(self.layers), position=i,
+                dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs_row=inputs[i],
+                previous_code=previous_code, embedding=embedding, stream=self._stream, act=self._act,
+                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
+            )  # fmt: skip
+        x = inputs[i : i + 1]
+        if previous_code is not None:
+            x = x + F.embedding(previous_code, embedding)
         for layer in self.layers:
             h = F.rms_norm(x, (self.dim,), layer["norm"], layer["norm_eps"])
             torch.mm(h, layer["qkv"].t(), out=layer["qkv_rows"][i : i + 1])
@@ -454,7 +491,6 @@ class StaticDepthformer:
             g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
             gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
             x = torch.addmm(x[0], swiglu(gate, up), layer["w2"].t())
-        norm_w, norm_eps, to_logits, _ = self.heads_out[i]
         return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), to_logits.t())
 
     def _attend(self, i: int, layer: dict) -> torch.Tensor:
@@ -470,19 +506,6 @@ class StaticDepthformer:
         values = qkv_rows[: i + 1, qk_heads * self.head_dim :].view(i + 1, self.kv_heads, self.head_dim).permute(1, 0, 2).unsqueeze(0)
         return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True).reshape(1, self.dim)
 
-    def _codebook_logits_fused(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        """`_codebook_logits` in 7 kernels per layer: the residual stream is updated in place."""
-        gemv, stream = self.gemv, self._x
-        if x.data_ptr() != stream.data_ptr():
-            stream.copy_(x)
-        for layer in self.layers:
-            gemv.norm(stream, layer["norm"], layer["norm_eps"], layer["qkv"], out=layer["qkv_rows"][i : i + 1])
-            gemv.residual(self._attend(i, layer), layer["out"], stream, out=stream)
-            gemv.norm_swiglu(stream, layer["ffn_norm"], layer["ffn_eps"], layer["w13"], out=self._act)
-            gemv.residual(self._act, layer["w2"], stream, out=stream)
-        norm_w, norm_eps, to_logits, _ = self.heads_out[i]
-        return gemv.norm(stream, norm_w, norm_eps, to_logits, out=self._logits)
-
     def _inputs(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.addmm(self.model.depth_linear.bias, hidden, self.model.depth_linear.weight.t()).view(self.codebooks, self.dim)
 
@@ -494,24 +517,15 @@ class StaticDepthformer:
         """
         inputs = self._inputs(hidden)
         negative_log_noise = self.sampling.noise_for(self._noise)
-        x = self._x
-        x.copy_(inputs[0:1])
         for i in range(self.codebooks):
-            logits = self._codebook_logits(i, x)[0]
+            previous = self.frame[i - 1 : i] if i else None
+            logits = self._codebook_logits(i, inputs, previous)[0]
             self.sampling.choose(logits, negative_log_noise[i], out=self.frame[i : i + 1])
-            if i + 1 < self.codebooks:
-                torch.add(inputs[i + 1 : i + 2], F.embedding(self.frame[i : i + 1], self.heads_out[i][3]), out=x)
         self.frame.masked_fill_(self.frame[0] == END_OF_AUDIO, END_OF_AUDIO)
         return F.embedding(self.frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
 
     def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """Logits (codebooks, vocab) of every codebook given the previous codebooks' true codes."""
         inputs = self._inputs(hidden)
-        x = self._x
-        x.copy_(inputs[0:1])
-        logits = []
-        for i in range(self.codebooks):
-            logits.append(self._codebook_logits(i, x)[0].clone())  # the fused path reuses its buffer
-            if i + 1 < self.codebooks:
-                torch.add(inputs[i + 1 : i + 2], F.embedding(codes[i : i + 1], self.heads_out[i][3]), out=x)
-        return torch.stack(logits)
+        logits = [self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)[0].clone() for i in range(self.codebooks)]
+        return torch.stack(logits)  # (clone: the fused path reuses its logits buffer)
