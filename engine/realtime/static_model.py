@@ -451,6 +451,7 @@ class StaticDepthformer:
             return None
         return step
 
+    @torch.no_grad()
     def _fused_disagreement(self) -> str | None:
         """Teacher-forced logits of the fused kernel against the plain ops on random inputs (start-up)."""
         generator = torch.Generator(device=self.device).manual_seed(0)
