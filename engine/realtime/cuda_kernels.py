@@ -197,7 +197,10 @@ _DEPTHFORMER_SOURCE = _COMMON + r"""
 #define DEPTH_MAX_QK_HEADS 64
 #define DEPTH_MAX_POSITIONS 16
 #define DEPTH_HEAD_DIM 32
-#define DEPTH_TABLE 9  // pointers per layer, see DepthformerStep.layer_table
+#define DEPTH_TABLE 9  // pointers per layer, see StaticDepthformer._TABLE
+#ifndef DEPTH_PREFETCH
+#define DEPTH_PREFETCH 1
+#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -220,6 +223,36 @@ __device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row,
         acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
     }
     return warp_sum(acc);
+}
+
+// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
+__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
+                                         const unsigned short* h, int K, float* a, float* b) {
+    const uint4* wa = reinterpret_cast<const uint4*>(row_a);
+    const uint4* wb = reinterpret_cast<const uint4*>(row_b);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    float acc_a = 0.0f, acc_b = 0.0f;
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
+        uint4 v = inputs[c];
+        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
+        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
+    }
+    *a = warp_sum(acc_a);
+    *b = warp_sum(acc_b);
+}
+
+// Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
+// HBM while the grid works on, or waits at the barrier before, an earlier phase. Weights never depend
+// on the activations, so they can be fetched before the vector they multiply exists.
+__device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows, int K, int first_row, int row_step) {
+#if DEPTH_PREFETCH
+    const int lane = threadIdx.x & 31, lines = (K + 63) / 64;  // 128-byte lines per row
+    for (int r = first_row; r < rows; r += row_step)
+        for (int c = lane; c < lines; c += 32)
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(W + (long long)r * K + c * 64));
+#endif
 }
 
 // All blocks of the grid wait here until every block has arrived (sense by generation count).
@@ -276,10 +309,19 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
     const unsigned short* row = qkv_rows + (long long)i * qkv_width;
-    for (int head = warp; head < qk_heads; head += DEPTH_WARPS) {
-        float v = bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane));
-        float squares = warp_sum(v * v);
-        float n = bf16_to_float(float_to_bf16(v * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
+    // Every warp's heads are loaded before any is reduced (up to 4 per warp), so the loads overlap.
+    float v[DEPTH_MAX_QK_HEADS / DEPTH_WARPS];
+    #pragma unroll
+    for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        v[t] = head < qk_heads ? bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane)) : 0.0f;
+    }
+    #pragma unroll
+    for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        if (head >= qk_heads) break;  // the same for the whole warp
+        float squares = warp_sum(v[t] * v[t]);
+        float n = bf16_to_float(float_to_bf16(v[t] * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
         float partner = __shfl_xor_sync(0xffffffffu, n, 1);
         const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
         int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
@@ -325,6 +367,23 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
 }
 
+// Prefetches this warp's rows of phase q's weights (see depthformer_codebook); nothing past the last.
+__device__ __forceinline__ void prefetch_phase(int q, const long long* table, int layers, int dim, int kv_heads, int ff,
+                                               const unsigned short* to_logits, int vocab, int first_row, int row_step) {
+    if (q >= 4 * layers + 1) return;
+    if (q == 4 * layers) { prefetch_rows(to_logits, vocab, dim, first_row, row_step); return; }
+    const long long* p = table + (long long)(q / 4) * DEPTH_TABLE;
+    switch (q % 4) {
+        case 0: prefetch_rows((const unsigned short*)p[1], dim + 2 * kv_heads * DEPTH_HEAD_DIM, dim, first_row, row_step); break;
+        case 1: prefetch_rows((const unsigned short*)p[3], dim, dim, first_row, row_step); break;
+        case 2:  // w1 and w3 rows r and r + ff belong to the same warp
+            prefetch_rows((const unsigned short*)p[5], ff, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[5] + (long long)ff * dim, ff, dim, first_row, row_step);
+            break;
+        default: prefetch_rows((const unsigned short*)p[6], dim, ff, first_row, row_step); break;
+    }
+}
+
 // Codebook i: x = inputs_row (+ embedding[previous_code[0]] when has_previous), then every layer
 //   x += out(attention(qkv(norm(x))));  x += w2(swiglu(w13(ffn_norm(x))))
 // and logits = to_logits(head_norm(x)). The residual stream lives in `stream` (each warp owns its
@@ -358,6 +417,11 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     for (int r = first_row; r < dim; r += row_step)
         if (lane == 0) stream[r] = h[r];  // the warp that owns row r in the residual phases below
 
+    // Phase 4l + 0..3 multiplies by layer l's qkv, out, w13, w2; phase 4 * layers by the head. At the
+    // end of phase q (before its barrier) each warp prefetches its rows of phase q + 2.
+    const int phases = 4 * layers + 1;
+    for (int q = 0; q < 2 && q < phases; ++q) prefetch_phase(q, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+
     for (int l = 0; l < layers; ++l) {
         const long long* p = table + (long long)l * DEPTH_TABLE;
         const unsigned short* norm = (const unsigned short*)p[0];
@@ -375,6 +439,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
             float acc = row_dot(qkv + (long long)r * dim, h, dim);
             if (lane == 0) qkv_rows[(long long)i * qkv_width + r] = float_to_bf16(acc);
         }
+        prefetch_phase(4 * l + 2, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
@@ -382,14 +447,18 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
             float acc = row_dot(out + (long long)r * dim, h, dim);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
         }
+        prefetch_phase(4 * l + 3, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         stage(stream, ffn_norm, eps[3 * l + 2], dim, h, partial);
         for (int r = first_row; r < ff; r += row_step) {
-            float gate = bf16_to_float(float_to_bf16(row_dot(w13 + (long long)r * dim, h, dim)));
-            float up = bf16_to_float(float_to_bf16(row_dot(w13 + (long long)(r + ff) * dim, h, dim)));
+            float gate, up;
+            row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
+            gate = bf16_to_float(float_to_bf16(gate));
+            up = bf16_to_float(float_to_bf16(up));
             if (lane == 0) act[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
         }
+        prefetch_phase(4 * l + 4, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         stage(act, 0, 0.0f, ff, h, partial);
@@ -397,6 +466,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
             float acc = row_dot(w2 + (long long)r * ff, h, ff);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
         }
+        prefetch_phase(4 * l + 5, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
     }
 
@@ -405,6 +475,8 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
+    // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now.
+    for (int q = 0; q < 2 && q < phases; ++q) prefetch_phase(q, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
 }
 """
 
