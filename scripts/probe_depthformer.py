@@ -1,8 +1,8 @@
 """Where the one-launch depthformer codebook step spends its time (H200 probe, full-size random weights).
 
 Times, each from CUDA-graph replays (100 of them, CUDA events):
-- the 8 codebook launches of one frame (teacher-forced inputs), with and without the L2 prefetch, and
-  at fewer blocks per grid;
+- the 8 codebook launches of one frame (teacher-forced inputs) at one block per SM, per 2 and per 4
+  SMs, and without the L2 prefetch;
 - a kernel that does nothing but the same grid-wide barrier, to price one barrier;
 and writes them to $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
 """
@@ -20,24 +20,8 @@ from engine.realtime import cuda_kernels
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticDepthformer
 
-BARRIER_SOURCE = cuda_kernels._COMMON + r"""
-__device__ __forceinline__ void grid_sync(unsigned int* counter, unsigned int* generation) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        volatile unsigned int* current = generation;
-        unsigned int seen = *current;
-        __threadfence();
-        if (atomicAdd(counter, 1u) == gridDim.x - 1) {
-            atomicExch(counter, 0u);
-            __threadfence();
-            atomicAdd(generation, 1u);
-        } else {
-            while (*current == seen) { }
-        }
-        __threadfence();
-    }
-    __syncthreads();
-}
+# The shipped kernel's own grid_sync, in a kernel that does nothing else.
+BARRIER_SOURCE = cuda_kernels._SOURCES["depthformer_codebook"] + r"""
 extern "C" __global__ void barriers_only(unsigned int* barrier, int n) {
     for (int k = 0; k < n; ++k) grid_sync(barrier, barrier + 1);
 }
@@ -81,24 +65,24 @@ def main() -> None:
         for i in range(depthformer.codebooks):
             depthformer._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
 
-    results: dict[str, float | int] = {"blocks": step.blocks}
-    shipped = step.kernel
-    results["frame_us_prefetch"] = replay_us(frame)
-    for blocks in (66, 33):
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    results: dict[str, object] = {"sms": sms, "blocks_chosen_at_start_up": step.blocks, "start_up_timings_ms": depthformer.grid_timings_ms}
+    chosen, shipped = step.blocks, step.kernel
+    for blocks in (sms, sms // 2, sms // 4):
         step.blocks = blocks
-        results[f"frame_us_prefetch_{blocks}_blocks"] = replay_us(frame)
-    step.blocks = results["blocks"]
+        results[f"frame_us_{blocks}_blocks"] = replay_us(frame)
+    step.blocks = chosen
     source = cuda_kernels._SOURCES["depthformer_codebook"].replace("#ifndef DEPTH_PREFETCH", "#define DEPTH_PREFETCH 0\n#ifndef DEPTH_PREFETCH")
     step.kernel = torch.cuda._compile_kernel(source, "depthformer_codebook")
-    results["frame_us_no_prefetch"] = replay_us(frame)
+    results[f"frame_us_{chosen}_blocks_no_prefetch"] = replay_us(frame)
     step.kernel = shipped
 
     barrier_kernel = torch.cuda._compile_kernel(BARRIER_SOURCE, "barriers_only")
     barrier = torch.zeros((2,), dtype=torch.int32, device=device)
-    for threads in (512, 256):
-        us = replay_us(lambda: barrier_kernel(grid=(step.blocks, 1, 1), block=(threads, 1, 1), args=[barrier, 240]))
-        results[f"barrier_us_{threads}_threads"] = us / 240
-    results["empty_launch_us"] = replay_us(lambda: barrier_kernel(grid=(step.blocks, 1, 1), block=(512, 1, 1), args=[barrier, 0]))
+    for blocks in (sms, sms // 2):
+        us = replay_us(lambda: barrier_kernel(grid=(blocks, 1, 1), block=(512, 1, 1), args=[barrier, 240]))
+        results[f"barrier_us_{blocks}_blocks"] = us / 240
+    results["empty_launch_us"] = replay_us(lambda: barrier_kernel(grid=(sms, 1, 1), block=(512, 1, 1), args=[barrier, 0]))
     print(json.dumps(results, indent=1))
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_depthformer.json").write_text(json.dumps(results, indent=1))

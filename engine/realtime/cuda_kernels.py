@@ -256,35 +256,48 @@ __device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows,
 }
 
 // All blocks of the grid wait here until every block has arrived (sense by generation count).
-// The counter returns to 0 at every barrier, so no reset is needed between launches.
+// Thread 0 arrives with a release add (what its block wrote before the __syncthreads is published
+// with it) and waits with acquire loads, as cooperative groups' grid sync does. The counter returns
+// to 0 at every barrier, so no reset is needed between launches.
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned int add_release(unsigned int* p, unsigned int v) {
+    unsigned int old;
+    asm volatile("atom.add.release.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
 __device__ __forceinline__ void grid_sync(unsigned int* counter, unsigned int* generation) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        volatile unsigned int* current = generation;
-        unsigned int seen = *current;
-        __threadfence();
-        if (atomicAdd(counter, 1u) == gridDim.x - 1) {
+        unsigned int seen = load_acquire(generation);
+        if (add_release(counter, 1u) == gridDim.x - 1) {
             atomicExch(counter, 0u);
-            __threadfence();
-            atomicAdd(generation, 1u);
+            add_release(generation, 1u);
         } else {
-            while (*current == seen) { }
+            while (load_acquire(generation) == seen) { }
         }
-        __threadfence();
     }
     __syncthreads();
 }
 
 // h = src (a vector written in this launch, or h itself when src is 0), RMS-normed with `norm`
 // when given (rounded exactly as F.rms_norm would output it).
+#define DEPTH_STAGE_MAX (DEPTH_MAX_K / DEPTH_THREADS)
 __device__ void stage(const unsigned short* src, const unsigned short* __restrict__ norm, float eps, int K,
                       unsigned short* h, float* partial) {
+    float values[DEPTH_STAGE_MAX], weights[DEPTH_STAGE_MAX];  // the norm weights load with the values
     float squares = 0.0f;
-    for (int k = threadIdx.x; k < K; k += DEPTH_THREADS) {
-        unsigned short bits = src != 0 ? __ldcg(src + k) : h[k];
-        h[k] = bits;
-        float v = bf16_to_float(bits);
-        squares += v * v;
+    #pragma unroll
+    for (int t = 0; t < DEPTH_STAGE_MAX; ++t) {
+        int k = threadIdx.x + t * DEPTH_THREADS;
+        unsigned short bits = k < K ? (src != 0 ? __ldcg(src + k) : h[k]) : 0;
+        weights[t] = (norm != 0 && k < K) ? bf16_to_float(norm[k]) : 0.0f;
+        values[t] = bf16_to_float(bits);
+        if (k < K) h[k] = bits;
+        squares += values[t] * values[t];
     }
     if (norm != 0) {
         squares = warp_sum(squares);
@@ -293,8 +306,11 @@ __device__ void stage(const unsigned short* src, const unsigned short* __restric
         float total = 0.0f;
         for (int w = 0; w < DEPTH_WARPS; ++w) total += partial[w];
         float inv_rms = rsqrtf(total / (float)K + eps);
-        for (int k = threadIdx.x; k < K; k += DEPTH_THREADS)
-            h[k] = float_to_bf16(bf16_to_float(h[k]) * inv_rms * bf16_to_float(norm[k]));
+        #pragma unroll
+        for (int t = 0; t < DEPTH_STAGE_MAX; ++t) {
+            int k = threadIdx.x + t * DEPTH_THREADS;
+            if (k < K) h[k] = float_to_bf16(values[t] * inv_rms * weights[t]);
+        }
     }
     __syncthreads();
 }

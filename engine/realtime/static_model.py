@@ -449,7 +449,33 @@ class StaticDepthformer:
         if problem:
             log.warning("fused depthformer kernel failed its start-up check (%s); using plain PyTorch ops", problem)
             return None
+        step.blocks = self._fastest_grid(step)
         return step
+
+    @torch.no_grad()
+    def _fastest_grid(self, step: DepthformerCodebookStep) -> int:
+        """The faster of one block per SM and one per two SMs, timed on this GPU at start-up (~10 ms).
+
+        The results do not depend on the grid (the GPU tests check it bit for bit); the speed does:
+        fewer blocks mean cheaper barriers but more rows per warp (H200: 66 blocks 1.45 ms per frame,
+        132 blocks 1.56 ms, 33 blocks 1.72 ms; bench/results/run-24-one-launch-depthformer)."""
+        sms = step.blocks
+        candidates = sorted({sms, max(1, sms // 2)}, reverse=True)
+        inputs = self._inputs(torch.zeros((1, self.model.depth_linear.weight.shape[1]), device=self.device, dtype=self.dtype))
+        codes = torch.zeros((self.codebooks,), dtype=torch.long, device=self.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.grid_timings_ms: dict[int, float] = {}
+        for blocks in candidates:
+            step.blocks = blocks
+            for repeat in range(2):  # the first round warms up
+                start.record()
+                for _ in range(3):
+                    for i in range(self.codebooks):
+                        self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
+                end.record()
+                end.synchronize()
+            self.grid_timings_ms[blocks] = start.elapsed_time(end) / 3
+        return min(candidates, key=lambda blocks: self.grid_timings_ms[blocks])
 
     @torch.no_grad()
     def _fused_disagreement(self) -> str | None:
