@@ -632,12 +632,125 @@ extern "C" __global__ void backbone_rope_cache(const unsigned short* __restrict_
 }
 """
 
+_BACKBONE_GEMV_SOURCE = _COMMON + r"""
+// The backbone decode step's batch-1 matrix-vector products with what surrounds them: the RMS norm
+// before (q|k|v, the conv in-projection, w1|w3), the residual add after (out-projections, w2), or the
+// SwiGLU between w1|w3 and w2. One block per SM stages the input vector once (normalized as F.rms_norm
+// outputs it) and its warps take the rows in turn, one row per warp at a time with a whole row's loads
+// in flight, so the ~4-67 MB weights stream at close to full bandwidth; the first row's loads are issued
+// before the input is staged. Each output is one warp's fixed-order sum: deterministic.
+#define GEMV_WARPS 16
+#define GEMV_THREADS (GEMV_WARPS * 32)
+#define GEMV_MAX_K 8192
+#define GEMV_PRELOAD 8  // 16-byte chunks per lane in registers: a whole 2048-wide row
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
+    return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
+}
+
+__device__ __forceinline__ float chunk_dot(uint4 w, uint4 v) {
+    return pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
+}
+
+__device__ __forceinline__ void preload_row(const unsigned short* row, int K, bool valid, uint4* pre) {
+    const uint4* weights = reinterpret_cast<const uint4*>(row);
+    #pragma unroll
+    for (int t = 0; t < GEMV_PRELOAD; ++t) {
+        int c = (threadIdx.x & 31) + 32 * t;
+        if (valid && c < K / 8) pre[t] = __ldg(weights + c);
+    }
+}
+
+// row . h for one warp, the row's first chunks in `pre`, the rest loaded here (same order either way).
+__device__ __forceinline__ float row_dot_preloaded(const unsigned short* __restrict__ row, const uint4* pre, const unsigned short* h, int K) {
+    const uint4* weights = reinterpret_cast<const uint4*>(row);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    const int lane = threadIdx.x & 31;
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < GEMV_PRELOAD; ++t)
+        if (lane + 32 * t < K / 8) acc += chunk_dot(pre[t], inputs[lane + 32 * t]);
+    #pragma unroll 8
+    for (int c = lane + 32 * GEMV_PRELOAD; c < K / 8; c += 32) acc += chunk_dot(__ldg(weights + c), inputs[c]);
+    return warp_sum(acc);
+}
+
+// out = W @ rms_norm(x, norm) (has_norm), or W @ x, plus residual (has_residual; out may be residual);
+// with swiglu, W has 2N rows [gate; up] and out[r] = silu(gate_r) * up_r, each rounded to bf16 first.
+extern "C" __global__ void __launch_bounds__(GEMV_THREADS, 1)
+backbone_gemv(const unsigned short* __restrict__ x, int has_norm, const unsigned short* __restrict__ norm, float eps,
+              const unsigned short* __restrict__ W, int has_residual, const unsigned short* residual,
+              unsigned short* out, int K, int N, int swiglu) {
+    __shared__ __align__(16) unsigned short h[GEMV_MAX_K];
+    __shared__ float partial[GEMV_WARPS];
+    const int lane = threadIdx.x & 31;
+    const int first_row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * GEMV_WARPS;
+    uint4 pre_a[GEMV_PRELOAD], pre_b[GEMV_PRELOAD];
+    preload_row(W + (long long)first_row * K, K, first_row < N, pre_a);
+    if (swiglu) preload_row(W + (long long)(first_row + N) * K, K, first_row < N, pre_b);
+
+    float squares = 0.0f;
+    for (int k = threadIdx.x; k < K; k += GEMV_THREADS) {
+        unsigned short bits = x[k];
+        h[k] = bits;
+        float v = bf16_to_float(bits);
+        squares += v * v;
+    }
+    if (has_norm) {
+        squares = warp_sum(squares);
+        if (lane == 0) partial[threadIdx.x >> 5] = squares;
+        __syncthreads();
+        float total = 0.0f;
+        for (int w = 0; w < GEMV_WARPS; ++w) total += partial[w];
+        float inv_rms = rsqrtf(total / (float)K + eps);
+        for (int k = threadIdx.x; k < K; k += GEMV_THREADS)
+            h[k] = float_to_bf16(bf16_to_float(h[k]) * inv_rms * bf16_to_float(norm[k]));
+    }
+    __syncthreads();
+
+    for (int r = first_row; r < N; r += row_step) {
+        const unsigned short* row = W + (long long)r * K;
+        if (swiglu) {
+            uint4 more_a[GEMV_PRELOAD], more_b[GEMV_PRELOAD];
+            const uint4* use_a = pre_a;
+            const uint4* use_b = pre_b;
+            if (r != first_row) {
+                preload_row(row, K, true, more_a);
+                preload_row(row + (long long)N * K, K, true, more_b);
+                use_a = more_a;
+                use_b = more_b;
+            }
+            float gate = bf16_to_float(float_to_bf16(row_dot_preloaded(row, use_a, h, K)));
+            float up = bf16_to_float(float_to_bf16(row_dot_preloaded(row + (long long)N * K, use_b, h, K)));
+            if (lane == 0) out[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
+        } else {
+            uint4 more[GEMV_PRELOAD];
+            const uint4* use = pre_a;
+            if (r != first_row) {
+                preload_row(row, K, true, more);
+                use = more;
+            }
+            float acc = row_dot_preloaded(row, use, h, K);
+            if (lane == 0) out[r] = float_to_bf16(has_residual ? acc + bf16_to_float(residual[r]) : acc);
+        }
+    }
+}
+"""
+
 _SOURCES = {
     "short_conv_step": _SHORT_CONV_SOURCE,
     "top_k_gumbel_argmax": _SAMPLER_SOURCE,
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
     "backbone_rope_cache": _BACKBONE_ROPE_SOURCE,
+    "backbone_gemv": _BACKBONE_GEMV_SOURCE,
 }
+GEMV_THREADS = 512
+GEMV_MAX_K = 8192
 DEPTH_THREADS = 512  # DEPTH_WARPS * 32
 DEPTH_MAX_K = 4096
 DEPTH_MAX_QK_HEADS = 64
@@ -871,3 +984,83 @@ class BackboneRopeCache:
             args=[qkv, q_norm, k_norm, float(eps), cos, sin, position, keys, values, q_out, mask, int(write_mask), heads, kv_heads, max_positions],
         )
         return q_out
+
+
+class BackboneGemv:
+    """The backbone decode step's matrix-vector products fused with their RMS norm, residual add or
+    SwiGLU (see `_BACKBONE_GEMV_SOURCE`): one kernel each, one block per SM."""
+
+    def __init__(self, kernel: Any, device: torch.device) -> None:
+        self.kernel = kernel
+        self.device = device
+        self.blocks = torch.cuda.get_device_properties(device).multi_processor_count
+
+    @classmethod
+    def create(cls, device: torch.device, dtype: torch.dtype) -> "BackboneGemv | None":
+        if device.type != "cuda" or dtype != torch.bfloat16:
+            return None
+        kernel = _compiled("backbone_gemv")
+        if kernel is None:
+            return None
+        gemv = cls(kernel, device)
+        problem = gemv.self_check(columns=2048, rows=3072)
+        if problem:
+            log.warning("fused backbone products failed their self-check (%s); using cuBLAS", problem)
+            return None
+        return gemv
+
+    @staticmethod
+    def supports(weight: torch.Tensor) -> bool:
+        columns = weight.shape[-1]
+        return (
+            weight.dtype == torch.bfloat16 and weight.is_contiguous() and columns % 8 == 0 and columns <= GEMV_MAX_K and weight.data_ptr() % 16 == 0
+        )
+
+    def _launch(self, x: torch.Tensor, norm: torch.Tensor | None, eps: float, weight: torch.Tensor, residual: torch.Tensor | None,
+                out: torch.Tensor, rows: int, swiglu: bool) -> torch.Tensor:
+        self.kernel(
+            grid=(self.blocks, 1, 1),
+            block=(GEMV_THREADS, 1, 1),
+            args=[
+                x, int(norm is not None), norm if norm is not None else x, float(eps), weight,
+                int(residual is not None), residual if residual is not None else out, out, weight.shape[1], rows, int(swiglu),
+            ],
+        )  # fmt: skip
+        return out
+
+    def norm(self, x: torch.Tensor, norm: torch.Tensor, eps: float, weight: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        """out (1, N) = rms_norm(x, norm) @ weight.T"""
+        return self._launch(x, norm, eps, weight, None, out, weight.shape[0], False)
+
+    def residual(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        """out (1, N) = residual + x @ weight.T (out may be residual itself)"""
+        return self._launch(x, None, 0.0, weight, residual, out, weight.shape[0], False)
+
+    def norm_swiglu(self, x: torch.Tensor, norm: torch.Tensor, eps: float, w13: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
+        """out (1, N) = silu(gate) * up, [gate | up] = rms_norm(x, norm) @ w13.T (w13: 2N rows)"""
+        return self._launch(x, norm, eps, w13, None, out, w13.shape[0] // 2, True)
+
+    def self_check(self, *, columns: int, rows: int) -> str | None:
+        """Each mode against the plain ops on random data; a description of the first mismatch."""
+        generator = torch.Generator(device=self.device).manual_seed(0)
+
+        def randn(*shape: int) -> torch.Tensor:
+            return torch.randn(shape, device=self.device, generator=generator).to(torch.bfloat16)
+
+        x, norm, weight, w13, residual = randn(1, columns), randn(columns), randn(rows, columns), randn(2 * rows, columns), randn(1, rows)
+        normed = F.rms_norm(x, (columns,), norm, 1e-5)
+        gate, up = F.linear(normed, w13).chunk(2, dim=-1)
+
+        def empty() -> torch.Tensor:
+            return torch.empty(1, rows, device=self.device, dtype=torch.bfloat16)
+
+        checks = {
+            "norm": (self.norm(x, norm, 1e-5, weight, out=empty()), F.linear(normed, weight)),
+            "residual": (self.residual(x, weight, residual, out=empty()), torch.addmm(residual[0], x, weight.t())),
+            "norm_swiglu": (self.norm_swiglu(x, norm, 1e-5, w13, out=empty()), F.silu(gate) * up),
+        }
+        for name, (got, expected) in checks.items():
+            error = float((got.float() - expected.float()).norm() / expected.float().norm())
+            if not error < 1e-2:
+                return f"{name}: relative error {error:.3g}"
+        return None
