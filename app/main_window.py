@@ -59,7 +59,7 @@ from engine.protocol import (
     TurnMetrics,
     UserTakeAdded,
 )
-from engine.model_store import looks_like_repo_id
+from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge

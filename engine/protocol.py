@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from engine.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
+from engine.chat.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
 
 
 class EngineState(enum.Enum):

@@ -38,14 +38,14 @@ def _independent_of_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.tiny_checkpoint import write_tiny_checkpoint
+    from engine.model.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model") / "LFM2.5-Audio-tiny")
 
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_dir: Path):
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 

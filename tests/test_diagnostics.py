@@ -24,7 +24,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 import torch
 
-from engine import diagnostics, logs
+from engine import logs
+from engine.tools import diagnostics
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -91,7 +92,7 @@ def test_audio_devices_match_sounddevice(tmp_path: Path) -> None:
 
 
 def test_model_store_is_where_the_downloader_writes() -> None:
-    model_store = pytest.importorskip("engine.model_store")
+    model_store = pytest.importorskip("engine.model.store")
     assert diagnostics.default_model_store() == model_store.models_dir()
     assert diagnostics.DEFAULT_MODEL_REPO == model_store.DEFAULT_REPO_ID
 

@@ -354,7 +354,7 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 def test_random_interleavings_of_every_command(audio_env, isolated_user_dirs: Path, tmp_path: Path) -> None:  # noqa: ANN001
-    from engine.session import demo_model_folder, ensure_demo_model
+    from engine.chat.session import demo_model_folder, ensure_demo_model
 
     ensure_demo_model()
     CTX.good_voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "alice")

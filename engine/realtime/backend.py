@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from engine.decoding import SamplingSettings
+from engine.chat.decoding import SamplingSettings
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 from engine.realtime.streaming import StreamingState
 
 if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
-    from engine.loading import LoadedModel
+    from engine.model.loading import LoadedModel
 
 
 # Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a

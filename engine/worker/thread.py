@@ -472,7 +472,7 @@ class EngineWorker:
     def _open_session(self, source: str | None, command: p.Load, *, lora: str | None) -> Any:
         opener = self._session_opener
         if opener is None:
-            from engine.session import ChatSession
+            from engine.chat.session import ChatSession
 
             opener = ChatSession.open
         return opener(source, lora=lora, demo=command.demo, revision=None, context_tokens=command.context_tokens,
@@ -480,15 +480,15 @@ class EngineWorker:
 
     def _resolve_source(self, command: p.Load) -> Path | None:
         """A checked local folder for the model, downloading it if allowed; None if missing/cancelled."""
-        from engine import model_store
+        from engine.model.store import find_local_model, looks_like_repo_id, resolve_model
         from engine.errors import DownloadCancelled as DownloadCancelledError
 
         def work(cancel: threading.Event) -> Path | None:
-            if (not command.allow_download and model_store.looks_like_repo_id(command.source)
-                    and model_store.find_local_model(command.source, command.revision) is None):
+            if (not command.allow_download and looks_like_repo_id(command.source)
+                    and find_local_model(command.source, command.revision) is None):
                 return None
-            return Path(model_store.resolve_model(command.source, revision=command.revision, progress=self._post,
-                                                  cancel=cancel, allow_download=command.allow_download))
+            return Path(resolve_model(command.source, revision=command.revision, progress=self._post,
+                                      cancel=cancel, allow_download=command.allow_download))
 
         cancelled = threading.Event()
 
