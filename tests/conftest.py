@@ -56,7 +56,7 @@ def isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
         monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # for child processes
-    monkeypatch.delenv("HF_XET_CACHE", raising=False)  # model_store.download sets it; undone after the test
+    monkeypatch.delenv("HF_XET_CACHE", raising=False)  # engine.model.store.download sets it; undone after the test
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import: this process needs the constant

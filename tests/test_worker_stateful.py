@@ -127,9 +127,9 @@ class EngineMachine(RuleBasedStateMachine):
     def select_devices(self, microphone: str | None) -> None:
         self._send(p.SelectDevices(microphone, SPEAKER))
 
-    @rule()
-    def list_devices(self) -> None:
-        self._send(p.ListDevices())
+    @rule(rescan=st.booleans())
+    def list_devices(self, rescan: bool) -> None:
+        self._send(p.ListDevices(rescan=rescan))  # a re-scan only while the engine rests, at any moment
 
     @rule()
     def reset(self) -> None:

@@ -73,6 +73,14 @@ class Takes:
             self.recorder.open()
         return self.recorder
 
+    def is_open(self) -> bool:
+        """Whether the microphone's stream runs (False: never opened, failed to open, or died)."""
+        return self.recorder is not None and self.recorder.is_open
+
+    def died(self) -> bool:
+        """Whether the microphone's stream stopped under the recorder (unplugged) and was not reopened."""
+        return self.recorder is not None and self.recorder.died
+
     def close(self) -> None:
         self.forget()
         recorder, self.recorder = self.recorder, None

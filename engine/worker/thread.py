@@ -40,6 +40,7 @@ from engine.worker.table import (
     BUSY,
     DEFERRED_CHANGE,
     PUBLIC_STATE,
+    RESTING,
     RUNS_WHILE_CANCELLING,
     TRANSITIONS,
     Outcome,
@@ -387,6 +388,13 @@ class EngineWorker:
         elif self.phase is Phase.REPLAYING and self._playback_finished():
             self.replaying = None
             self._set_phase(self._rest_phase())
+        elif self.phase in RESTING and (self.takes.died() or (self.player is not None and self.player.died)):
+            # A stream stopped under us (its device was unplugged): look again while resting, so that the
+            # window's list is current and the system default, if that is another device now, is used.
+            try:
+                self._rescan_audio()
+            except Exception as exc:  # noqa: BLE001 - PortAudio did not start again: said; the engine keeps running
+                self._report(exc, "audio_device")
 
     # ------------------------------------------------------------------ commands: set-up
 
@@ -422,6 +430,12 @@ class EngineWorker:
         self._open_audio()
 
     def _on_ListDevices(self, command: p.ListDevices) -> None:
+        if command.rescan and self.phase in RESTING:
+            self._rescan_audio()  # posts the new list
+        else:
+            self._post_devices()
+
+    def _post_devices(self) -> None:
         from engine.audio.devices import list_devices
 
         # Names, deduplicated in PortAudio order: settings store names, and on Windows one device is
@@ -546,6 +560,20 @@ class EngineWorker:
         self.takes.open()
         self._need_player()
 
+    def _rescan_audio(self) -> None:
+        """Look again for devices (one plugged in since PortAudio last looked, or one gone), reopen both streams
+        on the chosen devices (None: the system default, which may now be another one) and post the new list.
+
+        Only while the engine rests (no take, no sound): re-initialising PortAudio ends every open stream,
+        so both are closed first. A device still missing reports itself as on any open."""
+        from engine.audio.devices import rescan_devices
+
+        assert self.phase in RESTING, self.phase
+        self._close_audio()
+        rescan_devices()
+        self._post_devices()
+        self._open_audio()
+
     def _close_audio(self) -> None:
         self.takes.close()
         player, self.player = self.player, None
@@ -575,6 +603,12 @@ class EngineWorker:
             raise UserFacingError("The model is not loaded yet.")
         if self.phase is Phase.RECORDING:
             return  # a second press (key and mouse together): one take
+        if self.phase in RESTING and not self.takes.is_open():
+            # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
+            # that was not open has no pre-roll to lose).
+            self._rescan_audio()
+            if not self.takes.is_open():
+                return  # still none: opening it has said why
         if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
             self._set_phase(Phase.RECORDING)
 
