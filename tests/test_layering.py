@@ -128,3 +128,14 @@ def test_the_layer_table_catches_an_import_inside_a_function(tmp_path: Path) -> 
     imports = _engine_imports(module)
     assert imports == {"engine.worker", "engine.settings"}
     assert not any(_allowed(name, MAY_IMPORT["engine.chat"]) for name in imports)
+
+
+def test_the_chat_core_and_the_model_layer_never_reach_up_to_the_engine_thread() -> None:
+    """The rule of the table that matters most when the chat core changes, said on its own."""
+    above = {"engine.worker", "engine.history.service", "engine.history.engine_commands", "engine.tools",
+             "engine.settings", "engine.bench", "app"}
+    files = [path for part in ("chat", "model") for path in sorted((ROOT / "engine" / part).glob("*.py"))]
+    assert any(path.name == "session.py" for path in files)
+    reaching_up = {f"{path.relative_to(ROOT)}: {target}" for path in files for target in _engine_imports(path)
+                   if _allowed(target, above)}
+    assert reaching_up == set()

@@ -76,6 +76,17 @@ def _error_kind(exc: BaseException) -> str:
     return "internal"
 
 
+def _is_listed(device: str | None, kind: str) -> bool:
+    """Whether PortAudio lists the device called `device` (None: any, for the system default) for `kind`."""
+    from engine.audio.devices import AudioDeviceError, find_device
+
+    try:
+        find_device(device, kind)  # type: ignore[arg-type]
+    except AudioDeviceError:
+        return False
+    return True
+
+
 class EngineWorker:
     """Owns the engine thread. Constructed by the app with the two queues; `start()` returns at once.
 
@@ -561,18 +572,26 @@ class EngineWorker:
         self._need_player()
 
     def _rescan_audio(self) -> None:
-        """Look again for devices (one plugged in since PortAudio last looked, or one gone), reopen both streams
-        on the chosen devices (None: the system default, which may now be another one) and post the new list.
+        """Look again for devices (one plugged in since PortAudio last looked, or one gone), post the new list and
+        reopen the streams on the chosen devices (None: the system default, which may now be another one).
 
         Only while the engine rests (no take, no sound): re-initialising PortAudio ends every open stream,
-        so both are closed first. A device still missing reports itself as on any open."""
+        so both are closed first. A stream that was open is reopened (a failure says why); one that was not
+        only if its device is listed now, so that a device still missing is not reported once more (it was
+        when it failed, and the next press or answer says it again)."""
         from engine.audio.devices import rescan_devices
 
         assert self.phase in RESTING, self.phase
+        recorder_was_open = self.takes.is_open()
+        player_was_open = self.player is not None and self.player.is_open
         self._close_audio()
         rescan_devices()
         self._post_devices()
-        self._open_audio()
+        self.takes.device = self.input_device
+        if recorder_was_open or _is_listed(self.input_device, "input"):
+            self.takes.open()
+        if player_was_open or _is_listed(self.output_device, "output"):
+            self._need_player()
 
     def _close_audio(self) -> None:
         self.takes.close()
@@ -607,8 +626,6 @@ class EngineWorker:
             # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
             # that was not open has no pre-roll to lose).
             self._rescan_audio()
-            if not self.takes.is_open():
-                return  # still none: opening it has said why
         if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
             self._set_phase(Phase.RECORDING)
 
