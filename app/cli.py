@@ -19,7 +19,7 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.oneshot import add_reply_arguments
+    from engine.tools.reply import add_reply_arguments
 
     parser = argparse.ArgumentParser(prog="voicechat", description="Push-to-talk voice chat with LFM2.5-Audio-1.5B-JP.")
     parser.add_argument("--selftest", action="store_true", help="check this PC, run one demo turn, write a diagnostics file")
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, qt_args = parser.parse_known_args(argv)
     if args.selftest:
-        from engine.selftest import main as selftest_main
+        from engine.tools.selftest import main as selftest_main
 
         return selftest_main()  # sets up its own console, log file and excepthook
     from engine.logs import install_excepthook, setup_logging
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unrecognized arguments: {' '.join(qt_args)} (see `voicechat {args.command} --help`)", file=sys.stderr)
         return 2
     if args.command == "reply":
-        from engine.oneshot import run_reply
+        from engine.tools.reply import run_reply
 
         return run_reply(args)
     if args.command == "bench":

@@ -18,8 +18,8 @@ from engine.protocol import MessagePart
 CONTEXT = "EngineMessages"
 
 # Every template the engine may send, listed so that pyside6-lupdate finds them (the engine cannot
-# mark its own strings). Keep in step with engine/audio/devices.py, engine/model_store.py,
-# engine/lora.py, engine/session.py, engine/validation.py, engine/settings.py and engine/oneshot.py; tests/test_app_widgets.py checks each has a translation.
+# mark its own strings). Keep in step with engine/audio/devices.py, engine/model/store.py,
+# engine/model/lora.py, engine/chat/session.py, engine/validation.py, engine/settings.py and engine/tools/reply.py; tests/test_app_widgets.py checks each has a translation.
 TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "No microphone was found. Connect one and try again."),
     QT_TRANSLATE_NOOP("EngineMessages", "No speaker was found. Connect one and try again."),
@@ -79,7 +79,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "{voice}: module {module} has {weight} missing."),
     QT_TRANSLATE_NOOP("EngineMessages", "The voice {voice} targets {module}, a {kind}; only linear layers are supported."),
     QT_TRANSLATE_NOOP("EngineMessages", "The model folder {folder} cannot be used: {problems}"),
-    # ... and its problems (engine/model_store.py, engine/loading.py), joined by the separator.
+    # ... and its problems (engine/model/store.py, engine/model/loading.py), joined by the separator.
     QT_TRANSLATE_NOOP("EngineMessages", "; "),
     QT_TRANSLATE_NOOP("EngineMessages", "{folder} is not a folder"),
     QT_TRANSLATE_NOOP("EngineMessages", "{file} is missing"),
@@ -179,7 +179,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP(
         "EngineMessages", 'The speaker "{name}" stopped playing (unplugged?). It will be reopened for the next answer.'
     ),
-    # Recordings and audio files (engine/session.py, engine/audio_files.py).
+    # Recordings and audio files (engine/chat/session.py, engine/audio/wav.py).
     QT_TRANSLATE_NOOP("EngineMessages", "The recording is empty."),
     QT_TRANSLATE_NOOP("EngineMessages", "The recording is too short ({seconds} s; at least {minimum} s is needed)."),
     QT_TRANSLATE_NOOP("EngineMessages", "The recording is too long ({seconds} s; at most {maximum} s)."),
@@ -188,7 +188,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "{path} is not a file."),
     QT_TRANSLATE_NOOP("EngineMessages", "{path} is not a readable audio file ({error})."),
     QT_TRANSLATE_NOOP("EngineMessages", "{path} cannot be read ({error})."),
-    # Models (engine/model_store.py, engine/loading.py).
+    # Models (engine/model/store.py, engine/model/loading.py).
     QT_TRANSLATE_NOOP("EngineMessages", "{source} is neither a model folder nor a Hub repo id like {example}."),
     QT_TRANSLATE_NOOP("EngineMessages", "A revision can only be pinned for a Hub repo id, not for a folder."),
     QT_TRANSLATE_NOOP(

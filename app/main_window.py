@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
+import shiboken6
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
@@ -59,7 +60,7 @@ from engine.protocol import (
     TurnMetrics,
     UserTakeAdded,
 )
-from engine.model_store import looks_like_repo_id
+from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
@@ -425,7 +426,9 @@ class MainWindow(QMainWindow):
         self.bridge.send(Export(with_wav_suffix(path)))
 
     def open_settings(self) -> SettingsDialog:
-        self.bridge.send(ListDevices())  # refresh for next time; the dialog uses what we have now
+        # The engine looks again for devices plugged in since (PortAudio lists them only after a re-scan);
+        # the dialog shows what we have now, the new list is there for the next time.
+        self.bridge.send(ListDevices(rescan=True))
         dialog = SettingsDialog(self.settings, self.devices, self)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings()))
         dialog.finished.connect(dialog.deleteLater)
@@ -513,7 +516,8 @@ class MainWindow(QMainWindow):
         self.state_indicator.set_state(state)
         usable = state not in (EngineState.LOADING, EngineState.NO_MODEL) and not self.engine_dead
         self.ptt.set_recording(state is EngineState.RECORDING)
-        self.ptt.setEnabled(usable and not self.mic_missing)
+        # Also without a microphone: a press makes the engine look again (one may have been plugged in).
+        self.ptt.setEnabled(usable)
         self.stop_action.setEnabled(state in (EngineState.THINKING, EngineState.SPEAKING))
         self.export_action.setEnabled(not self.engine_dead)
         self.reset_action.setEnabled(usable)
@@ -606,6 +610,9 @@ class MainWindow(QMainWindow):
 
     def _on_devices(self, event: Devices) -> None:
         self.devices = event
+        dialog = self.settings_dialog
+        if dialog is not None and shiboken6.isValid(dialog) and dialog.isVisible():
+            dialog.set_devices(event)  # the engine's list after it looked again, while the dialog is open
         self.mic_missing = not event.inputs
         self.ptt.set_missing(self.tr("No microphone found") if self.mic_missing else "")
         if self.mic_missing:

@@ -163,8 +163,24 @@ class SettingsDialog(QDialog):
         tab = QWidget(self)
         self.input_device = QComboBox(tab)
         self.output_device = QComboBox(tab)
-        for combo, names, current in ((self.input_device, devices.inputs if devices else (), s.input_device),
-                                      (self.output_device, devices.outputs if devices else (), s.output_device)):
+        # Says plainly that nothing was found, rather than offer only "System default".
+        self.devices_note = QLabel(tab)
+        self.devices_note.setWordWrap(True)
+        self.devices_note.setStyleSheet("color: #c62828;")
+        form = QFormLayout(tab)
+        form.addRow(self.tr("Microphone"), self.input_device)
+        form.addRow(self.tr("Speaker"), self.output_device)
+        form.addRow(self.devices_note)
+        self.set_devices(devices)
+        return tab
+
+    def set_devices(self, devices: Devices | None) -> None:
+        """Fill the device lists. Called again when the engine's new list comes while the dialog is open (it
+        looks for devices plugged in since when the dialog opens); what is chosen stays chosen."""
+        for combo, names, saved in ((self.input_device, devices.inputs if devices else (), self.original.input_device),
+                                    (self.output_device, devices.outputs if devices else (), self.original.output_device)):
+            current = combo.currentData() if combo.count() else saved
+            combo.clear()
             combo.addItem(self.tr("System default"), None)
             # ALSA's "default" device is the system default again: listed once, as "System default".
             for name in (n for n in names if n.strip().lower() not in DEFAULT_DEVICE_ALIASES):
@@ -177,24 +193,17 @@ class SettingsDialog(QDialog):
                     combo.addItem(self.tr("%1 (not connected)").replace("%1", current), current)
                     index = combo.count() - 1
                 combo.setCurrentIndex(index)
-        form = QFormLayout(tab)
-        form.addRow(self.tr("Microphone"), self.input_device)
-        form.addRow(self.tr("Speaker"), self.output_device)
+        missing = []
         if devices is not None:
-            # Say plainly that nothing was found, rather than offer only "System default".
-            missing = []
             for combo, names, text in ((self.input_device, devices.inputs, self.tr("No microphone was found.")),
                                        (self.output_device, devices.outputs, self.tr("No speaker was found."))):
                 if not names:
                     combo.setItemText(0, self.tr("System default (none found)"))
                     missing.append(text)
-            if missing:
-                missing.append(self.tr("Connect one; this list is refreshed each time the settings are opened."))
-                note = QLabel("\n".join(missing), tab)
-                note.setWordWrap(True)
-                note.setStyleSheet("color: #c62828;")
-                form.addRow(note)
-        return tab
+        if missing:
+            missing.append(self.tr("Connect one; this list is refreshed each time the settings are opened."))
+        self.devices_note.setText("\n".join(missing))
+        self.devices_note.setVisible(bool(missing))
 
     def _build_general_tab(self, s: Settings) -> QWidget:
         tab = QWidget(self)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from engine.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
+from engine.chat.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
 
 
 class EngineState(enum.Enum):
@@ -85,7 +85,10 @@ class SelectDevices:
 
 @dataclass(frozen=True)
 class ListDevices:
-    """Ask for the audio devices; answered by `Devices` (the settings dialog lists them)."""
+    """Ask for the audio devices; answered by `Devices` (the settings dialog lists them). With `rescan` the
+    engine first looks again for devices plugged in since (only while it rests: no stream in use)."""
+
+    rescan: bool = False
 
 
 @dataclass(frozen=True)

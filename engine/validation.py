@@ -6,9 +6,9 @@ accept too. Each check raises `SettingsError` with an English template and its v
 translates (app/engine_messages.py) and the CLI prints as it is.
 
 Where the other kinds of input are checked (one place each):
-- model folder: `engine.model_store.check_model_folder`
-- voice folder: `engine.lora.load_voice`
-- audio file and take: `engine.audio_files.read_wav_mono`, `engine.session.check_take`
+- model folder: `engine.model.store.check_model_folder`
+- voice folder: `engine.model.lora.load_voice`
+- audio file and take: `engine.audio.wav.read_wav_mono`, `engine.chat.session.check_take`
 - output path: `check_output_path` below
 - settings file: `engine.settings.load_settings`
 - sampling and limits (CLI flags, settings, dialog): `check_range` with the ranges below

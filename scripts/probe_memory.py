@@ -47,7 +47,7 @@ def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 20, before=None) -> fl
 
 
 def main() -> None:
-    from engine.audio_decoding import make_audio_decoder
+    from engine.chat.audio_decoding import make_audio_decoder
     from engine.bench.random_model import random_full_size_model
     from engine.realtime.backend import GraphedBackend
     from engine.realtime.encoder_graphs import EncoderGraphs

@@ -23,6 +23,9 @@ whatever format the stream asks for (PortAudio picks float32) at the rate the st
 PortAudio scans devices when sounddevice is imported; if another test imported it first, `install()` re-scans
 with `sd._terminate(); sd._initialize()` (which also makes alsa-lib reload its configuration). `uninstall()`
 restores the environment and re-scans again.
+
+`install(root, microphone=False)` starts with no capture device at all (the speaker only, playback-only);
+`plug_in_microphone()` then writes the full configuration, which PortAudio sees at its next re-scan.
 """
 
 from __future__ import annotations
@@ -74,6 +77,25 @@ pcm.!default {{
 }}
 """
 
+# No capture device anywhere: a `file` PCM also captures (from its slave), so the speaker is wrapped
+# playback-only, and `default` has no capture side.
+ASOUNDRC_WITHOUT_MICROPHONE = """\
+# Written by tests/alsa_env.py for the audio I/O tests (no microphone yet). Safe to delete.
+pcm.vc_test_speaker {{
+    type asym
+    playback.pcm {{
+        type file
+        slave.pcm "null"
+        file "{speaker}"
+        format "raw"
+    }}
+}}
+pcm.!default {{
+    type asym
+    playback.pcm "null"
+}}
+"""
+
 
 @dataclass
 class AlsaTestEnv:
@@ -81,6 +103,7 @@ class AlsaTestEnv:
     mic_fifo: Path
     speaker_fifo: Path
     unplugged_link: Path
+    asoundrc: Path
     _mic_fd: int = -1
     _speaker_fd: int = -1
     _saved_env: dict[str, str | None] = field(default_factory=dict)
@@ -184,6 +207,23 @@ class AlsaTestEnv:
         if not self.unplugged_link.exists():
             self.unplugged_link.symlink_to(self.mic_fifo)
 
+    def plug_in_microphone(self) -> None:
+        """The full configuration, with the microphones; listed after PortAudio's next re-scan."""
+        self._write_asoundrc(microphone=True)
+
+    def unplug_microphone(self) -> None:
+        """Back to no capture device at all (after the next re-scan)."""
+        self._write_asoundrc(microphone=False)
+
+    def _write_asoundrc(self, *, microphone: bool) -> None:
+        template = ASOUNDRC if microphone else ASOUNDRC_WITHOUT_MICROPHONE
+        text = template.format(mic=self.mic_fifo, speaker=self.speaker_fifo, unplugged=self.unplugged_link)
+        # A new file (new inode), not a rewrite: alsa-lib reloads a configuration whose inode or mtime changed,
+        # and a rewrite within the same second keeps both.
+        temporary = self.asoundrc.with_name(self.asoundrc.name + ".new")
+        temporary.write_text(text)
+        os.replace(temporary, self.asoundrc)
+
     # -------------------------------------------------------------- lifecycle
 
     def uninstall(self) -> None:
@@ -223,14 +263,17 @@ def _rescan_portaudio() -> None:
     sd._initialize()
 
 
-def install(root: Path) -> AlsaTestEnv:
-    """Create the FIFOs and the asoundrc under `root`, point XDG_CONFIG_HOME at it and re-scan PortAudio."""
+def install(root: Path, *, microphone: bool = True) -> AlsaTestEnv:
+    """Create the FIFOs and the asoundrc under `root`, point XDG_CONFIG_HOME at it and re-scan PortAudio.
+    `microphone=False`: no capture device until `plug_in_microphone()` and a re-scan."""
     root.mkdir(parents=True, exist_ok=True)
+    config_home = root / "config"
     env = AlsaTestEnv(
         root=root,
         mic_fifo=root / "mic.fifo",
         speaker_fifo=root / "speaker.fifo",
         unplugged_link=root / "unplugged-mic",
+        asoundrc=config_home / "alsa" / "asoundrc",
     )
     # The mic FIFO is enlarged so a few seconds fit in one feed; the speaker FIFO keeps the default 64 KiB so a
     # playback stream nobody reads stalls after ~8k frames (tests rely on that: see SPEAKER_RUNAHEAD_FRAMES).
@@ -238,11 +281,8 @@ def install(root: Path) -> AlsaTestEnv:
     env._speaker_fd = _open_fifo(env.speaker_fifo, None)
     env.max_feed_bytes = fcntl.fcntl(env._mic_fd, _F_GETPIPE_SZ)  # what actually fits
     env.replug()
-    config_home = root / "config"
-    (config_home / "alsa").mkdir(parents=True, exist_ok=True)
-    (config_home / "alsa" / "asoundrc").write_text(
-        ASOUNDRC.format(mic=env.mic_fifo, speaker=env.speaker_fifo, unplugged=env.unplugged_link)
-    )
+    env.asoundrc.parent.mkdir(parents=True, exist_ok=True)
+    env._write_asoundrc(microphone=microphone)
     env._saved_env = {"XDG_CONFIG_HOME": os.environ.get("XDG_CONFIG_HOME")}
     os.environ["XDG_CONFIG_HOME"] = str(config_home)
     _rescan_portaudio()

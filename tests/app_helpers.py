@@ -159,7 +159,7 @@ def make_voice_adapter(model_dir: Path, folder: Path, *, seed: int = 1) -> Path:
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     model = load_model(model_dir, device="cpu").model
     torch.manual_seed(seed)

@@ -38,14 +38,14 @@ def _independent_of_the_callers_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from engine.tiny_checkpoint import write_tiny_checkpoint
+    from engine.model.tiny_checkpoint import write_tiny_checkpoint
 
     return write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model") / "LFM2.5-Audio-tiny")
 
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_model_dir: Path):
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 
@@ -56,7 +56,7 @@ def isolated_user_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
         monkeypatch.setenv(variable, str(tmp_path / variable.lower()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # for child processes
-    monkeypatch.delenv("HF_XET_CACHE", raising=False)  # model_store.download sets it; undone after the test
+    monkeypatch.delenv("HF_XET_CACHE", raising=False)  # engine.model.store.download sets it; undone after the test
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import: this process needs the constant

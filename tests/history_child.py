@@ -54,13 +54,13 @@ def answer(folder: str, model_dir: str) -> None:
 
     torch.set_num_threads(1)
     from conftest import sine
-    from engine.audio_decoding import make_audio_decoder
+    from engine.chat.audio_decoding import make_audio_decoder
     from engine.history.audio import canonical_take
     from engine.history.service import HistoryKeeper
-    from engine.loading import load_model
+    from engine.model.loading import load_model
     from engine.protocol import SamplingSettings
     from engine.realtime.backend import GraphedBackend
-    from engine.session import ChatSession, TextPieceOut, TurnDone
+    from engine.chat.session import ChatSession, TextPieceOut, TurnDone
 
     loaded = load_model(Path(model_dir), device="cpu")
     session = ChatSession(loaded, GraphedBackend(loaded, context_tokens=2048, capture=False),

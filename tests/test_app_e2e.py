@@ -146,7 +146,7 @@ def test_greedy_setting_reaches_the_engine(qtbot, window: MainWindow) -> None:  
 
 
 def test_voice_switch_is_done_in_place(qtbot, window: MainWindow, isolated_user_dirs: Path) -> None:  # noqa: ANN001
-    from engine.session import demo_model_folder
+    from engine.chat.session import demo_model_folder
 
     voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "sakura")
     session = window.bridge.worker.session

@@ -58,7 +58,7 @@ def test_a_missing_microphone_reads_in_japanese_with_its_name(japanese) -> None:
 
 def test_a_missing_voice_folder_reads_in_japanese(japanese, tmp_path: Path) -> None:  # noqa: ANN001
     from engine.errors import LoraError
-    from engine.lora import load_voice
+    from engine.model.lora import load_voice
 
     with pytest.raises(LoraError) as caught:
         load_voice(tmp_path / "ずんだもん")
@@ -79,7 +79,7 @@ def test_a_broken_model_folder_reads_in_japanese_problem_by_problem(japanese, ti
     import shutil
 
     from engine.errors import ModelFilesError
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     folder = tmp_path / "モデル"
     shutil.copytree(tiny_model_dir, folder)
@@ -115,7 +115,7 @@ def test_an_unsupported_adapter_reads_in_japanese(japanese, tmp_path: Path) -> N
     import json
 
     from engine.errors import LoraError
-    from engine.lora import load_voice
+    from engine.model.lora import load_voice
 
     voice = tmp_path / "ずんだもん"
     voice.mkdir()

@@ -312,24 +312,37 @@ def test_no_microphone_is_said_at_start_and_never_looks_like_recording(qtbot, wi
     assert "マイクが見つかりません" in window.banner.text and "スピーカーが見つかりません" in window.banner.text
     assert window.banner.text.count("マイクが見つかりません") == 1
     assert window.state_indicator.label.text() == "待機中"
-    assert not window.ptt.isEnabled() and window.ptt.text() == "マイクが見つかりません"
+    assert window.ptt.text() == "マイクが見つかりません"
+    # A press still reaches the engine, which looks again for a microphone plugged in since; while it finds
+    # none (a new, empty list and its error), the press ends and the button never says it records.
+    assert window.ptt.isEnabled()
     window.activateWindow()
     _key(window, QEvent.Type.KeyPress)
+    qtbot.waitUntil(lambda: bool(commands_of(window, p.StartTake)))
+    _worker().post(p.Devices((), ()), p.EngineError("audio_device", NO_MIC, template=NO_MIC))
+    qtbot.waitUntil(lambda: not window.ptt.held)
     _key(window, QEvent.Type.KeyRelease)
     _settled(qtbot)
-    assert not window.ptt.held and "録音中" not in window.ptt.text() and not commands_of(window, p.StartTake)
+    assert "録音中" not in window.ptt.text() and window.ptt.text() == "マイクが見つかりません"
+    assert window.banner.text.count("マイクが見つかりません") == 1
 
     dialog = window.open_settings()
+    assert commands_of(window, p.ListDevices)[-1] == p.ListDevices(rescan=True)  # the engine looks again
     assert dialog.input_device.itemText(0) == "システムの既定（見つかりません）"
     assert dialog.output_device.itemText(0) == "システムの既定（見つかりません）"
     notes = [label.text() for label in dialog.findChildren(QLabel)]
     assert any(text.startswith("マイクが見つかりません。") for text in notes)
-    dialog.reject()
+    dialog.output_device.setCurrentIndex(0)  # the user's choice so far: kept when the list changes
 
-    # A microphone is plugged in: the list is refreshed and push-to-talk is back.
+    # A microphone is plugged in: the engine's new list reaches the open dialog and the window, and
+    # push-to-talk is back.
     _worker().post(p.Devices(("USB Mic",), ("Speakers",)))
-    qtbot.waitUntil(window.ptt.isEnabled)
-    assert window.ptt.text() == "押して話す（Space）" and "マイクが見つかりません" not in window.banner.text
+    qtbot.waitUntil(lambda: window.ptt.text() == "押して話す（Space）")
+    assert window.ptt.isEnabled() and "マイクが見つかりません" not in window.banner.text
+    assert [dialog.input_device.itemText(i) for i in range(dialog.input_device.count())] == ["システムの既定", "USB Mic"]
+    assert dialog.output_device.currentData() is None and dialog.output_device.itemText(0) == "システムの既定"
+    assert dialog.devices_note.isHidden()
+    dialog.reject()
 
 
 def test_a_microphone_that_fails_to_open_ends_the_press(qtbot, window) -> None:  # noqa: ANN001

@@ -24,16 +24,10 @@ import sounddevice as sd  # noqa: E402  (PortAudio missing? install Debian's lib
 sys.path.insert(0, str(Path(__file__).parent))
 import alsa_env  # noqa: E402
 
-from engine.audio import (  # noqa: E402
-    AudioDeviceError,
-    PushToTalkRecorder,
-    StreamingPlayer,
-    StreamingResampler,
-    find_device,
-    list_devices,
-    resample,
-    rescan_devices,
-)
+from engine.audio.capture import PushToTalkRecorder  # noqa: E402
+from engine.audio.devices import AudioDeviceError, find_device, list_devices, rescan_devices  # noqa: E402
+from engine.audio.playback import StreamingPlayer  # noqa: E402
+from engine.audio.resample import StreamingResampler, resample  # noqa: E402
 from engine.protocol import EngineError, InputLevel, TakeRejected  # noqa: E402
 
 pytestmark = [

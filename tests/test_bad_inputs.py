@@ -168,7 +168,7 @@ def assert_clear(error: UserFacingError, names: str | None = None) -> None:
 @pytest.fixture(scope="module")
 def base_model(tiny_model_dir: Path):  # noqa: ANN201
     """The tiny model, loaded once for this module (its weights are checked after every voice case)."""
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 
@@ -222,8 +222,8 @@ def restore(folder: Path, relative: str, pristine: Path) -> None:
 
 
 def test_every_damage_to_the_model_folder_is_named_or_harmless(tiny_model_dir: Path, tmp_path: Path, japanese) -> None:  # noqa: ANN001
-    from engine.model_store import check_model_folder
-    from engine.session import ChatSession
+    from engine.model.store import check_model_folder
+    from engine.chat.session import ChatSession
 
     cases = model_folder_cases(tiny_model_dir)
     assert len(cases) > 250
@@ -252,8 +252,8 @@ def test_every_damage_to_the_model_folder_is_named_or_harmless(tiny_model_dir: P
 
 
 def _model_folder_case(label: str, folder: Path, harmless: list[str]) -> None:
-    from engine.model_store import check_model_folder
-    from engine.session import ChatSession
+    from engine.model.store import check_model_folder
+    from engine.chat.session import ChatSession
 
     if True:
         before = snapshot(folder)
@@ -285,7 +285,7 @@ def _model_folder_case(label: str, folder: Path, harmless: list[str]) -> None:
 
 
 def test_missing_or_odd_model_folders(tmp_path: Path, japanese) -> None:  # noqa: ANN001
-    from engine.model_store import resolve_model
+    from engine.model.store import resolve_model
 
     (tmp_path / "a-file").write_text("not a folder", encoding="utf-8")
     (tmp_path / "empty").mkdir()
@@ -342,7 +342,7 @@ def voice_cases(good_voice: Path) -> list[tuple[str, Callable[[Path], None]]]:
 
 
 def test_every_damage_to_a_voice_is_refused_or_harmless_and_the_voice_in_use_stays(base_model, good_voice: Path, tmp_path: Path, japanese) -> None:  # noqa: ANN001, E501
-    from engine.lora import VoiceSwitcher, load_voice
+    from engine.model.lora import VoiceSwitcher, load_voice
 
     model = base_model.model
     switcher = VoiceSwitcher(model)
@@ -385,7 +385,7 @@ def test_a_broken_voice_never_costs_the_model(tiny_model_dir: Path, good_voice: 
     """Loading a model together with a broken voice (r: 0, NaN weights): the model loads without it."""
     from safetensors.torch import load_file, save_file
 
-    from engine.session import ChatSession
+    from engine.chat.session import ChatSession
 
     r0 = copy_folder(good_voice, tmp_path / "r0")
     config = json.loads((r0 / "adapter_config.json").read_text(encoding="utf-8"))
@@ -586,7 +586,7 @@ def test_the_window_starts_with_defaults_and_says_why(qtbot, tmp_path: Path, lab
 
 
 def test_the_self_test_reports_a_bad_settings_file(isolated_user_dirs: Path) -> None:
-    from engine.diagnostics import collect_diagnostics
+    from engine.tools.diagnostics import collect_diagnostics
     from engine.settings import default_settings_path
 
     path = default_settings_path()
@@ -646,7 +646,7 @@ def assert_one_error_line(code: int, err: str, label: object) -> None:
 
 def test_every_flag_at_and_beyond_its_limits(question: Path, tmp_path: Path, capsys, isolated_user_dirs: Path) -> None:  # noqa: ANN001
     from app.cli import build_parser
-    from engine.oneshot import check_reply_args
+    from engine.tools.reply import check_reply_args
 
     accepted, refused = flag_cases()
     answer = tmp_path / "answer.wav"
@@ -736,30 +736,30 @@ def test_every_bad_recording_and_output_path(question: Path, tmp_path: Path, cap
 
 def test_an_answer_that_cannot_be_written_is_kept_elsewhere_and_not_longer_than_asked(
         tiny_model_dir: Path, question: Path, tmp_path: Path, isolated_user_dirs: Path, monkeypatch: pytest.MonkeyPatch, japanese) -> None:  # noqa: ANN001, E501
-    from engine import oneshot
+    from engine.tools import reply
 
     target = tmp_path / "answer.wav"
-    real_write = oneshot.write_wav
+    real_write = reply.write_wav
 
     def failing_write(path: Path, wave: np.ndarray, rate: int) -> None:
         if Path(path) == target:  # the disk filled up (or the folder vanished) after the check
             raise OSError(28, "No space left on device")
         real_write(path, wave, rate)
 
-    monkeypatch.setattr(oneshot, "write_wav", failing_write)
+    monkeypatch.setattr(reply, "write_wav", failing_write)
     with pytest.raises(UserFacingError) as caught:
-        oneshot.reply_file(question, target, source=str(tiny_model_dir), sampling=p.SamplingSettings(greedy=True),
+        reply.reply_file(question, target, source=str(tiny_model_dir), sampling=p.SamplingSettings(greedy=True),
                            max_answer_seconds=1.2, device="cpu", log=lambda _line: None)
     assert_clear(caught.value)
     saved = Path(caught.value.values["saved"])
-    assert saved.is_file() and saved.parent == oneshot.rescue_folder() and str(saved) in caught.value.message
+    assert saved.is_file() and saved.parent == reply.rescue_folder() and str(saved) in caught.value.message
     pcm, rate = soundfile.read(saved)
     assert rate == 24000 and 0 < len(pcm) <= 1.2 * 24000  # kept, and never longer than max_answer_seconds
     assert saved.with_suffix(".txt").is_file()
 
 
 def test_max_answer_seconds_is_never_overshot(tiny_loaded, tiny_model_dir: Path) -> None:  # noqa: ANN001
-    from engine.session import ChatSession
+    from engine.chat.session import ChatSession
 
     session = ChatSession.open(str(tiny_model_dir), device="cpu")
     for seconds in (0.5, 1.2, 1.0):

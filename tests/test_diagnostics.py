@@ -24,7 +24,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 import torch
 
-from engine import diagnostics, logs
+from engine import logs
+from engine.tools import diagnostics
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -91,9 +92,10 @@ def test_audio_devices_match_sounddevice(tmp_path: Path) -> None:
 
 
 def test_model_store_is_where_the_downloader_writes() -> None:
-    model_store = pytest.importorskip("engine.model_store")
-    assert diagnostics.default_model_store() == model_store.models_dir()
-    assert diagnostics.DEFAULT_MODEL_REPO == model_store.DEFAULT_REPO_ID
+    from engine.model import store
+
+    assert diagnostics.collect_diagnostics()["model"]["store"] == str(store.models_dir())
+    assert diagnostics.DEFAULT_MODEL_REPO == store.DEFAULT_REPO_ID
 
 
 # --------------------------------------------------------------------------- driver assessment
@@ -232,8 +234,8 @@ def test_model_missing_or_incomplete(tmp_path: Path) -> None:
     assert diagnostics.find_cached_model(repo, tmp_path / "empty")["present"] is False
 
     # config.json only, and a weights download that was interrupted: not present, and said so.
-    _fake_hub_cache(tmp_path / "models" / "hub", repo, {"config.json": b"{}"})
-    blobs = tmp_path / "models" / "hub" / ("models--" + repo.replace("/", "--")) / "blobs"
+    _fake_hub_cache(tmp_path / "models", repo, {"config.json": b"{}"})
+    blobs = tmp_path / "models" / ("models--" + repo.replace("/", "--")) / "blobs"
     (blobs / "abc123.incomplete").write_bytes(b"partial")
     found = diagnostics.find_cached_model(repo, tmp_path / "models")
     assert found["present"] is False

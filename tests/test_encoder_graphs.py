@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from conftest import sine
-from engine.conversation import Conversation
+from engine.chat.conversation import Conversation
 from engine.realtime.encoder_graphs import EncoderGraphs, _Rung, ladder
 
 

@@ -94,7 +94,7 @@ class ReplayVersusEager:
 
 @torch.inference_mode()
 def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
-    from engine.generation import GeneratedFrame, GeneratedText, Schedule, interleaved_decode
+    from engine.chat.generation import GeneratedFrame, GeneratedText, Schedule, interleaved_decode
     from engine.protocol import SamplingSettings
     from engine.realtime.backend import GraphedBackend
 
@@ -167,7 +167,7 @@ def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: floa
 def test_teacher_forced_backbone_matches_transformers(full_size, decode: str) -> None:
     """Through the captured graphs (the decode variant the start-up timing chose), and eagerly with each
     of the two decode variants (fused matrix-vector kernels, cuBLAS)."""
-    from engine.generation import EagerBackend
+    from engine.chat.generation import EagerBackend
     from engine.realtime.backend import GraphedBackend
 
     model = full_size.model
@@ -236,8 +236,8 @@ def _make_adapter(model: torch.nn.Module, folder: Path) -> None:
 
 @torch.inference_mode(False)
 def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path) -> None:
-    from engine.generation import EagerBackend
-    from engine.lora import VoiceSwitcher, load_voice
+    from engine.chat.generation import EagerBackend
+    from engine.model.lora import VoiceSwitcher, load_voice
     from engine.realtime.backend import GraphedBackend
 
     model = full_size.model
@@ -284,7 +284,7 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     liquid-audio's eager `_prefill` for takes of lengths between the rungs."""
     import numpy as np
 
-    from engine.conversation import Conversation
+    from engine.chat.conversation import Conversation
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
 
     model = full_size.model
@@ -315,7 +315,7 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
 
     from engine.protocol import SamplingSettings
     from engine.realtime.backend import PREFILL_BUCKETS
-    from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TurnDone
+    from engine.chat.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TurnDone
 
     session = ChatSession.open(None, demo=True, context_tokens=320)
     backend = session.backend

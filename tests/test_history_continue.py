@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from conftest import sine
-from engine.audio_decoding import make_audio_decoder
+from engine.chat.audio_decoding import make_audio_decoder
 from engine.history.audio import canonical_take
 from engine.history.context import saved_exchanges, tokens_of_turn
 from engine.history.store import ConversationMeta, HistoryStore, TurnToSave, new_conversation_uid
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
-from engine.session import ChatSession, TurnDone
+from engine.chat.session import ChatSession, TurnDone
 
 GREEDY = SamplingSettings(greedy=True)
 TAKES = [(0.5, 300.0), (0.7, 520.0), (0.4, 760.0), (0.6, 410.0)]
@@ -28,7 +28,7 @@ TAKES = [(0.5, 300.0), (0.7, 520.0), (0.4, 760.0), (0.6, 410.0)]
 def _open(model_dir: Path, context_tokens: int = 4096) -> ChatSession:
     """A session on the CPU; the default context is large enough that the live turns never trim
     (a trim after an answer keeps room for a whole next turn: NEXT_TURN_MAX_SHARE of a small context)."""
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     loaded = load_model(model_dir, device="cpu")
     backend = GraphedBackend(loaded, context_tokens=context_tokens, capture=False)

@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from engine.errors import DownloadCancelled, ModelFilesError, ModelNotFoundError
-from engine.model_store import (
+from engine.model.store import (
     MIMI_CHECKPOINT,
     check_model_folder,
     download,
@@ -430,7 +430,7 @@ def test_is_offline_follows_the_server_on_its_own_port(start_hub: StartHub) -> N
 def test_download_fetches_every_file_over_http_and_loads(
     hub: FakeHub, app_files: dict[str, bytes], tiny_model_dir: Path, tiny_loaded
 ) -> None:
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     assert find_local_model(REPO_ID) is None
     assert hub.take_requests() == []  # the local look-up never touches the network
@@ -592,7 +592,7 @@ def test_progress_bars_behave_like_tqdm_for_huggingface_hub() -> None:
     """huggingface_hub sets totals, counts, and asks for the rate (Xet downloads do) on our progress class."""
     from huggingface_hub.utils._xet_progress_reporting import _set_aggregate_rate_postfix
 
-    from engine.model_store import _byte_progress_class
+    from engine.model.store import _byte_progress_class
 
     events: list[Progress] = []
     progress_class = _byte_progress_class(events.append, None)

@@ -1,8 +1,12 @@
-"""Dependencies point one way: app -> engine; inside the engine the real-time layer (the GPU code) imports
-nothing from the engine thread's layer. Each check imports in a fresh interpreter and reads sys.modules."""
+"""Dependencies point one way: app -> engine, and inside the engine from the engine thread down to the foundation.
+
+The dynamic checks import in a fresh interpreter and read sys.modules; the static check reads every import
+statement of engine/ (also those inside functions, which a dynamic check never runs) against the layer table.
+"""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pkgutil
@@ -50,6 +54,88 @@ def test_the_real_time_layer_imports_nothing_from_the_engine_thread() -> None:
     assert "engine.realtime.graphs" in realtime and "engine.realtime.streaming" in realtime
     loaded = _loaded_after(realtime)
     engine_modules = {m for m in loaded if m.startswith("engine.") and not m.startswith("engine.realtime")}
-    # Only the torch-free decoding settings and the app's constants from outside the layer; never the
-    # queue protocol, the worker, the session, the settings or the model store.
-    assert engine_modules == {"engine.constants", "engine.decoding"}, sorted(engine_modules)
+    # Only the torch-free decoding settings (and the empty package around them) and the app's constants from
+    # outside the layer; never the queue protocol, the worker, the session, the settings or the model store.
+    assert engine_modules == {"engine.constants", "engine.chat", "engine.chat.decoding"}, sorted(engine_modules)
+
+
+# The foundation every layer may use (engine/*.py at the top level).
+FOUNDATION = {f"engine.{name}" for name in ("constants", "paths", "files", "errors", "logs", "validation", "protocol")}
+
+# What each part of engine/ may import from the rest of engine/ (besides itself), lowest layer first.
+MAY_IMPORT: dict[str, set[str]] = {
+    # The queues carry the chat core's decoding settings, which live torch-free in engine.chat.decoding.
+    "foundation": FOUNDATION | {"engine.chat.decoding"},
+    "engine.settings": FOUNDATION,
+    "engine.model": FOUNDATION,
+    "engine.audio": FOUNDATION,
+    # The GPU code: the app's constants, the decoding settings, and the loaded model it runs (a type only).
+    "engine.realtime": {"engine.constants", "engine.chat.decoding", "engine.model.loading"},
+    # The chat core runs the model on the real-time engine; a saved conversation is restored through
+    # engine.history.context. It never reaches up into the engine thread or the tools.
+    "engine.chat": FOUNDATION | {"engine.model", "engine.realtime", "engine.history.context"},
+    # The command-line tools drive the chat core directly, without the engine thread.
+    "engine.tools": FOUNDATION | {"engine.settings", "engine.model", "engine.chat", "engine.realtime", "engine.audio"},
+    # The engine thread and its services (history) use everything below them.
+    "engine.history": FOUNDATION | {"engine.chat", "engine.worker"},
+    "engine.worker": FOUNDATION | {"engine.model", "engine.chat", "engine.audio", "engine.history"},
+    "engine.bench": FOUNDATION | {"engine.model", "engine.chat", "engine.realtime", "engine.tools"},
+}
+
+
+def _part_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) >= 2 and f"engine.{parts[1]}" in MAY_IMPORT:
+        return f"engine.{parts[1]}"
+    assert module in FOUNDATION, f"{module} is in no layer of tests/test_layering.py"
+    return "foundation"
+
+
+def _engine_imports(path: Path) -> set[str]:
+    """Every engine or app module `path` imports, wherever the import statement stands."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from engine import paths` names a module; `from engine.x import name` names the module engine.x.
+            found |= {f"{node.module}.{alias.name}" for alias in node.names} if node.module == "engine" else {node.module}
+    return {name for name in found if name.split(".")[0] in ("engine", "app")}
+
+
+def _allowed(target: str, allowed: set[str]) -> bool:
+    return any(target == prefix or target.startswith(prefix + ".") for prefix in allowed)
+
+
+def test_every_import_inside_the_engine_points_down_the_layers() -> None:
+    files = sorted((ROOT / "engine").rglob("*.py"))
+    assert len(files) > 40
+    wrong = []
+    for path in files:
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if module == "engine":
+            continue
+        part = _part_of(module)
+        own = set() if part == "foundation" else {part}
+        wrong += [f"{module} imports {target}" for target in sorted(_engine_imports(path))
+                  if not _allowed(target, own | MAY_IMPORT[part])]
+    assert wrong == []
+
+
+def test_the_layer_table_catches_an_import_inside_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "sample.py"
+    module.write_text("def later():\n    from engine.worker import EngineWorker\n    from engine import settings\n")
+    imports = _engine_imports(module)
+    assert imports == {"engine.worker", "engine.settings"}
+    assert not any(_allowed(name, MAY_IMPORT["engine.chat"]) for name in imports)
+
+
+def test_the_chat_core_and_the_model_layer_never_reach_up_to_the_engine_thread() -> None:
+    """The rule of the table that matters most when the chat core changes, said on its own."""
+    above = {"engine.worker", "engine.history.service", "engine.history.engine_commands", "engine.tools",
+             "engine.settings", "engine.bench", "app"}
+    files = [path for part in ("chat", "model") for path in sorted((ROOT / "engine" / part).glob("*.py"))]
+    assert any(path.name == "session.py" for path in files)
+    reaching_up = {f"{path.relative_to(ROOT)}: {target}" for path in files for target in _engine_imports(path)
+                   if _allowed(target, above)}
+    assert reaching_up == set()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from engine.loading import load_model
-from engine.tiny_checkpoint import AUDIO_START_ID, IM_END_ID, IM_START_ID, TEXT_END_ID, write_tiny_checkpoint
+from engine.model.loading import load_model
+from engine.model.tiny_checkpoint import AUDIO_START_ID, IM_END_ID, IM_START_ID, TEXT_END_ID, write_tiny_checkpoint
 
 
 def test_loaded_through_liquid_audio_on_cpu(tiny_loaded) -> None:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from engine.errors import LoraError
-from engine.lora import VoiceSwitcher, load_voice
-from engine.loading import load_model
+from engine.model.lora import VoiceSwitcher, load_voice
+from engine.model.loading import load_model
 
 TARGETS = ["q_proj", "v_proj", "w1", "qkv_proj", "depth_linear"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ModelFilesError, ModelNotFoundError
-from engine.model_store import check_model_folder, resolve_model
+from engine.model.store import check_model_folder, resolve_model
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_corrupt_config_is_reported(model_copy: Path) -> None:
 
 
 def test_loading_a_broken_folder_raises_a_clear_error(model_copy: Path) -> None:
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     (model_copy / "tokenizer.json").unlink()
     with pytest.raises(ModelFilesError) as caught:

@@ -23,16 +23,17 @@ def test_every_folder_follows_the_platform_dirs(isolated_user_dirs: Path) -> Non
 
 def test_hf_xet_writes_into_the_apps_folder_after_a_download_attempt(tmp_path: Path) -> None:
     """hf_xet writes logs (and caches) when huggingface_hub creates its session; by default into
-    ~/.cache/huggingface/xet, which no uninstaller would remove. After model_store.download() they
+    ~/.cache/huggingface/xet, which no uninstaller would remove. After engine.model.store.download() they
     go to paths.hub_xet_cache_dir(). A child process: the session is created once per process."""
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "XDG_"))}
     env.update(HOME=str(home), XDG_DATA_HOME=str(tmp_path / "data"), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     script = """
-from engine import model_store, paths
+from engine import paths
+from engine.model.store import download
 from engine.errors import ModelNotFoundError
 try:
-    model_store.download("org/never-downloaded")  # offline: refused, as a first download would be
+    download("org/never-downloaded")  # offline: refused, as a first download would be
 except ModelNotFoundError:
     pass
 from huggingface_hub.utils._xet import get_xet_session

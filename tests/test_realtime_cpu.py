@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.generation import EagerBackend, Schedule, interleaved_decode
+from engine.chat.generation import EagerBackend, Schedule, interleaved_decode
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
 from engine.realtime.sampling import DeviceSampling
@@ -23,7 +23,7 @@ from test_reference_generation import liquid_turns, reference_turns, takes
 
 @pytest.fixture
 def fresh_loaded(tiny_model_dir: Path):
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 
@@ -146,7 +146,7 @@ def test_teacher_forced_depthformer_logits_match_liquid_audio(fresh_loaded) -> N
 def test_voice_switch_reaches_the_fused_weights(fresh_loaded, tmp_path: Path) -> None:
     from peft import LoraConfig, get_peft_model
 
-    from engine.lora import VoiceSwitcher, load_voice
+    from engine.model.lora import VoiceSwitcher, load_voice
 
     model = fresh_loaded.model
     static = GraphedBackend(fresh_loaded, context_tokens=64, capture=False)  # fuses q|k|v and w1|w3 as views
@@ -189,7 +189,7 @@ def test_device_sampling_modes_without_rebuilding() -> None:
 def test_interleaved_decode_stops_within_one_step_on_cancel(fresh_loaded) -> None:
     import threading
 
-    from engine.generation import GeneratedFrame, GeneratedText, TurnEnd
+    from engine.chat.generation import GeneratedFrame, GeneratedText, TurnEnd
 
     backend = GraphedBackend(fresh_loaded, context_tokens=128, capture=False)
     backend.prefill(torch.randn(1, 5, fresh_loaded.model.lfm.config.hidden_size))

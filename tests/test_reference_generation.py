@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.conversation import AudioOutPiece, Conversation, TextPiece
-from engine.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, TurnEnd, interleaved_decode
-from engine.loading import load_model
+from engine.chat.conversation import AudioOutPiece, Conversation, TextPiece
+from engine.chat.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, TurnEnd, interleaved_decode
+from engine.model.loading import load_model
 from engine.protocol import SamplingSettings
-from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.model.tiny_checkpoint import write_tiny_checkpoint
 
 SYSTEM = "Respond with interleaved text and audio."
 

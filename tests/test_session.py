@@ -10,18 +10,18 @@ import pytest
 import torch
 
 from conftest import sine
-from engine.audio_decoding import make_audio_decoder
-from engine.conversation import AudioOutPiece, TextPiece, Turn
-from engine.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
+from engine.chat.audio_decoding import make_audio_decoder
+from engine.chat.conversation import AudioOutPiece, TextPiece, Turn
+from engine.chat.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
-from engine.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TextPieceOut, TurnDone
+from engine.chat.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TextPieceOut, TurnDone
 
 GREEDY = SamplingSettings(greedy=True)
 
 
 def _open(model_dir, context_tokens: int = 160) -> ChatSession:
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     loaded = load_model(model_dir, device="cpu")
     backend = GraphedBackend(loaded, context_tokens=context_tokens, capture=False)
@@ -158,7 +158,7 @@ def test_a_voice_switch_forgets_the_kept_take_embeddings(tiny_model_dir) -> None
 def test_a_turn_larger_than_foreseen_trims_in_the_turn_with_headroom(tiny_model_dir) -> None:
     """A turn asking for a longer answer than the last turns did may not fit after all: it trims before
     its prefill, and leaves TRIM_HEADROOM free so that the next turns need no rebuild."""
-    from engine.session import TRIM_HEADROOM
+    from engine.chat.session import TRIM_HEADROOM
 
     session = _open(tiny_model_dir, context_tokens=220)
     while True:
@@ -211,7 +211,7 @@ def test_bad_takes_are_refused_before_any_work(session: ChatSession) -> None:
 
 
 def test_incremental_text_equals_the_whole_decode(tiny_loaded) -> None:
-    from engine.session import IncrementalDetokenizer
+    from engine.chat.session import IncrementalDetokenizer
 
     tokenizer = tiny_loaded.processor.text
     sentence = "こんにちは、ずんだもんなのだ。Hello! 今日はいい天気ですね。"

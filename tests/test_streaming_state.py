@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from engine.decoding import SamplingSettings
+from engine.chat.decoding import SamplingSettings
 from engine.realtime.backend import GraphedBackend
 from engine.realtime.static_model import StaticBackbone
 from engine.realtime.streaming import StreamingState
@@ -26,7 +26,7 @@ def tiny_detokenizer() -> nn.Module:
 
 @pytest.fixture
 def fresh_loaded(tiny_model_dir: Path):
-    from engine.loading import load_model
+    from engine.model.loading import load_model
 
     return load_model(tiny_model_dir, device="cpu")
 

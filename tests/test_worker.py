@@ -151,7 +151,7 @@ def test_settings_reach_the_next_turn(engine: Engine) -> None:
 
 
 def test_voice_switch_is_in_place(engine: Engine, isolated_user_dirs: Path) -> None:
-    from engine.session import demo_model_folder
+    from engine.chat.session import demo_model_folder
 
     voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "alice")
     session = engine.worker.session

@@ -102,7 +102,7 @@ def test_reset_during_an_answer_stops_it_first(engine: Engine) -> None:
 
 def test_a_voice_and_a_model_change_during_an_answer_wait_for_it(engine: Engine, isolated_user_dirs) -> None:  # noqa: ANN001
     from app_helpers import make_voice_adapter
-    from engine.session import demo_model_folder
+    from engine.chat.session import demo_model_folder
 
     voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "alice")
     engine.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 3.0))

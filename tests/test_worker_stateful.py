@@ -127,9 +127,9 @@ class EngineMachine(RuleBasedStateMachine):
     def select_devices(self, microphone: str | None) -> None:
         self._send(p.SelectDevices(microphone, SPEAKER))
 
-    @rule()
-    def list_devices(self) -> None:
-        self._send(p.ListDevices())
+    @rule(rescan=st.booleans())
+    def list_devices(self, rescan: bool) -> None:
+        self._send(p.ListDevices(rescan=rescan))  # a re-scan only while the engine rests, at any moment
 
     @rule()
     def reset(self) -> None:
@@ -354,7 +354,7 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 def test_random_interleavings_of_every_command(audio_env, isolated_user_dirs: Path, tmp_path: Path) -> None:  # noqa: ANN001
-    from engine.session import demo_model_folder, ensure_demo_model
+    from engine.chat.session import demo_model_folder, ensure_demo_model
 
     ensure_demo_model()
     CTX.good_voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "alice")

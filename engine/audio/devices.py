@@ -7,7 +7,9 @@ with auto-convert, accepts any sample rate / channel count. All Windows-specific
 `_preferred_host_api` and `stream_extra_settings`.
 
 Note: PortAudio scans devices once, when sounddevice is imported. `rescan_devices()` re-scans (for a device
-plugged in later); it closes every open stream, so callers close theirs first and reopen them after.
+plugged in later); it closes every open stream, so callers close theirs first and reopen them after. The engine
+thread does so while it rests (`EngineWorker._rescan_audio`): when the settings dialog asks for the list, when
+push-to-talk finds no open microphone, and when a stream stopped because its device went away.
 """
 
 from __future__ import annotations

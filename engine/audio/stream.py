@@ -37,6 +37,11 @@ class DeviceStream:
         return self._device
 
     @property
+    def died(self) -> bool:
+        """The stream stopped without being closed (its device went away) and was not reopened since."""
+        return self._stream_died
+
+    @property
     def is_open(self) -> bool:
         stream = self._stream
         return stream is not None and stream.active and not self._stream_died

@@ -134,7 +134,7 @@ def make_workload(loaded, seed: int = 0) -> Workload:
 
 
 def _new_conversation(loaded, workload: Workload):
-    from engine.conversation import Conversation, TextPiece, Turn
+    from engine.chat.conversation import Conversation, TextPiece, Turn
 
     conversation = Conversation(loaded.processor.text, codebooks=loaded.codebooks)
     conversation.turns.append(Turn("system", [TextPiece(workload.system_ids)]))
@@ -152,7 +152,7 @@ def _mel(loaded, wave: np.ndarray) -> torch.Tensor:
 
 def _run_liquid_style(loaded, workload: Workload, sampling: SamplingSettings, generate) -> list[dict[str, float]]:
     """Turns through a liquid-audio-style generator (full re-prefill each turn), decoding every frame."""
-    from engine.conversation import AudioOutPiece, TextPiece
+    from engine.chat.conversation import AudioOutPiece, TextPiece
 
     processor = loaded.processor
     # One short untimed turn first, so process-wide lazy set-up (cuBLAS handles, cuDNN plans for
@@ -209,7 +209,7 @@ def _run_liquid_style(loaded, workload: Workload, sampling: SamplingSettings, ge
 
 
 def run_eager(loaded, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
-    from engine.generation import liquid_sampling_args
+    from engine.chat.generation import liquid_sampling_args
 
     model = loaded.model
     audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
@@ -229,7 +229,7 @@ def run_eager(loaded, workload: Workload, sampling: SamplingSettings) -> dict[st
 
 
 def _liquid_components(loaded, sampling: SamplingSettings, backbone) -> dict[str, float]:
-    from engine.generation import liquid_sampling_args
+    from engine.chat.generation import liquid_sampling_args
 
     model = loaded.model
     audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
@@ -251,7 +251,7 @@ def _liquid_components(loaded, sampling: SamplingSettings, backbone) -> dict[str
 
 def run_recipe(loaded, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
     from engine.bench.recipe import RecipeGenerator
-    from engine.generation import liquid_sampling_args
+    from engine.chat.generation import liquid_sampling_args
 
     audio_t, audio_k = liquid_sampling_args(sampling, audio=True)
     text_t, text_k = liquid_sampling_args(sampling, audio=False)
@@ -294,9 +294,9 @@ class EngineBench:
     """Built once: the graphs are captured a single time and reused for every sampling mode."""
 
     def __init__(self, loaded) -> None:
-        from engine.audio_decoding import make_audio_decoder
+        from engine.chat.audio_decoding import make_audio_decoder
         from engine.realtime.backend import GraphedBackend
-        from engine.session import ChatSession, _encoder_graphs_or_none
+        from engine.chat.session import ChatSession, _encoder_graphs_or_none
 
         torch.cuda.reset_peak_memory_stats()
         memory = {"weights_loaded": _memory_gb()}
@@ -341,7 +341,7 @@ class EngineBench:
         self.loaded = loaded
 
     def run(self, workload: Workload, sampling: SamplingSettings) -> dict[str, Any]:
-        from engine.session import TurnDone
+        from engine.chat.session import TurnDone
 
         session = self.session
         session.reset()
@@ -397,7 +397,7 @@ class EngineBench:
         (mostly short, some past the 20 s of ordinary speech, some at the 60 s limit), 108-frame answers,
         so the context fills and trims many times. Starts from a freshly opened session's state (the
         allocator emptied, as ChatSession.open leaves it); peak memory is over these turns only."""
-        from engine.session import ContextTrimmedInfo, TurnDone
+        from engine.chat.session import ContextTrimmedInfo, TurnDone
 
         session = self.session
         session.reset()
@@ -469,7 +469,7 @@ class EngineBench:
         The main workload repeats one 4 s take, so from turn 2 on its shapes are familiar; in real use
         every take has its own length, and the eager encoder and prefill meet new shapes each turn.
         """
-        from engine.session import TurnDone
+        from engine.chat.session import TurnDone
 
         session = self.session
         session.reset()
@@ -831,7 +831,7 @@ def _markdown(results: dict[str, Any]) -> str:
 
 def run_bench(args: argparse.Namespace) -> int:
     from engine.bench.random_model import random_full_size_model
-    from engine.oneshot import quiet_library_logs
+    from engine.tools.reply import quiet_library_logs
 
     quiet_library_logs()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -843,11 +843,11 @@ def run_bench(args: argparse.Namespace) -> int:
         print("error: the benchmark needs a CUDA GPU")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    from engine.loading import use_expandable_cuda_segments
+    from engine.model.loading import use_expandable_cuda_segments
 
     expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
     if args.model:
-        from engine.loading import load_model
+        from engine.model.loading import load_model
         from engine.bench.random_model import suppress_stop_tokens
 
         loaded = load_model(args.model, device="cuda")

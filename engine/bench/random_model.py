@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from engine.generation import END_OF_AUDIO, IM_END, TEXT_END
-from engine.loading import LoadedModel
-from engine.model_store import build_model_from_config
+from engine.chat.generation import END_OF_AUDIO, IM_END, TEXT_END
+from engine.model.loading import LoadedModel
+from engine.model.store import build_model_from_config
 
 REFERENCE_CONFIG = Path(__file__).resolve().parents[2] / "bench" / "lfm2.5-audio-1.5b-jp.config.json"
 
@@ -63,7 +63,7 @@ def random_full_size_model(
     from liquid_audio.processor import PreprocessorConfig
     from transformers import Lfm2Config
 
-    from engine.tiny_checkpoint import write_tokenizer
+    from engine.model.tiny_checkpoint import write_tokenizer
 
     config: dict[str, Any] = json.loads(Path(config_path).read_text())
     detok_config = config.pop("audio_detokenizer")

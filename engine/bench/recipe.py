@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from engine.generation import END_OF_AUDIO, IM_END, TEXT_END
+from engine.chat.generation import END_OF_AUDIO, IM_END, TEXT_END
 from engine.realtime import graphs
 
 

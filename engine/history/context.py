@@ -1,4 +1,4 @@
-"""Between the model's conversation (engine.conversation) and what the history keeps of it.
+"""Between the model's conversation (engine.chat.conversation) and what the history keeps of it.
 
 An assistant turn is saved as the model produced it: every generated text token and audio frame, in
 order. A user turn is its take's audio (re-embedded on continuation by the same feature extractor a
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.conversation import AudioOutPiece, Piece, TextPiece, Turn
+from engine.chat.conversation import AudioOutPiece, Piece, TextPiece, Turn
 from engine.history.store import CODEBOOKS, AssistantTokens, SavedConversation, SavedTurn
 from engine.constants import END_OF_AUDIO
 

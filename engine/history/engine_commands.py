@@ -1,4 +1,4 @@
-"""The history commands as the engine thread runs them (engine/worker.py dispatches here).
+"""The history commands as the engine thread runs them (engine/worker/thread.py dispatches here).
 
 Each function gets the worker and a command from engine/protocol.py and posts the answer event. None
 of them needs the session's lock except `continue_history`, which the command loop runs only between

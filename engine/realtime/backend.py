@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from engine.decoding import SamplingSettings
+from engine.chat.decoding import SamplingSettings
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer
 from engine.realtime.streaming import StreamingState
 
 if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
-    from engine.loading import LoadedModel
+    from engine.model.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ MATMUL_ATTENTION_MAX_ROWS = 128
 
 
 class GraphedBackend(StreamingState):
-    """Implements `engine.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
+    """Implements `engine.chat.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
 
     def __init__(
         self,

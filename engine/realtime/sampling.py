@@ -18,7 +18,7 @@ import logging
 
 import torch
 
-from engine.decoding import MAX_TOP_K
+from engine.chat.decoding import MAX_TOP_K
 from engine.realtime.cuda_kernels import TopKGumbelArgmax
 
 log = logging.getLogger(__name__)

@@ -448,7 +448,7 @@ class StaticDepthformer:
                     "qk_rows": torch.zeros((self.codebooks, qk_heads, self.head_dim), device=device, dtype=dtype),
                 }
             )
-        # Norm weights stay tied to the modules (norms are not LoRA targets; see engine.lora).
+        # Norm weights stay tied to the modules (norms are not LoRA targets; see engine.model.lora).
         self.heads_out = [
             (e.embedding_norm.weight, e.embedding_norm.eps, e.to_logits.weight, e.embedding.weight)
             for e in model.depth_embeddings

@@ -104,7 +104,7 @@ class RecordBook:
 
 def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
     """Band-limited resampling for replay/export (user takes are 16 kHz, the player runs at 24 kHz)."""
-    from engine.audio_files import resample as _resample
+    from engine.audio.wav import resample as _resample
 
     return _resample(np.asarray(pcm, dtype=np.float32), src, dst)
 

@@ -66,12 +66,23 @@ class Takes:
     def open(self) -> Any:
         """The recorder, opened on first use; on failure it posts EngineError itself and retries on press()."""
         if self.recorder is None:
-            from engine.audio.capture import PushToTalkRecorder
-
-            self.recorder = PushToTalkRecorder(self.device, on_take=self._from_recorder_take,
-                                               on_event=self._from_recorder_event, **self._options)
-            self.recorder.open()
+            self._new_recorder().open()
         return self.recorder
+
+    def _new_recorder(self) -> Any:
+        from engine.audio.capture import PushToTalkRecorder
+
+        self.recorder = PushToTalkRecorder(self.device, on_take=self._from_recorder_take,
+                                           on_event=self._from_recorder_event, **self._options)
+        return self.recorder
+
+    def is_open(self) -> bool:
+        """Whether the microphone's stream runs (False: never opened, failed to open, or died)."""
+        return self.recorder is not None and self.recorder.is_open
+
+    def died(self) -> bool:
+        """Whether the microphone's stream stopped under the recorder (unplugged) and was not reopened."""
+        return self.recorder is not None and self.recorder.died
 
     def close(self) -> None:
         self.forget()
@@ -95,8 +106,8 @@ class Takes:
     # ------------------------------------------------------------------ the take
 
     def press(self) -> bool:
-        """Start a take; False if the microphone could not be opened (the recorder has said why)."""
-        recorder = self.open()
+        """Start a take; False if the microphone could not be opened (the recorder has said why, once)."""
+        recorder = self.recorder or self._new_recorder()  # press() opens it if needed
         if not recorder.press():
             return False
         self.press_frame = recorder.frames_captured

@@ -40,6 +40,7 @@ from engine.worker.table import (
     BUSY,
     DEFERRED_CHANGE,
     PUBLIC_STATE,
+    RESTING,
     RUNS_WHILE_CANCELLING,
     TRANSITIONS,
     Outcome,
@@ -73,6 +74,17 @@ def _error_kind(exc: BaseException) -> str:
     if name == "PortAudioError" or type(exc).__module__.startswith("engine.audio"):
         return "audio_device"
     return "internal"
+
+
+def _is_listed(device: str | None, kind: str) -> bool:
+    """Whether PortAudio lists the device called `device` (None: any, for the system default) for `kind`."""
+    from engine.audio.devices import AudioDeviceError, find_device
+
+    try:
+        find_device(device, kind)  # type: ignore[arg-type]
+    except AudioDeviceError:
+        return False
+    return True
 
 
 class EngineWorker:
@@ -387,6 +399,13 @@ class EngineWorker:
         elif self.phase is Phase.REPLAYING and self._playback_finished():
             self.replaying = None
             self._set_phase(self._rest_phase())
+        elif self.phase in RESTING and (self.takes.died() or (self.player is not None and self.player.died)):
+            # A stream stopped under us (its device was unplugged): look again while resting, so that the
+            # window's list is current and the system default, if that is another device now, is used.
+            try:
+                self._rescan_audio()
+            except Exception as exc:  # noqa: BLE001 - PortAudio did not start again: said; the engine keeps running
+                self._report(exc, "audio_device")
 
     # ------------------------------------------------------------------ commands: set-up
 
@@ -422,6 +441,12 @@ class EngineWorker:
         self._open_audio()
 
     def _on_ListDevices(self, command: p.ListDevices) -> None:
+        if command.rescan and self.phase in RESTING:
+            self._rescan_audio()  # posts the new list
+        else:
+            self._post_devices()
+
+    def _post_devices(self) -> None:
         from engine.audio.devices import list_devices
 
         # Names, deduplicated in PortAudio order: settings store names, and on Windows one device is
@@ -472,7 +497,7 @@ class EngineWorker:
     def _open_session(self, source: str | None, command: p.Load, *, lora: str | None) -> Any:
         opener = self._session_opener
         if opener is None:
-            from engine.session import ChatSession
+            from engine.chat.session import ChatSession
 
             opener = ChatSession.open
         return opener(source, lora=lora, demo=command.demo, revision=None, context_tokens=command.context_tokens,
@@ -480,15 +505,15 @@ class EngineWorker:
 
     def _resolve_source(self, command: p.Load) -> Path | None:
         """A checked local folder for the model, downloading it if allowed; None if missing/cancelled."""
-        from engine import model_store
+        from engine.model.store import find_local_model, looks_like_repo_id, resolve_model
         from engine.errors import DownloadCancelled as DownloadCancelledError
 
         def work(cancel: threading.Event) -> Path | None:
-            if (not command.allow_download and model_store.looks_like_repo_id(command.source)
-                    and model_store.find_local_model(command.source, command.revision) is None):
+            if (not command.allow_download and looks_like_repo_id(command.source)
+                    and find_local_model(command.source, command.revision) is None):
                 return None
-            return Path(model_store.resolve_model(command.source, revision=command.revision, progress=self._post,
-                                                  cancel=cancel, allow_download=command.allow_download))
+            return Path(resolve_model(command.source, revision=command.revision, progress=self._post,
+                                      cancel=cancel, allow_download=command.allow_download))
 
         cancelled = threading.Event()
 
@@ -546,6 +571,28 @@ class EngineWorker:
         self.takes.open()
         self._need_player()
 
+    def _rescan_audio(self) -> None:
+        """Look again for devices (one plugged in since PortAudio last looked, or one gone), post the new list and
+        reopen the streams on the chosen devices (None: the system default, which may now be another one).
+
+        Only while the engine rests (no take, no sound): re-initialising PortAudio ends every open stream,
+        so both are closed first. A stream that was open is reopened (a failure says why); one that was not
+        only if its device is listed now, so that a device still missing is not reported once more (it was
+        when it failed, and the next press or answer says it again)."""
+        from engine.audio.devices import rescan_devices
+
+        assert self.phase in RESTING, self.phase
+        recorder_was_open = self.takes.is_open()
+        player_was_open = self.player is not None and self.player.is_open
+        self._close_audio()
+        rescan_devices()
+        self._post_devices()
+        self.takes.device = self.input_device
+        if recorder_was_open or _is_listed(self.input_device, "input"):
+            self.takes.open()
+        if player_was_open or _is_listed(self.output_device, "output"):
+            self._need_player()
+
     def _close_audio(self) -> None:
         self.takes.close()
         player, self.player = self.player, None
@@ -575,6 +622,10 @@ class EngineWorker:
             raise UserFacingError("The model is not loaded yet.")
         if self.phase is Phase.RECORDING:
             return  # a second press (key and mouse together): one take
+        if self.phase in RESTING and not self.takes.is_open():
+            # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
+            # that was not open has no pre-roll to lose).
+            self._rescan_audio()
         if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
             self._set_phase(Phase.RECORDING)
 

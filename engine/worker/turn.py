@@ -54,7 +54,7 @@ class ActiveTurn:
     generating: bool = True
     played: bool = False  # some of its audio went to the player
     first_output_t: float | None = None  # first piece out of respond(): prefill is done by then
-    stats: Any = None  # engine.session.TurnStats once TurnDone arrived
+    stats: Any = None  # engine.chat.session.TurnStats once TurnDone arrived
     cancelled: bool = False
     failed: bool = False
     utterance_id: int | None = None  # the player's utterance for this answer (None: no output device)
@@ -107,7 +107,7 @@ def stream_answer(
 ) -> None:
     """Forward every piece of the answer: text to the window, audio to the player (and the window's
     counters); after each piece, `between_pieces` reads the commands that arrived meanwhile."""
-    from engine.session import AudioPieceOut, ContextTrimmedInfo, TextPieceOut, TurnDone
+    from engine.chat.session import AudioPieceOut, ContextTrimmedInfo, TextPieceOut, TurnDone
 
     for out in answer:
         if turn.first_output_t is None and isinstance(out, (TextPieceOut, AudioPieceOut)):

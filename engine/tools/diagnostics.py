@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from engine import logs, paths
 from engine.constants import MODEL_REPO_ID as DEFAULT_MODEL_REPO
+from engine.model.store import cached_snapshot, interrupted_downloads, models_dir
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +48,6 @@ ERROR = "error"
 
 
 # --------------------------------------------------------------------------- small helpers
-
-
-def default_model_store() -> Path:
-    """Where the app keeps downloaded models: a Hugging Face cache under the user data dir."""
-    return paths.models_dir()
 
 
 def _check(name: str, status: str, summary: str) -> dict[str, str]:
@@ -336,53 +332,27 @@ def _probe_audio() -> dict[str, Any]:
     return info
 
 
-def _repo_folder_name(repo_id: str) -> str:
-    try:
-        from huggingface_hub.file_download import repo_folder_name
-
-        return repo_folder_name(repo_id=repo_id, repo_type="model")
-    except Exception:  # noqa: BLE001 - fall back to the documented cache layout
-        return "models--" + repo_id.replace("/", "--")
-
-
 def find_cached_model(repo_id: str, store: Path) -> dict[str, Any]:
-    """Look for a complete snapshot of `repo_id` in the Hugging Face cache at `store`.
-
-    Accepts both `store/models--org--name` (store used as cache_dir) and `store/hub/...` (store
-    used as HF_HOME). A snapshot counts when it has config.json and at least one .safetensors file;
-    leftover `*.incomplete` blobs mean an interrupted download.
-    """
+    """What the model store finds of `repo_id` in the Hugging Face cache at `store` (engine.model.store asks
+    huggingface_hub). A snapshot counts when it has config.json and at least one .safetensors file;
+    leftover partial files mean an interrupted download."""
     result: dict[str, Any] = {"repo_id": repo_id, "store": str(store), "present": False, "snapshot": None}
-    folder = _repo_folder_name(repo_id)
-    for cache_dir in (store, store / "hub"):
-        repo_dir = cache_dir / folder
-        snapshots = repo_dir / "snapshots"
-        if not snapshots.is_dir():
-            continue
-        preferred: list[Path] = []
-        ref = repo_dir / "refs" / "main"
-        if ref.is_file():
-            preferred.append(snapshots / ref.read_text(encoding="utf-8").strip())
-        candidates = preferred + sorted(p for p in snapshots.iterdir() if p.is_dir() and p not in preferred)
-        incomplete = sorted((repo_dir / "blobs").glob("*.incomplete")) if (repo_dir / "blobs").is_dir() else []
-        for snapshot in candidates:
-            weights = sorted(snapshot.glob("*.safetensors"))
-            if (snapshot / "config.json").is_file() and weights:
-                files = [p for p in snapshot.rglob("*") if p.is_file()]
-                result.update(
-                    present=True,
-                    snapshot=str(snapshot),
-                    files=len(files),
-                    # Snapshot entries are symlinks (or copies on Windows without symlink rights);
-                    # stat() follows the link to the blob, so this is the real size.
-                    size_bytes=sum(p.stat().st_size for p in files),
-                    weights=[p.name for p in weights],
-                )
-                break
-        if incomplete:
-            result["incomplete_downloads"] = len(incomplete)
-        if result["present"] or incomplete:
-            return result
+    snapshot = cached_snapshot(repo_id, cache_dir=store)
+    weights = sorted(snapshot.glob("*.safetensors")) if snapshot is not None else []
+    if snapshot is not None and (snapshot / "config.json").is_file() and weights:
+        files = [path for path in snapshot.rglob("*") if path.is_file()]
+        result.update(
+            present=True,
+            snapshot=str(snapshot),
+            files=len(files),
+            # Snapshot entries are symlinks (or copies on Windows without symlink rights); stat() follows
+            # the link to the blob, so this is the real size.
+            size_bytes=sum(path.stat().st_size for path in files),
+            weights=[path.name for path in weights],
+        )
+    incomplete = interrupted_downloads(repo_id, cache_dir=store)
+    if incomplete:
+        result["incomplete_downloads"] = incomplete
     return result
 
 
@@ -403,38 +373,62 @@ def collect_diagnostics(
     app_name: str = APP_NAME,
 ) -> dict[str, Any]:
     """Everything a bug report needs, as JSON-ready values. Never raises."""
-    store = model_store if model_store is not None else default_model_store()
-    report: dict[str, Any] = {
+    torch_info = _probe_torch()
+    gpus, driver, gpu_checks = _gpu_report(torch_info)
+    audio = _probe_audio()
+    model = _model_report(model_repo, model_store if model_store is not None else models_dir())
+    return {
         "schema": REPORT_SCHEMA,
         "generated_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "app": {
-            "name": app_name,
-            "version": _app_version(),
-            "frozen": bool(getattr(sys, "frozen", False)),
-            "executable": sys.executable,
-        },
-        "platform": {
-            "system": platform.system(),
-            "release": platform.release(),
-            "version": platform.version(),
-            "machine": platform.machine(),
-            "python": platform.python_version(),
-            "python_build": sys.version,
-        },
-        "paths": {
-            "log_file": str(logs.current_log_path()) if logs.current_log_path() else None,
-            "log_dir": str(logs.default_log_dir()),
-            "data_dir": str(paths.data_dir()),
-            "config_dir": str(paths.config_dir()),
-        },
+        "app": _app_info(app_name),
+        "platform": _platform_info(),
+        "paths": _paths_info(),
+        "torch": {key: value for key, value in torch_info.items() if key != "gpus"},
+        "gpus": gpus,
+        "driver": driver,
+        "audio": audio,
+        "model": model,
+        "checks": [*_torch_checks(torch_info), *gpu_checks, _audio_check(audio), _model_check(model), _settings_check()],
     }
-    checks: list[dict[str, str]] = []
 
-    torch_info = _probe_torch()
-    report["torch"] = {k: v for k, v in torch_info.items() if k != "gpus"}
+
+def _app_info(app_name: str) -> dict[str, Any]:
+    return {
+        "name": app_name,
+        "version": _app_version(),
+        "frozen": bool(getattr(sys, "frozen", False)),
+        "executable": sys.executable,
+    }
+
+
+def _platform_info() -> dict[str, str]:
+    return {
+        "system": platform.system(),
+        "release": platform.release(),
+        "version": platform.version(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "python_build": sys.version,
+    }
+
+
+def _paths_info() -> dict[str, str | None]:
+    return {
+        "log_file": str(logs.current_log_path()) if logs.current_log_path() else None,
+        "log_dir": str(logs.default_log_dir()),
+        "data_dir": str(paths.data_dir()),
+        "config_dir": str(paths.config_dir()),
+    }
+
+
+def _torch_checks(torch_info: dict[str, Any]) -> list[dict[str, str]]:
     if "error" in torch_info:
-        checks.append(_check("torch", ERROR, f"torch could not be imported: {torch_info['error']}"))
+        return [_check("torch", ERROR, f"torch could not be imported: {torch_info['error']}")]
+    return []
 
+
+def _gpu_report(torch_info: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, str]]]:
+    """The GPUs, the driver's verdict, and their checks (driver first, then each GPU the build cannot run)."""
     smi = query_nvidia_smi()
     driver_cuda = query_driver_cuda_version()
     driver_version = smi["gpus"][0]["driver_version"] if smi["gpus"] else None
@@ -442,7 +436,6 @@ def collect_diagnostics(
     if not gpus and smi["gpus"]:
         # torch cannot see the GPU (old driver, CPU build): still report what nvidia-smi sees.
         gpus = [{"index": i, **{k: v for k, v in g.items() if k != "driver_version"}} for i, g in enumerate(smi["gpus"])]
-    report["gpus"] = gpus
     status, severity, message = assess_driver(
         torch_cuda=torch_info.get("cuda_build"),
         driver_cuda=driver_cuda,
@@ -451,58 +444,55 @@ def collect_diagnostics(
         cuda_available=bool(torch_info.get("cuda_available")),
         cuda_init_error=torch_info.get("cuda_init_error"),
     )
-    report["driver"] = {
+    driver = {
         "driver_version": driver_version,
         "driver_cuda": f"{driver_cuda[0]}.{driver_cuda[1]}" if driver_cuda else None,
         "nvidia_smi": smi.get("path") if smi["available"] else smi["error"],
         "status": status,
         "message": message,
     }
-    checks.append(_check("driver", severity, message))
-    for gpu in gpus:
-        if gpu.get("supported_by_torch_build") is False:
-            checks.append(
-                _check(
-                    "gpu_arch",
-                    ERROR,
-                    f"{gpu['name']} (compute capability {gpu['compute_capability']}) is not supported by this "
-                    f"torch build (built for {', '.join(torch_info.get('arch_list', []))}).",
-                )
-            )
+    checks = [_check("driver", severity, message)]
+    checks += [
+        _check(
+            "gpu_arch",
+            ERROR,
+            f"{gpu['name']} (compute capability {gpu['compute_capability']}) is not supported by this "
+            f"torch build (built for {', '.join(torch_info.get('arch_list', []))}).",
+        )
+        for gpu in gpus
+        if gpu.get("supported_by_torch_build") is False
+    ]
+    return gpus, driver, checks
 
-    audio = _probe_audio()
-    report["audio"] = audio
+
+def _audio_check(audio: dict[str, Any]) -> dict[str, str]:
     if "error" in audio:
-        checks.append(_check("audio", WARNING, f"Audio devices could not be listed: {audio['error']}"))
-    else:
-        inputs = [d for d in audio["devices"] if d["max_input_channels"] > 0]
-        outputs = [d for d in audio["devices"] if d["max_output_channels"] > 0]
-        if inputs and outputs:
-            checks.append(_check("audio", OK, f"{len(inputs)} input and {len(outputs)} output devices."))
-        else:
-            checks.append(
-                _check(
-                    "audio",
-                    WARNING,
-                    f"{len(inputs)} input and {len(outputs)} output devices: connect a microphone and speakers/headphones.",
-                )
-            )
+        return _check("audio", WARNING, f"Audio devices could not be listed: {audio['error']}")
+    inputs = [d for d in audio["devices"] if d["max_input_channels"] > 0]
+    outputs = [d for d in audio["devices"] if d["max_output_channels"] > 0]
+    if inputs and outputs:
+        return _check("audio", OK, f"{len(inputs)} input and {len(outputs)} output devices.")
+    return _check(
+        "audio",
+        WARNING,
+        f"{len(inputs)} input and {len(outputs)} output devices: connect a microphone and speakers/headphones.",
+    )
 
+
+def _model_report(model_repo: str, store: Path) -> dict[str, Any]:
     try:
-        model = find_cached_model(model_repo, store)
-    except Exception as exc:  # noqa: BLE001
-        model = {"repo_id": model_repo, "store": str(store), "present": False, "error": _error_text(exc)}
-    report["model"] = model
-    if model["present"]:
-        checks.append(_check("model", OK, f"{model_repo} is downloaded ({model['snapshot']})."))
-    elif model.get("incomplete_downloads"):
-        checks.append(_check("model", WARNING, f"{model_repo}: an earlier download was interrupted; it resumes on the next start."))
-    else:
-        checks.append(_check("model", WARNING, f"{model_repo} is not downloaded yet; the app downloads it on first start."))
+        return find_cached_model(model_repo, store)
+    except Exception as exc:  # noqa: BLE001 - a report never raises
+        return {"repo_id": model_repo, "store": str(store), "present": False, "error": _error_text(exc)}
 
-    checks.append(_settings_check())
-    report["checks"] = checks
-    return report
+
+def _model_check(model: dict[str, Any]) -> dict[str, str]:
+    repo = model["repo_id"]
+    if model["present"]:
+        return _check("model", OK, f"{repo} is downloaded ({model['snapshot']}).")
+    if model.get("incomplete_downloads"):
+        return _check("model", WARNING, f"{repo}: an earlier download was interrupted; it resumes on the next start.")
+    return _check("model", WARNING, f"{repo} is not downloaded yet; the app downloads it on first start.")
 
 
 def _settings_check() -> dict[str, str]:

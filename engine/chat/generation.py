@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from engine.decoding import SamplingSettings
+from engine.chat.decoding import SamplingSettings
 from engine.constants import END_OF_AUDIO
 
 IM_END = 7

@@ -2,7 +2,7 @@
 
 `ChatSession.respond()` takes a finished user take (16 kHz mono float32) and yields the answer as
 it is generated: text pieces, PCM chunks (24 kHz) and, last, the turn's timings. The engine thread
-(`engine.worker`) and the one-shot CLI (`engine.oneshot`) both drive it.
+(`engine.worker`) and the one-shot CLI (`engine.tools.reply`) both drive it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 from liquid_audio.utils import LFMModality, mel2emb_len
 
 from engine import paths
-from engine.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
+from engine.chat.audio_decoding import PipelinedDecoder, make_audio_decoder
+from engine.chat.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
-from engine.generation import (
+from engine.chat.generation import (
     EagerBackend,
     GeneratedFrame,
     GeneratedText,
@@ -34,12 +34,12 @@ from engine.generation import (
     TurnEnd,
     interleaved_decode,
 )
-from engine.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
-from engine.lora import VoiceSwitcher, load_voice
-from engine.model_store import check_model_folder, resolve_model
+from engine.model.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
+from engine.model.lora import VoiceSwitcher, load_voice
+from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
-from engine.tiny_checkpoint import write_tiny_checkpoint
+from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
 from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE_OUT
 from engine.constants import USER_SAMPLE_RATE as SAMPLE_RATE_IN

@@ -574,6 +574,28 @@ def is_offline(timeout_s: float = 1.5) -> bool:
         return True
 
 
+def cached_snapshot(repo_id: str, revision: str | None = None, cache_dir: Path | None = None) -> Path | None:
+    """The snapshot folder huggingface_hub has cached for `repo_id` (in the app's store unless `cache_dir`
+    is given), or None when it has none. The one way the app looks a downloaded model up."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        # The same files as `download` fetches (huggingface_hub checks them against its cached file list).
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir or models_dir(),
+                                      local_files_only=True, allow_patterns=list(MODEL_FILES)))
+    except (LocalEntryNotFoundError, OSError, ValueError):
+        return None
+
+
+def interrupted_downloads(repo_id: str, cache_dir: Path | None = None) -> int:
+    """How many partly downloaded files huggingface_hub left for `repo_id`; the next download resumes them."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    blobs = (cache_dir or models_dir()) / repo_folder_name(repo_id=repo_id, repo_type="model") / "blobs"
+    return len(list(blobs.glob("*.incomplete"))) if blobs.is_dir() else 0
+
+
 def find_local_model(source: str, revision: str | None = None) -> Path | None:
     """The folder for `source` if it is a local folder or already fully downloaded, else None."""
     path = Path(source).expanduser()
@@ -581,18 +603,9 @@ def find_local_model(source: str, revision: str | None = None) -> Path | None:
         return path
     if not looks_like_repo_id(source):
         return None
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        # The same files as `download` fetches (huggingface_hub checks them against its cached file list);
-        # check_model_folder then checks the audio decoder (the detokenizer, or Mimi's checkpoint).
-        folder = Path(snapshot_download(
-            source, revision=revision, cache_dir=models_dir(), local_files_only=True, allow_patterns=list(MODEL_FILES)
-        ))
-    except (LocalEntryNotFoundError, OSError, ValueError):
-        return None
-    return folder if not check_model_folder(folder) else None
+    folder = cached_snapshot(source, revision)
+    # check_model_folder also checks the audio decoder (the detokenizer, or Mimi's checkpoint).
+    return folder if folder is not None and not check_model_folder(folder) else None
 
 
 def download(

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from engine.errors import GpuMemoryError, ModelFilesError, Problem
-from engine.model_store import check_model_folder
+from engine.model.store import check_model_folder
 
 if TYPE_CHECKING:
     from liquid_audio import LFM2AudioModel, LFM2AudioProcessor

@@ -2,7 +2,7 @@
 
 The turn goes WAV file → 16 kHz take → ChatSession on the tiny demo model (real loading code,
 static-cache backend, CUDA graphs when a GPU is there) → streaming audio decoder → 24 kHz WAV, and
-its output is checked, not just produced. `engine.diagnostics` adds the system report and writes
+its output is checked, not just produced. `engine.tools.diagnostics` adds the system report and writes
 the file a user can attach to a bug report.
 """
 
@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.diagnostics import selftest_main
+from engine.tools.diagnostics import selftest_main
 from engine.constants import FRAME_SAMPLES
 
 
 def run_demo_turn() -> dict[str, Any]:
     import soundfile
 
-    from engine.audio_files import write_wav
-    from engine.oneshot import quiet_library_logs, reply_file
+    from engine.audio.wav import write_wav
+    from engine.tools.reply import quiet_library_logs, reply_file
     from engine.protocol import SamplingSettings
 
     quiet_library_logs()

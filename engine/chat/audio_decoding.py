@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from engine.loading import LoadedModel
+from engine.model.loading import LoadedModel
 from engine.constants import FRAME_SAMPLES
 
 

@@ -201,7 +201,7 @@ def write_tiny_checkpoint(
     write_tokenizer(folder)
     (folder / "README.md").write_text(
         "# Tiny random LFM2-Audio checkpoint\n\n"
-        "Written by `engine.tiny_checkpoint` for tests and the app's demo mode. The weights are random:\n"
+        "Written by `engine.model.tiny_checkpoint` for tests and the app's demo mode. The weights are random:\n"
         "it speaks noise. It has the same file layout as LiquidAI/LFM2.5-Audio-1.5B-JP.\n"
     )
     return folder

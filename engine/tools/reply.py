@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from engine import validation
-from engine.audio_files import read_wav_mono, write_wav
+from engine.audio.wav import read_wav_mono, write_wav
 from engine.errors import OutputPathError, UserFacingError
-from engine.model_store import default_model_source
+from engine.model.store import default_model_source
 from engine.protocol import SamplingSettings
 from engine.validation import check_output_path, check_range
 
@@ -97,14 +97,14 @@ def reply_file(
     log: Callable[[str], None] = print,
 ) -> ReplySummary:
     """Read a take, answer it, write the answer; raises UserFacingError for anything the user can fix."""
-    from engine.session import SAMPLE_RATE_IN, SAMPLE_RATE_OUT, AudioPieceOut, ChatSession, TurnDone, check_take
+    from engine.chat.session import SAMPLE_RATE_IN, SAMPLE_RATE_OUT, AudioPieceOut, ChatSession, TurnDone, check_take
 
     # Everything the user gave is checked before the (slow) model load.
     check_output_path(output_path, inputs=(input_path,))
     wave = read_wav_mono(input_path, SAMPLE_RATE_IN)
     check_take(wave, SAMPLE_RATE_IN, max_seconds)
     if lora:
-        from engine.lora import load_voice
+        from engine.model.lora import load_voice
 
         load_voice(lora)  # a broken voice is refused now, not after the load
     started = time.perf_counter()

@@ -1,6 +1,6 @@
 """Decoding settings: how the next tokens are chosen (greedy, or sampled with temperature and top-k).
 
-They belong to generation (engine/generation.py runs them, engine/realtime/ reads them inside its
+They belong to generation (engine/chat/generation.py runs them, engine/realtime/ reads them inside its
 graphs); they live in this torch-free module so that engine/protocol.py can carry them over the
 queues and the Qt front end can edit them without importing torch.
 """
