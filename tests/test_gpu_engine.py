@@ -102,7 +102,7 @@ def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
     assert {"decode", "text_head", "audio_head"} < set(backend.graphs)
     # The fused NVRTC kernels are what the graphs replay here (a silent fallback would go untested).
     assert backend.depthformer.fused is not None and backend.backbone.short_conv is not None
-    assert backend.backbone.rope_cache is not None and backend.backbone.gemv is not None
+    assert backend.backbone.rope_cache is not None
     assert backend.text_sampling.fused is not None and backend.audio_sampling.fused is not None
     checking = ReplayVersusEager(backend)
     schedule = Schedule(full_size.interleaved_n_text, full_size.interleaved_n_audio)
@@ -162,22 +162,14 @@ def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: floa
     return int(clear.sum()), int((agree & clear).sum())
 
 
-@pytest.mark.parametrize("decode", ["graphs", "fused products", "cuBLAS products"])
 @torch.inference_mode()
-def test_teacher_forced_backbone_matches_transformers(full_size, decode: str) -> None:
-    """Through the captured graphs (the decode variant the start-up timing chose), and eagerly with each
-    of the two decode variants (fused matrix-vector kernels, cuBLAS)."""
+def test_teacher_forced_backbone_matches_transformers(full_size) -> None:
     from engine.chat.generation import EagerBackend
     from engine.realtime.backend import GraphedBackend
 
     model = full_size.model
     reference = EagerBackend(model)
-    engine = GraphedBackend(full_size, context_tokens=1024, capture=decode == "graphs")
-    if decode != "graphs":
-        assert engine.backbone.gemv is not None, "the fused backbone products did not compile or failed their check"
-        engine.backbone.use_gemv = decode == "fused products"
-    else:
-        assert set(engine.decode_step_ms) == {"fused", "cublas"}
+    engine = GraphedBackend(full_size, context_tokens=1024)
     prompt = _prompt(full_size, 75, seed=3)
     reference.prefill(prompt)
     engine.prefill(prompt)
@@ -194,7 +186,7 @@ def test_teacher_forced_backbone_matches_transformers(full_size, decode: str) ->
         reference._pending = embedding[None]
         engine.input.copy_(embedding)
         reference.decode()
-        engine.decode()  # a graph replay, or the eager step
+        engine.decode()  # graph replay
         assert _rel(engine.hidden[0], reference._hidden) < 2e-2, step
         ours = torch.nn.functional.linear(engine.hidden[0], model.lfm.embed_tokens.weight)
         theirs = torch.nn.functional.linear(reference._hidden, model.lfm.embed_tokens.weight)
@@ -253,7 +245,7 @@ def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path)
             engine.reset()
             engine.prefill(prompt)
             engine.input.copy_(embedding)
-            engine.decode()  # a graph replay, or the eager step
+            engine.decode()  # graph replay
             return engine.hidden[0].clone()
 
         without_voice = graph_step()

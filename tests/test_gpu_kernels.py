@@ -167,37 +167,3 @@ def test_backbone_rope_cache_kernel_matches_the_plain_ops(device, full_size) -> 
         assert torch.equal(keys[0][:, others], layer.keys[0][:, others]), position  # only its own slot is written
         expected_mask = torch.where(torch.arange(512, device=device) > position, float("-inf"), 0.0).to(torch.bfloat16)
         assert torch.equal(mask.view(-1), expected_mask), position
-
-
-@pytest.mark.parametrize(
-    ("rows", "columns"), [(3072, 2048), (6144, 2048), (2048, 8192), (8192, 2048)]  # q|k|v, conv in-proj, w2, w1|w3 halves
-)
-def test_fused_backbone_products_match_float64(device, rows: int, columns: int) -> None:
-    from engine.realtime.cuda_kernels import BackboneGemv
-
-    gemv = BackboneGemv.create(device, torch.bfloat16)
-    assert gemv is not None, "the fused backbone products did not compile or failed their self-check"
-    generator = torch.Generator(device=device).manual_seed(rows + columns)
-
-    def randn(*shape: int) -> torch.Tensor:
-        return torch.randn(shape, device=device, generator=generator).to(torch.bfloat16)
-
-    x, norm, weight, w13, residual = randn(1, columns), randn(columns), randn(rows, columns), randn(2 * rows, columns), randn(1, rows)
-    assert BackboneGemv.supports(weight) and BackboneGemv.supports(w13)
-    x64, weight64, w13_64 = x.double(), weight.double(), w13.double()
-    normed64 = F.rms_norm(x.float(), (columns,), norm.float(), 1e-5).to(torch.bfloat16).double()  # F.rms_norm's own rounding
-    out = torch.full((1, rows), float("nan"), device=device, dtype=torch.bfloat16)
-    assert _relative(gemv.norm(x, norm, 1e-5, weight, out=out), normed64 @ weight64.T) < 4e-3
-    stream = residual.clone()  # in place, as the decode step updates its residual stream
-    assert _relative(gemv.residual(x, weight, stream, out=stream), residual.double() + x64 @ weight64.T) < 4e-3
-    gate, up = (normed64 @ w13_64.T).chunk(2, dim=-1)
-    out.fill_(float("nan"))
-    assert _relative(gemv.norm_swiglu(x, norm, 1e-5, w13, out=out), F.silu(gate) * up) < 6e-3
-    again = torch.empty_like(out)
-    assert torch.equal(gemv.norm_swiglu(x, norm, 1e-5, w13, out=again), out)  # deterministic
-    blocks = gemv.blocks
-    gemv.blocks = 7  # more rows per warp: the same sums in the same order
-    try:
-        assert torch.equal(gemv.norm_swiglu(x, norm, 1e-5, w13, out=again), out)
-    finally:
-        gemv.blocks = blocks

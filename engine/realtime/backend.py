@@ -19,7 +19,6 @@ replay is bitwise equal to that eager step.
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -36,7 +35,6 @@ from engine.realtime.streaming import StreamingState
 if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
     from engine.model.loading import LoadedModel
 
-log = logging.getLogger(__name__)
 
 # Row counts of the captured prefill graphs. A 1 s take is ~25 new positions (12.5 audio frames a
 # second plus the turn's template tokens), a 20 s take ~265, a 60 s take ~770; a rebuild after a trim
@@ -96,7 +94,6 @@ class GraphedBackend(StreamingState):
         self.steps = self._steps()  # every graph's eager twin, by graph name
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
-        self.decode_step_ms: dict[str, float] = {}  # the start-up timing of both decode variants, when made
         self.setup_seconds = time.perf_counter() - started  # static buffers, fused kernels and their checks
         if capturing:
             self.capture()
@@ -149,38 +146,9 @@ class GraphedBackend(StreamingState):
         pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
             self.graphs[name], _ = graphs.capture(step, pool=pool)
-        if self.backbone.gemv is not None:
-            self._keep_faster_decode(pool)
         self.restore(saved)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
-
-    def _keep_faster_decode(self, pool: object) -> None:
-        """The decode step with the fused products or with cuBLAS, whichever replays faster on this GPU
-        (both compute the same step within bf16 rounding; the GPU tests check the fused one against
-        transformers). Times 20 replays of each graph from position 0; the caller restores the cache."""
-        def replay_ms(graph: torch.cuda.CUDAGraph) -> float:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self.stage_standalone_run("decode")
-            for _ in range(3):
-                graph.replay()
-            start.record()
-            for _ in range(20):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 20
-
-        backbone = self.backbone
-        fused = self.graphs["decode"]
-        backbone.use_gemv = False
-        self.stage_standalone_run("decode")
-        graphs.warm_up(self.device, self._decode)
-        plain, _ = graphs.capture(self._decode, pool=pool)
-        self.decode_step_ms = {"fused": replay_ms(fused), "cublas": replay_ms(plain)}
-        backbone.use_gemv = self.decode_step_ms["fused"] < self.decode_step_ms["cublas"]
-        self.graphs["decode"] = fused if backbone.use_gemv else plain
-        log.info("backbone decode step: fused %.3f ms, cuBLAS %.3f ms", self.decode_step_ms["fused"], self.decode_step_ms["cublas"])
 
     def stage_standalone_run(self, name: str) -> None:
         """Set up a run of one step outside a turn (warm-up, profiling) so that all its writes land

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import BackboneGemv, BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
+from engine.realtime.cuda_kernels import BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
@@ -155,17 +155,6 @@ class StaticBackbone(StreamingState):
         self.span_length = torch.zeros((1,), dtype=torch.long, device=device)  # real rows of a padded prefill
         # The decode step's q|k norm + rotary + cache write is one kernel on CUDA (plain ops elsewhere).
         self.rope_cache = BackboneRopeCache.create(device, dtype, self.head_dim)
-        # Its matrix products fused with their norm / residual / SwiGLU, where that is faster than cuBLAS:
-        # the graphed backend times both at start-up and sets `use_gemv` (see GraphedBackend.capture).
-        gemv = BackboneGemv.create(device, dtype) if self.rope_cache is not None and self.short_conv is not None else None
-        weights = [w for layer in self.layers for w in self._products(layer)]
-        self.gemv = gemv if gemv is not None and all(BackboneGemv.supports(w) for w in weights) else None
-        self.use_gemv = self.gemv is not None
-        if self.gemv is not None:
-            widest = max(self._products(layer)[0].shape[0] for layer in self.layers)
-            self._projected = torch.zeros((1, widest), device=device, dtype=dtype)  # q|k|v or b|c|u
-            self._act = torch.zeros((1, self.layers[0].w13.shape[0] // 2), device=device, dtype=dtype)
-            self._stream = torch.zeros((1, self.hidden), device=device, dtype=dtype)  # the residual stream
         self._q = torch.zeros((self.heads, self.head_dim), device=device, dtype=dtype)
         self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -239,12 +228,6 @@ class StaticBackbone(StreamingState):
 
     # ------------------------------------------------------------------ decode (graph-capturable)
 
-    @staticmethod
-    def _products(layer: _AttentionLayer | _ConvLayer) -> tuple[torch.Tensor, ...]:
-        """A layer's matrices in the order the decode step multiplies by them."""
-        first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
-        return (first, layer.out, layer.w13, layer.w2)
-
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
@@ -253,8 +236,6 @@ class StaticBackbone(StreamingState):
         here: at these sizes (8-67 MB per weight) it beats hand-written matrix-vector kernels (H200:
         decode step 1.16 ms with cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
         """
-        if self.use_gemv:
-            return self._decode_step_fused(x)
         first_attention = True
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
@@ -267,26 +248,6 @@ class StaticBackbone(StreamingState):
             x = self._mlp(layer, x)
         self.position.add_(1)
         return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
-
-    def _decode_step_fused(self, x: torch.Tensor) -> torch.Tensor:
-        """`decode_step` with every matrix product fused with its norm, residual add or SwiGLU: 8 kernels
-        per attention layer and 5 per conv layer. The residual stream is updated in place."""
-        gemv, stream, residual = self.gemv, self._stream, x
-        first_attention = True
-        for layer in self.layers:
-            first = self._products(layer)[0]
-            projected = gemv.norm(residual, layer.norm, self.eps, first, out=self._projected[:, : first.shape[0]])
-            if isinstance(layer, _AttentionLayer):
-                mixed = self._decode_attention(layer, projected, write_mask=first_attention)
-                first_attention = False
-            else:
-                mixed = self._conv_step(layer, projected)
-            gemv.residual(mixed, layer.out, residual, out=stream)
-            gemv.norm_swiglu(stream, layer.ffn_norm, self.eps, layer.w13, out=self._act)
-            gemv.residual(self._act, layer.w2, stream, out=stream)
-            residual = stream
-        self.position.add_(1)
-        return F.rms_norm(stream, (self.hidden,), self.final_norm, self.eps)
 
     def _conv_step(self, layer: _ConvLayer, bcu: torch.Tensor) -> torch.Tensor:
         if self.short_conv is not None:
