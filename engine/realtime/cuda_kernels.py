@@ -196,7 +196,6 @@ _DEPTHFORMER_SOURCE = _COMMON + r"""
 #define DEPTH_MAX_K 4096
 #define DEPTH_MAX_QK_HEADS 64
 #define DEPTH_MAX_POSITIONS 16
-#define DEPTH_MAX_KV_HEADS 8
 #define DEPTH_HEAD_DIM 32
 #define DEPTH_TABLE 9  // pointers per layer, see StaticDepthformer._TABLE
 #ifndef DEPTH_PREFETCH
@@ -212,80 +211,36 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // 
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-#define DEPTH_PRELOAD 4  // 16-byte chunks per lane a warp holds in registers: a whole 1024-wide row
-
-__device__ __forceinline__ float chunk_dot(uint4 w, uint4 v) {  // eight bf16 products
-    return pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
-}
-
-// This lane's first DEPTH_PRELOAD chunks of a row (K bf16, 16-byte aligned) into registers; none
-// when the warp has no row. Issued before a barrier, the loads overlap the wait: the weights never
-// depend on the vector they will multiply.
-__device__ __forceinline__ void preload_row(const unsigned short* row, int K, bool valid, uint4* pre) {
-    const uint4* weights = reinterpret_cast<const uint4*>(row);
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
-        int c = (threadIdx.x & 31) + 32 * t;
-        if (valid && c < K / 8) pre[t] = __ldg(weights + c);
-    }
-}
-
-// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned), the row's first chunks
-// already in `pre`; every lane gets the sum. The chunks are summed in the same order whether they
-// were preloaded or not, so a row's result does not depend on which warp computed it.
-__device__ __forceinline__ float row_dot_preloaded(const unsigned short* __restrict__ row, const uint4* pre,
-                                                   const unsigned short* h, int K) {
+// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
+__device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
     const uint4* weights = reinterpret_cast<const uint4*>(row);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    const int lane = threadIdx.x & 31;
     float acc = 0.0f;
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t)
-        if (lane + 32 * t < K / 8) acc += chunk_dot(pre[t], inputs[lane + 32 * t]);
     #pragma unroll 4
-    for (int c = lane + 32 * DEPTH_PRELOAD; c < K / 8; c += 32) acc += chunk_dot(__ldg(weights + c), inputs[c]);
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 w = __ldg(weights + c);
+        uint4 v = inputs[c];
+        acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
+    }
     return warp_sum(acc);
 }
 
-__device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
-    uint4 pre[DEPTH_PRELOAD];
-    preload_row(row, K, true, pre);
-    return row_dot_preloaded(row, pre, h, K);
-}
-
-// One warp: two rows against the same h (w1 and w3 of SwiGLU), their first chunks already in registers.
-__device__ __forceinline__ void row_dot2_preloaded(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
-                                                   const uint4* pre_a, const uint4* pre_b, const unsigned short* h, int K,
-                                                   float* a, float* b) {
+// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
+__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
+                                         const unsigned short* h, int K, float* a, float* b) {
     const uint4* wa = reinterpret_cast<const uint4*>(row_a);
     const uint4* wb = reinterpret_cast<const uint4*>(row_b);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    const int lane = threadIdx.x & 31;
     float acc_a = 0.0f, acc_b = 0.0f;
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
-        if (lane + 32 * t < K / 8) {
-            uint4 v = inputs[lane + 32 * t];
-            acc_a += chunk_dot(pre_a[t], v);
-            acc_b += chunk_dot(pre_b[t], v);
-        }
-    }
     #pragma unroll 4
-    for (int c = lane + 32 * DEPTH_PRELOAD; c < K / 8; c += 32) {
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
         uint4 v = inputs[c];
-        acc_a += chunk_dot(__ldg(wa + c), v);
-        acc_b += chunk_dot(__ldg(wb + c), v);
+        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
+        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
     }
     *a = warp_sum(acc_a);
     *b = warp_sum(acc_b);
-}
-
-__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
-                                         const unsigned short* h, int K, float* a, float* b) {
-    uint4 pre_a[DEPTH_PRELOAD], pre_b[DEPTH_PRELOAD];
-    preload_row(row_a, K, true, pre_a);
-    preload_row(row_b, K, true, pre_b);
-    row_dot2_preloaded(row_a, row_b, pre_a, pre_b, h, K, a, b);
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -360,51 +315,23 @@ __device__ void stage(const unsigned short* src, const unsigned short* __restric
     __syncthreads();
 }
 
-// What the attention phase reads besides position i's own q|k|v row: position i's rotation entries
-// and the keys and values of positions 0..i-1 (written by earlier launches). `attend_prepare` stages
-// them in shared memory before the barrier that precedes the phase, so the loads overlap the wait.
-struct AttentionStage {
-    unsigned short rope[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM * 2];  // per head and lane d: M[even][d], M[even + 1][d]
-    unsigned short keys[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_HEADS * DEPTH_HEAD_DIM];    // [position][kv head][d]
-    unsigned short values[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_HEADS * DEPTH_HEAD_DIM];  // [position][kv head][d]
-};
-
-__device__ void attend_prepare(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
-                               const unsigned short* qk_rows, const unsigned short* __restrict__ rope, AttentionStage* staged) {
-    const int qk_heads = heads + kv_heads, width = kv_heads * DEPTH_HEAD_DIM;
-    for (int e = threadIdx.x; e < qk_heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
-        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM, even = d & ~1;  // the rotation mixes (2p, 2p + 1) only
-        const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
-        staged->rope[2 * e] = m[even * DEPTH_HEAD_DIM + d];
-        staged->rope[2 * e + 1] = m[(even + 1) * DEPTH_HEAD_DIM + d];
-    }
-    for (int e = threadIdx.x; e < i * width; e += DEPTH_THREADS) {
-        int j = e / width, rest = e % width;
-        staged->keys[e] = __ldcg(qk_rows + ((long long)j * qk_heads + heads) * DEPTH_HEAD_DIM + rest);
-        staged->values[e] = __ldcg(qkv_rows + (long long)j * qkv_width + qk_heads * DEPTH_HEAD_DIM + rest);
-    }
-}
-
 // Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
 // RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
 // in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
 // Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
 __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
-                       unsigned short* qk_rows, AttentionStage* staged, float qk_eps,
+                       unsigned short* qk_rows, const unsigned short* __restrict__ rope, float qk_eps,
                        unsigned short* h, float* qk, float* scores) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads, width = kv_heads * DEPTH_HEAD_DIM;
+    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
     const unsigned short* row = qkv_rows + (long long)i * qkv_width;
-    // Every warp's heads are loaded before any is reduced (up to 4 per warp), so the loads overlap;
-    // position i's values go to shared memory beside the earlier positions'.
+    // Every warp's heads are loaded before any is reduced (up to 4 per warp), so the loads overlap.
     float v[DEPTH_MAX_QK_HEADS / DEPTH_WARPS];
     #pragma unroll
     for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
         int head = warp + t * DEPTH_WARPS;
         v[t] = head < qk_heads ? bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane)) : 0.0f;
     }
-    for (int e = threadIdx.x; e < width; e += DEPTH_THREADS)
-        staged->values[i * width + e] = __ldcg(row + qk_heads * DEPTH_HEAD_DIM + e);
     #pragma unroll
     for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
         int head = warp + t * DEPTH_WARPS;
@@ -412,24 +339,26 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
         float squares = warp_sum(v[t] * v[t]);
         float n = bf16_to_float(float_to_bf16(v[t] * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
         float partner = __shfl_xor_sync(0xffffffffu, n, 1);
-        const unsigned short* m = staged->rope + 2 * (head * DEPTH_HEAD_DIM + lane);
+        const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
+        int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
         float n_even = (lane & 1) ? partner : n, n_odd = (lane & 1) ? n : partner;
-        unsigned short out = float_to_bf16(n_even * bf16_to_float(m[0]) + n_odd * bf16_to_float(m[1]));
+        unsigned short out = float_to_bf16(n_even * bf16_to_float(m[even * DEPTH_HEAD_DIM + lane]) +
+                                           n_odd * bf16_to_float(m[(even + 1) * DEPTH_HEAD_DIM + lane]));
         qk[head * DEPTH_HEAD_DIM + lane] = bf16_to_float(out);
         if (blockIdx.x == 0) qk_rows[((long long)i * qk_heads + head) * DEPTH_HEAD_DIM + lane] = out;
     }
     __syncthreads();
     const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
     for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
-        int head = t / positions, j = t % positions;
+        int head = t / positions, j = t % positions, key_head = heads + head / group;
         const float* q = qk + head * DEPTH_HEAD_DIM;
         float dot = 0.0f;
         if (j == i) {
-            const float* k = qk + (heads + head / group) * DEPTH_HEAD_DIM;
+            const float* k = qk + key_head * DEPTH_HEAD_DIM;
             for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
         } else {
-            const unsigned short* k = staged->keys + j * width + (head / group) * DEPTH_HEAD_DIM;
-            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(k[d]);
+            const unsigned short* k = qk_rows + ((long long)j * qk_heads + key_head) * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(__ldcg(k + d));
         }
         scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
     }
@@ -445,10 +374,10 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
     for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
         int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
-        const unsigned short* v = staged->values + (head / group) * DEPTH_HEAD_DIM + d;
+        const unsigned short* v = qkv_rows + qk_heads * DEPTH_HEAD_DIM + (head / group) * DEPTH_HEAD_DIM + d;
         const float* p = scores + head * DEPTH_MAX_POSITIONS;
         float out = 0.0f;
-        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(v[j * width]);
+        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(__ldcg(v + (long long)j * qkv_width));
         h[e] = float_to_bf16(out);
     }
     __syncthreads();
@@ -488,18 +417,11 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
     __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
-    __shared__ __align__(16) AttentionStage staged;
     const int lane = threadIdx.x & 31;
     const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
     const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM;
     unsigned int* counter = barrier;
     unsigned int* generation = barrier + 1;
-    // Each warp's first row of the next phase, held in registers across the barrier (see preload_row).
-    uint4 pre_a[DEPTH_PRELOAD], pre_b[DEPTH_PRELOAD];
-    if (layers > 0)
-        preload_row((const unsigned short*)table[1] + (long long)first_row * dim, dim, first_row < qkv_width, pre_a);
-    else
-        preload_row(to_logits + (long long)first_row * dim, dim, first_row < vocab, pre_a);
 
     long long code = has_previous ? previous_code[0] : 0;
     for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
@@ -530,55 +452,43 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 
         stage(l == 0 ? 0 : stream, norm, eps[3 * l], dim, h, partial);
         for (int r = first_row; r < qkv_width; r += row_step) {
-            float acc = r == first_row ? row_dot_preloaded(qkv + (long long)r * dim, pre_a, h, dim) : row_dot(qkv + (long long)r * dim, h, dim);
+            float acc = row_dot(qkv + (long long)r * dim, h, dim);
             if (lane == 0) qkv_rows[(long long)i * qkv_width + r] = float_to_bf16(acc);
         }
         prefetch_phase(4 * l + 2, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
-        preload_row(out + (long long)first_row * dim, dim, first_row < dim, pre_a);
-        attend_prepare(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, &staged);
         grid_sync(counter, generation);
 
-        attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, &staged, eps[3 * l + 1], h, qk, scores);
+        attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
         for (int r = first_row; r < dim; r += row_step) {
-            float acc = r == first_row ? row_dot_preloaded(out + (long long)r * dim, pre_a, h, dim) : row_dot(out + (long long)r * dim, h, dim);
+            float acc = row_dot(out + (long long)r * dim, h, dim);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
         }
         prefetch_phase(4 * l + 3, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
-        preload_row(w13 + (long long)first_row * dim, dim, first_row < ff, pre_a);
-        preload_row(w13 + (long long)(first_row + ff) * dim, dim, first_row < ff, pre_b);
         grid_sync(counter, generation);
 
         stage(stream, ffn_norm, eps[3 * l + 2], dim, h, partial);
         for (int r = first_row; r < ff; r += row_step) {
             float gate, up;
-            if (r == first_row)
-                row_dot2_preloaded(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, pre_a, pre_b, h, dim, &gate, &up);
-            else
-                row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
+            row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
             gate = bf16_to_float(float_to_bf16(gate));
             up = bf16_to_float(float_to_bf16(up));
             if (lane == 0) act[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
         }
         prefetch_phase(4 * l + 4, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
-        preload_row(w2 + (long long)first_row * ff, ff, first_row < dim, pre_a);
         grid_sync(counter, generation);
 
         stage(act, 0, 0.0f, ff, h, partial);
         for (int r = first_row; r < dim; r += row_step) {
-            float acc = r == first_row ? row_dot_preloaded(w2 + (long long)r * ff, pre_a, h, ff) : row_dot(w2 + (long long)r * ff, h, ff);
+            float acc = row_dot(w2 + (long long)r * ff, h, ff);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
         }
         prefetch_phase(4 * l + 5, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
-        if (l + 1 < layers)
-            preload_row((const unsigned short*)p[DEPTH_TABLE + 1] + (long long)first_row * dim, dim, first_row < qkv_width, pre_a);
-        else
-            preload_row(to_logits + (long long)first_row * dim, dim, first_row < vocab, pre_a);
         grid_sync(counter, generation);
     }
 
     stage(stream, head_norm, head_eps, dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
-        float acc = r == first_row ? row_dot_preloaded(to_logits + (long long)r * dim, pre_a, h, dim) : row_dot(to_logits + (long long)r * dim, h, dim);
+        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
     // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now.
@@ -642,7 +552,6 @@ DEPTH_THREADS = 512  # DEPTH_WARPS * 32
 DEPTH_MAX_K = 4096
 DEPTH_MAX_QK_HEADS = 64
 DEPTH_MAX_POSITIONS = 16
-DEPTH_MAX_KV_HEADS = 8
 DEPTH_HEAD_DIM = 32
 SAMPLER_THREADS = 1024
 _CONV_THREADS = 256
@@ -793,7 +702,6 @@ class DepthformerCodebookStep:
             dim == heads * DEPTH_HEAD_DIM
             and heads % kv_heads == 0
             and heads + kv_heads <= DEPTH_MAX_QK_HEADS
-            and kv_heads <= DEPTH_MAX_KV_HEADS
             and positions <= DEPTH_MAX_POSITIONS
             and max(dim, ff) <= DEPTH_MAX_K
             and dim % 8 == 0

@@ -457,8 +457,8 @@ class StaticDepthformer:
         """The faster of one block per SM and one per two SMs, timed on this GPU at start-up (~10 ms).
 
         The results do not depend on the grid (the GPU tests check it bit for bit); the speed does:
-        fewer blocks mean cheaper barriers but more rows per warp (H200 at e7330c3: 66 blocks 1.49 ms
-        per frame, 132 blocks 1.59 ms, 33 blocks 1.78 ms; bench/results/run-24-one-launch-depthformer)."""
+        fewer blocks mean cheaper barriers but more rows per warp (H200: 66 blocks 1.45 ms per frame,
+        132 blocks 1.56 ms, 33 blocks 1.72 ms; bench/results/run-24-one-launch-depthformer)."""
         sms = step.blocks
         candidates = sorted({sms, max(1, sms // 2)}, reverse=True)
         inputs = self._inputs(torch.zeros((1, self.model.depth_linear.weight.shape[1]), device=self.device, dtype=self.dtype))
