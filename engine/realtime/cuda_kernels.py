@@ -182,7 +182,30 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
 }
 """
 
-_DEPTHFORMER_SOURCE = _COMMON + r"""
+# The one-launch depthformer step's fixed limits, one definition for the kernel (as #defines) and for
+# the Python side that checks a model against them.
+DEPTH_WARPS = 16
+DEPTH_THREADS = DEPTH_WARPS * 32
+DEPTH_MAX_K = 4096  # the longest vector a phase stages (dim, ff)
+DEPTH_MAX_QK_HEADS = 64
+DEPTH_MAX_POSITIONS = 16  # codebooks
+DEPTH_HEAD_DIM = 32  # one lane per element of a head
+# The per-layer pointer table, in the order the kernel reads it.
+DEPTH_TABLE_FIELDS = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
+_DEPTHFORMER_DEFINES = "".join(
+    f"#define {name} {value}\n"
+    for name, value in {
+        "DEPTH_WARPS": DEPTH_WARPS,
+        "DEPTH_THREADS": DEPTH_THREADS,
+        "DEPTH_MAX_K": DEPTH_MAX_K,
+        "DEPTH_MAX_QK_HEADS": DEPTH_MAX_QK_HEADS,
+        "DEPTH_MAX_POSITIONS": DEPTH_MAX_POSITIONS,
+        "DEPTH_HEAD_DIM": DEPTH_HEAD_DIM,
+        "DEPTH_TABLE": len(DEPTH_TABLE_FIELDS),
+    }.items()
+)
+
+_DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
 // One depthformer codebook step in ONE launch: all layers and the codebook's logits. The blocks
 // (one per SM, all resident) meet at a grid-wide barrier between the phases that need the whole
 // vector the phase before produced; a phase's matrix rows are spread over every warp of the grid,
@@ -191,13 +214,8 @@ _DEPTHFORMER_SOURCE = _COMMON + r"""
 // bf16 values are raw 16 bits; activations written in this launch are read through L2 (__ldcg),
 // weights through the read-only path. Every output is computed by one warp in a fixed order, so
 // the result is deterministic (a graph replay equals the eager launch bit for bit).
-#define DEPTH_WARPS 16
-#define DEPTH_THREADS (DEPTH_WARPS * 32)
-#define DEPTH_MAX_K 4096
-#define DEPTH_MAX_QK_HEADS 64
-#define DEPTH_MAX_POSITIONS 16
-#define DEPTH_HEAD_DIM 32
-#define DEPTH_TABLE 9  // pointers per layer, see StaticDepthformer._TABLE
+// DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM
+// and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
@@ -548,11 +566,6 @@ _SOURCES = {
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
     "backbone_rope_cache": _BACKBONE_ROPE_SOURCE,
 }
-DEPTH_THREADS = 512  # DEPTH_WARPS * 32
-DEPTH_MAX_K = 4096
-DEPTH_MAX_QK_HEADS = 64
-DEPTH_MAX_POSITIONS = 16
-DEPTH_HEAD_DIM = 32
 SAMPLER_THREADS = 1024
 _CONV_THREADS = 256
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
+from engine.realtime.cuda_kernels import DEPTH_TABLE_FIELDS, BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
@@ -425,13 +425,10 @@ class StaticDepthformer:
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
         self.fused = self._fused_step()
 
-    # The fused kernel's per-layer pointer table, in the order the kernel reads it (DEPTH_TABLE).
-    _TABLE = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
-
     def _fused_step(self) -> DepthformerCodebookStep | None:
         """The one-launch codebook kernel, if it compiles, fits this model and agrees with the plain ops."""
         step = DepthformerCodebookStep.create(self.device, self.dtype)
-        tensors = [layer[name] for layer in self.layers for name in self._TABLE]
+        tensors = [layer[name] for layer in self.layers for name in DEPTH_TABLE_FIELDS]
         tensors += [t for _, _, to_logits, embedding in self.heads_out for t in (to_logits, embedding)]
         if step is None or not DepthformerCodebookStep.supports(
             dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, weights=tensors
@@ -439,7 +436,7 @@ class StaticDepthformer:
             return None
         # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
         self._table = torch.tensor(
-            [[layer[name].data_ptr() for name in self._TABLE] for layer in self.layers], dtype=torch.int64, device=self.device
+            [[layer[name].data_ptr() for name in DEPTH_TABLE_FIELDS] for layer in self.layers], dtype=torch.int64, device=self.device
         )
         self._eps = torch.tensor(
             [[layer["norm_eps"], layer["qk_eps"], layer["ffn_eps"]] for layer in self.layers], dtype=torch.float32, device=self.device
