@@ -1,10 +1,11 @@
-"""The audio encoder's graph ladder (engine.realtime.encoder_graphs), on the CPU.
+"""A take → its backbone input rows through the encoder ladder (engine.realtime.encoder_graphs), on the CPU.
 
 The captured graphs need CUDA (tests/test_gpu_engine.py checks them at full size). What holds on any
-machine is tested here: liquid-audio's conformer encodes a take padded with zeros to the next rung to the
-same valid frames (the premise of one graph per rung), and a conformer call routed through the ladder
-inside liquid-audio's own `_prefill` gives the same embeddings as the plain call: the CPU stands in for
-the graph by recomputing the captured call into the same static buffers.
+machine is tested here, on the tiny model: liquid-audio's preprocessor and conformer give the same valid
+values for a take zero-padded to its rung (the premise of one graph per rung), and the ladder's two steps,
+run eagerly on the rungs' static buffers (`capture=False`, exactly the computation a replay repeats), give
+liquid-audio's own log-mel features and `_prefill` rows for takes of any length, whatever an earlier take
+left in the buffers. The session's sync-free assembly of a span equals `_prefill`'s.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import sine
 from engine.chat.conversation import Conversation
-from engine.realtime.encoder_graphs import EncoderGraphs, _Rung, ladder
+from engine.chat.session import _lone_take
+from engine.realtime.encoder_graphs import EncoderGraphs, ladder
+
+RUNGS = [101, 201, 401]  # 1, 2 and 4 s takes
 
 
 def test_ladder_steps_and_reach() -> None:
@@ -27,17 +33,36 @@ def test_ladder_steps_and_reach() -> None:
     assert len(rungs) == 23 and ladder(6002)[-1] == 6501 and ladder(101) == [101]
 
 
-def _mel(loaded, seconds: float, frequency: float) -> torch.Tensor:
-    wave = torch.from_numpy(sine(seconds, 16000, frequency) + 0.01 * np.random.default_rng(0).standard_normal(int(seconds * 16000)).astype(np.float32))
-    mel, _ = loaded.processor.audio(wave[None], torch.tensor([wave.shape[0]]))
+def _wave(samples: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    tone = sine(samples / 16000 + 1e-3, 16000, float(rng.uniform(200, 2000)))[:samples]
+    return (tone + 0.05 * rng.standard_normal(samples)).astype(np.float32)
+
+
+def _mel(loaded, wave: np.ndarray) -> torch.Tensor:
+    """liquid-audio's own features of the take, unpadded (what ChatSession.features returns)."""
+    mel, _ = loaded.processor.audio(torch.from_numpy(wave)[None], torch.tensor([wave.shape[0]]))
     return mel[0].float()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(samples=st.integers(1600, 3 * 16000), extra=st.integers(1, 4000))
+def test_the_preprocessor_gives_the_same_frames_for_a_zero_padded_take(tiny_loaded, samples: int, extra: int) -> None:
+    wave = _wave(samples, samples)
+    expected = _mel(tiny_loaded, wave)
+    padded = np.concatenate([wave, np.zeros(extra, dtype=np.float32)])
+    got, length = tiny_loaded.processor.audio(torch.from_numpy(padded)[None], torch.tensor([samples]))
+    frames = expected.shape[1]
+    assert frames == samples // 160 + 1 and int(length[0]) == frames - 1  # the last frame is masked (zero)
+    torch.testing.assert_close(got[0, :, :frames], expected, rtol=1e-5, atol=1e-5)
+    assert not got[0, :, frames - 1 :].any()
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("seconds", [0.73, 1.37, 3.05])
 def test_a_take_padded_to_its_rung_encodes_to_the_same_frames(tiny_loaded, seconds: float) -> None:
     conformer = tiny_loaded.model.conformer
-    mel = _mel(tiny_loaded, seconds, 330)
+    mel = _mel(tiny_loaded, _wave(int(seconds * 16000), 3))
     frames = mel.shape[1]
     rung = next(r for r in ladder(10_000) if r >= frames)
     assert rung > frames  # the take is really padded
@@ -50,56 +75,73 @@ def test_a_take_padded_to_its_rung_encodes_to_the_same_frames(tiny_loaded, secon
     torch.testing.assert_close(got[..., :valid], expected, rtol=1e-5, atol=1e-5)
 
 
-class _RecomputeInPlace:
-    """Stands in for a captured graph on the CPU: reruns the call on the rung's static buffers."""
-
-    def __init__(self, forward, rung: _Rung) -> None:
-        self.forward, self.rung = forward, rung
-
-    def replay(self) -> None:
-        encoded, encoded_length = self.forward(self.rung.features, self.rung.length)
-        self.rung.encoded.copy_(encoded)
-        self.rung.encoded_length.copy_(encoded_length)
-
-
-def _cpu_ladder(conformer, rungs: list[int]) -> EncoderGraphs:
-    graphs = object.__new__(EncoderGraphs)  # the constructor captures CUDA graphs; build the rest by hand
-    graphs.conformer, graphs.dtype, graphs.device, graphs.problems = conformer, torch.float32, torch.device("cpu"), []
-    graphs._eager_forward = conformer.forward
-    graphs.rungs = {}
-    for frames in rungs:
-        features = torch.full((1, conformer._feat_in, frames), float("nan"))  # stale data must be overwritten
-        length = torch.tensor([frames])
-        encoded, encoded_length = conformer(torch.zeros_like(features), length)
-        rung = _Rung(None, features, length, torch.full_like(encoded, float("nan")), encoded_length.clone())
-        rung.graph = _RecomputeInPlace(conformer.forward, rung)
-        graphs.rungs[frames] = rung
+@pytest.fixture(scope="module")
+def cpu_ladder(tiny_loaded) -> EncoderGraphs:
+    graphs = EncoderGraphs(
+        tiny_loaded.model, tiny_loaded.processor.audio, max_seconds=4.0, dtype=torch.float32, device=torch.device("cpu"),
+        capture=False, rungs=RUNGS,
+    )  # fmt: skip
+    with torch.inference_mode():  # (the buffers are made in inference mode, as the graphs' are)
+        for rung in graphs.rungs.values():  # stale data must be overwritten, never used
+            for buffer in (rung.wave, rung.mel, rung.rows):
+                buffer.fill_(float("nan"))
     return graphs
 
 
 @torch.no_grad()
-def test_prefill_through_the_ladder_equals_the_plain_prefill(tiny_loaded) -> None:
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(samples=st.lists(st.integers(1600, 4 * 16000 - 1), min_size=2, max_size=3))
+def test_the_ladder_gives_liquid_audios_features_and_rows(tiny_loaded, cpu_ladder, samples: list[int]) -> None:
+    """Takes one after another (longer and shorter ones on the same rung, at rung edges too): each
+    gives the preprocessor's features and `_prefill`'s rows of the take alone."""
     model = tiny_loaded.model
-    graphs = _cpu_ladder(model.conformer, [100, 200, 400])
-    for seconds, frequency in ((1.37, 300), (0.55, 500), (4.3, 700)):  # rungs 200 and 100; 4.3 s has none: eager
+    for i, count in enumerate(samples):
+        wave = _wave(count, count + i)
+        expected_mel = _mel(tiny_loaded, wave)
+        encoded = cpu_ladder.encode_wave(wave)
+        assert encoded is not None
+        mel, rows = encoded
+        torch.testing.assert_close(mel, expected_mel, rtol=1e-5, atol=1e-5)
         conversation = Conversation(tiny_loaded.processor.text, codebooks=tiny_loaded.codebooks)
-        conversation.add_text_turn("system", "Respond with interleaved text and audio.")
-        conversation.add_audio_turn("user", _mel(tiny_loaded, seconds, frequency))
-        conversation.open_assistant_turn()
-        span = conversation.span(0, torch.device("cpu"))
-        expected = model._prefill(**span.as_kwargs())
-        with graphs.installed(model):
-            assert "forward" in vars(model.conformer)
-            got = model._prefill(**span.as_kwargs())
-        assert "forward" not in vars(model.conformer)  # the module's own forward is back
-        assert got.shape == expected.shape
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    used = {frames for frames, rung in graphs.rungs.items() if not torch.isnan(rung.encoded).any()}
-    assert used == {100, 200}
+        take = conversation.add_audio_turn("user", expected_mel).pieces[1]
+        expected_rows = model._prefill(**_lone_take(take, tiny_loaded.codebooks, torch.device("cpu")).as_kwargs())[0]
+        assert rows.shape == expected_rows.shape == (take.positions, model.lfm.config.hidden_size)
+        torch.testing.assert_close(rows, expected_rows, rtol=1e-4, atol=1e-4)
+        from_mel = cpu_ladder.encode_mel(expected_mel)
+        torch.testing.assert_close(from_mel, expected_rows, rtol=1e-4, atol=1e-4)
 
 
-def test_installed_restores_the_forward_after_an_error(tiny_loaded) -> None:
-    graphs = _cpu_ladder(tiny_loaded.model.conformer, [100])
-    with pytest.raises(ValueError), graphs.installed(tiny_loaded.model):
-        raise ValueError("a failing prefill")
-    assert "forward" not in vars(tiny_loaded.model.conformer)
+@pytest.mark.parametrize("samples", [(RUNGS[-1] - 1) * 160, (RUNGS[-1] - 1) * 160 + 159])
+def test_the_longest_rung_holds_its_length_and_no_more(cpu_ladder, samples: int) -> None:
+    """A take of (rung - 1) hops still fits the top rung; a hop more does not (eager then)."""
+    assert samples // 160 + 1 == RUNGS[-1]
+    assert cpu_ladder.encode_wave(_wave(samples, 1)) is not None
+    assert cpu_ladder.encode_wave(_wave(samples + 160, 2)) is None
+    assert cpu_ladder.encode_mel(torch.zeros((128, RUNGS[-1] + 1))) is None
+
+
+@torch.no_grad()
+def test_a_session_with_the_ladder_prefills_what_liquid_audio_would(tiny_model_dir, tiny_loaded) -> None:
+    """Turns through `ChatSession.respond` with the ladder (features and rows made with the take), then
+    the whole history re-assembled: equal to liquid-audio's `_prefill` over the same span."""
+    from engine.chat.audio_decoding import make_audio_decoder
+    from engine.chat.session import ChatSession
+    from engine.protocol import SamplingSettings
+    from engine.realtime.backend import GraphedBackend
+
+    loaded = tiny_loaded
+    graphs = EncoderGraphs(loaded.model, loaded.processor.audio, max_seconds=2.0, dtype=torch.float32, device=torch.device("cpu"), capture=False)
+    session = ChatSession(
+        loaded, GraphedBackend(loaded, context_tokens=600, capture=False), make_audio_decoder(loaded, use_cuda_graphs=False),
+        context_tokens=600, fallback_reason="test", graphs_ready=False, model_id=None, encoder_graphs=graphs,
+    )  # fmt: skip
+    for i, seconds in enumerate((0.6, 1.9, 3.1)):  # 3.1 s is past the ladder: features and rows the eager way
+        list(session.respond(_wave(int(seconds * 16000), i), SamplingSettings(greedy=True), max_new_tokens=12, max_take_seconds=4.0))
+    takes = list(session.conversation.audio_in_pieces())
+    assert len(takes) == 3 and all(take.embeddings is not None for take in takes)
+    span = session.conversation.span(0, torch.device("cpu"))
+    expected = session.embed(span)  # liquid-audio batches the takes: the same rows up to rounding
+    got = session.embed_from(0)
+    assert got.shape == expected.shape == (1, span.positions, loaded.model.lfm.config.hidden_size)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    session.close()

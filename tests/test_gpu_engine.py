@@ -272,30 +272,39 @@ def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path)
 
 @torch.inference_mode()
 def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
-    """Every rung captures and passes its start-up check; prefill embeddings through the graphs match
-    liquid-audio's eager `_prefill` for takes of lengths between the rungs."""
+    """Every rung captures both graphs and passes its start-up checks; for takes of lengths between the
+    rungs, a replay from the samples gives liquid-audio's own log-mel features (the preprocessor on the
+    unpadded take) and its eager `_prefill` rows, and a replay from kept features gives the same rows."""
     import numpy as np
 
     from engine.chat.conversation import Conversation
+    from engine.chat.session import _lone_take
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
 
     model = full_size.model
-    graphs = EncoderGraphs(model.conformer, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device)
+    graphs = EncoderGraphs(model, full_size.processor.audio, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device)
     assert graphs.problems == [] and sorted(graphs.rungs) == ladder(3001)  # up to a 30 s take (past 20 s too)
+    assert all(set(rung.graphs) == {"features", "encode"} for rung in graphs.rungs.values())
     rng = np.random.default_rng(7)
     for seconds in (0.43, 3.97, 11.3, 27.3):
-        wave = torch.from_numpy((0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32))[None].cuda()
-        mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
+        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        device_wave = torch.from_numpy(wave)[None].cuda()
+        expected_mel, _ = full_size.processor.audio(device_wave, torch.tensor([wave.shape[0]], device="cuda"))
         conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
-        conversation.add_text_turn("system", "Respond with interleaved text and audio.")
-        conversation.add_audio_turn("user", mel[0].float())
-        conversation.open_assistant_turn()
-        span = conversation.span(0, full_size.device)
-        expected = model._prefill(**span.as_kwargs())
-        with graphs.installed(model):
-            got = model._prefill(**span.as_kwargs())
-        assert got.shape == expected.shape
-        assert _rel(got, expected) < 2e-2, seconds
+        take = conversation.add_audio_turn("user", expected_mel[0].float()).pieces[1]
+        expected_rows = model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())[0]
+        mel, rows = graphs.encode_wave(wave)
+        assert mel.shape == take.mel.shape and rows.shape == expected_rows.shape
+        assert _rel(mel, take.mel) < 1e-4, seconds
+        assert _rel(rows, expected_rows) < 2e-2, seconds
+        assert _rel(graphs.encode_mel(take.mel), expected_rows) < 2e-2, seconds
+        # A replay is its eager step bit for bit (the same buffers, the same kernels).
+        rung = graphs.rung_for(mel.shape[1])
+        graphs.encode_wave(wave)
+        replayed = rung.mel.clone(), rung.rows.clone()
+        graphs._features(rung)
+        graphs._encode(rung)
+        assert torch.equal(rung.mel, replayed[0]) and torch.equal(rung.rows, replayed[1]), seconds
 
 
 @torch.inference_mode(False)

@@ -490,20 +490,27 @@ class EngineBench:
 
     @torch.inference_mode()
     def prefill_breakdown(self, workload: Workload) -> dict[str, float]:
-        """Where the time before the first decode step goes, for one 4 s take (medians of 5)."""
+        """Where the time before the first decode step goes, for one 4 s take (medians of 5), as a turn
+        spends it: the take to its features and rows (the encoder graphs), the span's rows laid out,
+        the backbone prefill."""
         loaded = self.loaded
-        wave = torch.from_numpy(workload.takes[0])[None].to(loaded.device)
-        timings: dict[str, list[float]] = {"mel": [], "conformer_and_embeddings": [], "backbone_prefill": []}
+        session = self.session
+        wave = workload.takes[0]
+        timings: dict[str, list[float]] = {"take_to_rows": [], "span_assembly": [], "backbone_prefill": []}
         for _ in range(5):
             conversation = _new_conversation(loaded, workload)
             _sync()
             t0 = time.perf_counter()
-            mel, _ = loaded.processor.audio(wave, torch.tensor([wave.shape[1]], device=loaded.device))
+            mel, rows = session.encode_take(wave)
             _sync()
             t1 = time.perf_counter()
-            conversation.add_audio_turn("user", mel[0].float())
+            conversation.add_audio_turn("user", mel, rows)
             conversation.open_assistant_turn()
-            embeddings = self.session.embed(conversation.span(0, loaded.device))
+            kept, session.conversation = session.conversation, conversation
+            try:
+                embeddings = session.embed_from(0)
+            finally:
+                session.conversation = kept
             _sync()
             t2 = time.perf_counter()
             backend = self.backend

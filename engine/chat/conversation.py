@@ -93,6 +93,25 @@ class PrefillInputs:
         }
 
 
+@dataclass
+class SpanLayout:
+    """A span of positions as the host knows it: `modality` per position, the text ids, the user takes
+    and the generated frames, each in the order they appear."""
+
+    modality: list[int] = field(default_factory=list)
+    text: list[int] = field(default_factory=list)
+    takes: list[AudioInPiece] = field(default_factory=list)
+    frames: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def positions(self) -> int:
+        return len(self.modality)
+
+    def codes(self, codebooks: int) -> torch.Tensor:
+        """The frames' codes as (codebooks, frames) on the CPU."""
+        return torch.stack(self.frames, 1) if self.frames else torch.empty((codebooks, 0), dtype=torch.long)
+
+
 class Conversation:
     """The whole history: `<|startoftext|>`, then turns. Knows how to tokenize its own markup."""
 
@@ -114,8 +133,10 @@ class Conversation:
         self.turns.append(turn)
         return turn
 
-    def add_audio_turn(self, role: Role, mel: torch.Tensor) -> Turn:
-        turn = Turn(role, [TextPiece(self.encode(f"<|im_start|>{role}\n")), AudioInPiece(mel.to(self.mel_dtype)), self._end_piece()])
+    def add_audio_turn(self, role: Role, mel: torch.Tensor, embeddings: torch.Tensor | None = None) -> Turn:
+        """`embeddings`: the take's backbone input rows, when they were made with its features."""
+        take = AudioInPiece(mel.to(self.mel_dtype), embeddings)
+        turn = Turn(role, [TextPiece(self.encode(f"<|im_start|>{role}\n")), take, self._end_piece()])
         self.turns.append(turn)
         return turn
 
@@ -136,39 +157,42 @@ class Conversation:
     def positions(self) -> int:
         return self.start.positions + sum(turn.positions for turn in self.turns)
 
-    def span(self, start: int, device: torch.device) -> PrefillInputs:
-        """Prefill inputs for every position from `start` to the end.
+    def layout(self, start: int) -> SpanLayout:
+        """Every position from `start` to the end, on the host, in order.
 
         A user utterance is never split: the cache boundary always falls on a text token or an
         audio frame, because a whole turn is prefilled at once.
         """
-        text: list[int] = []
-        mels: list[torch.Tensor] = []
-        frames: list[torch.Tensor] = []
-        modality: list[int] = []
+        layout = SpanLayout()
         position = 0
         for piece in [self.start, *(p for turn in self.turns for p in turn.pieces)]:
             end = position + piece.positions
             if end > start:
                 skip = max(0, start - position)
                 if isinstance(piece, TextPiece):
-                    text.extend(piece.ids[skip:])
-                    modality.extend([LFMModality.TEXT] * (piece.positions - skip))
+                    layout.text.extend(piece.ids[skip:])
+                    layout.modality.extend([LFMModality.TEXT] * (piece.positions - skip))
                 elif isinstance(piece, AudioInPiece):
                     if skip:
                         raise ValueError("a prefill may not start inside a user utterance")
-                    mels.append(piece.mel)
-                    modality.extend([LFMModality.AUDIO_IN] * piece.positions)
+                    layout.takes.append(piece)
+                    layout.modality.extend([LFMModality.AUDIO_IN] * piece.positions)
                 else:
-                    frames.append(piece.codes)
-                    modality.append(LFMModality.AUDIO_OUT)
+                    layout.frames.append(piece.codes)
+                    layout.modality.append(LFMModality.AUDIO_OUT)
             position = end
+        return layout
+
+    def span(self, start: int, device: torch.device) -> PrefillInputs:
+        """`LFM2AudioModel._prefill`'s inputs for every position from `start` to the end."""
+        layout = self.layout(start)
+        mels = [take.mel for take in layout.takes]
         return PrefillInputs(
-            text=torch.tensor([text], dtype=torch.long, device=device),
+            text=torch.tensor([layout.text], dtype=torch.long, device=device),
             audio_in=(torch.cat(mels, 1) if mels else torch.empty((128, 0), dtype=self.mel_dtype)).to(device),
             audio_in_lens=torch.tensor([m.shape[1] for m in mels], dtype=torch.long, device=device),
-            audio_out=(torch.stack(frames, 1) if frames else torch.empty((self.codebooks, 0), dtype=torch.long)).to(device),
-            modality_flag=torch.tensor([modality], dtype=torch.long, device=device),
+            audio_out=layout.codes(self.codebooks).to(device),
+            modality_flag=torch.tensor([layout.modality], dtype=torch.long, device=device),
         )
 
     def audio_in_pieces(self, start: int = 0) -> Iterator[AudioInPiece]:

@@ -23,7 +23,7 @@ from liquid_audio.utils import LFMModality, mel2emb_len
 
 from engine import paths
 from engine.chat.audio_decoding import PipelinedDecoder, make_audio_decoder
-from engine.chat.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, TextPiece, Turn
+from engine.chat.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, SpanLayout, TextPiece, Turn
 from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
 from engine.chat.generation import (
     EagerBackend,
@@ -291,43 +291,59 @@ class ChatSession:
         return session
 
     def embed(self, span: PrefillInputs) -> torch.Tensor:
-        """liquid-audio's own prefill embeddings of a span; its audio encoder replays a graph if it can."""
-        with self.encoder_graphs.installed(self.loaded.model) if self.encoder_graphs else contextlib.nullcontext():
-            return self.loaded.model._prefill(**span.as_kwargs())
+        """liquid-audio's own prefill embeddings of a span (the eager reference, and the encoder of takes
+        that no encoder graph holds)."""
+        return self.loaded.model._prefill(**span.as_kwargs())
+
+    def encode_take(self, wave_16k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A take → its log-mel features (128, T) on the device and, through the encoder graphs, its
+        backbone input rows (None: they are made when the take is first prefilled)."""
+        encoded = self.encoder_graphs.encode_wave(wave_16k) if self.encoder_graphs else None
+        return encoded if encoded is not None else (self.features(wave_16k), None)
+
+    def take_rows(self, take: AudioInPiece) -> torch.Tensor:
+        """A take's backbone input rows from its kept features: an encoder graph, else liquid-audio's
+        `_prefill` of the take alone."""
+        rows = self.encoder_graphs.encode_mel(take.mel) if self.encoder_graphs else None
+        if rows is None:
+            rows = self.embed(_lone_take(take, self.conversation.codebooks, self.loaded.device))[0]
+        return rows
 
     def embed_from(self, start: int) -> torch.Tensor:
         """Backbone inputs (1, n, hidden) for the conversation's positions from `start` on.
 
-        Each take goes through the audio encoder once. A turn's span (one new take) is embedded by
-        liquid-audio's own `_prefill`, and the take's rows are kept on its piece. A span that holds takes
-        embedded before (the rebuild after a trim) is assembled from those rows and the text and audio-out
-        embeddings, with the same ops `_prefill` uses: the same values, and no conformer over the history.
+        Each take goes through the audio encoder once, and its rows are kept on its piece: a rebuild
+        after a trim prefills them again instead of re-running the conformer over every kept take.
         """
-        conversation = self.conversation
-        device = self.loaded.device
-        span = conversation.span(start, device)
-        takes = list(conversation.audio_in_pieces(start))
-        new = [take for take in takes if take.embeddings is None]
-        if len(new) == len(takes) <= 1:
-            embeddings = self.embed(span)
-            if takes:
-                takes[0].embeddings = embeddings[0][span.modality_flag[0] == LFMModality.AUDIO_IN]  # a copy
-            return embeddings
-        for take in new:
-            take.embeddings = self.embed(_lone_take(take, conversation.codebooks, device))[0]
-        return self._assemble(span, [take.embeddings for take in takes])
+        layout = self.conversation.layout(start)
+        for take in layout.takes:
+            if take.embeddings is None:
+                take.embeddings = self.take_rows(take)
+        return self._assemble(layout)
 
-    def _assemble(self, span: PrefillInputs, take_rows: list[torch.Tensor]) -> torch.Tensor:
-        """`LFM2AudioModel._prefill`'s assembly of a span, with the takes' rows given."""
+    def _assemble(self, layout: SpanLayout) -> torch.Tensor:
+        """`LFM2AudioModel._prefill`'s assembly of a span (the same rows, by the same ops), with the takes'
+        rows given and every index made on the host: no host-device sync (`_prefill` waits on the GPU for
+        its boolean masks and checks, after the audio encoder, before it can lay out the rows)."""
         model = self.loaded.model
-        flags = span.modality_flag[0]
-        text = model.lfm.embed_tokens(span.text[0])
-        out = text.new_empty((flags.shape[0], text.shape[-1]))
-        out[flags == LFMModality.TEXT] = text
-        if take_rows:
-            out[flags == LFMModality.AUDIO_IN] = torch.cat(take_rows)
-        codes = span.audio_out[: model.codebooks] + model.codebook_offsets.unsqueeze(1)
-        out[flags == LFMModality.AUDIO_OUT] = model.audio_embedding(codes).sum(0, dtype=text.dtype)
+        device = self.loaded.device
+        flags = np.asarray(layout.modality, dtype=np.int64)
+        codes = layout.codes(model.codebooks)[: model.codebooks]
+        where = [np.flatnonzero(flags == kind) for kind in (LFMModality.TEXT, LFMModality.AUDIO_IN, LFMModality.AUDIO_OUT)]
+        host = torch.from_numpy(np.concatenate([np.asarray(layout.text, dtype=np.int64), *where, codes.numpy().reshape(-1)]))
+        packed = host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host
+        text, text_at, audio_in_at, audio_out_at, flat_codes = packed.split(
+            [len(layout.text), *(len(w) for w in where), codes.numel()]
+        )
+        embed_tokens = model.lfm.embed_tokens
+        out = torch.empty((layout.positions, embed_tokens.embedding_dim), dtype=embed_tokens.weight.dtype, device=device)
+        if text.numel():
+            out.index_copy_(0, text_at, embed_tokens(text))
+        if layout.takes:
+            out.index_copy_(0, audio_in_at, torch.cat([take.embeddings for take in layout.takes]).to(out.dtype))
+        if codes.numel():
+            offset = flat_codes.view(codes.shape) + model.codebook_offsets.unsqueeze(1)
+            out.index_copy_(0, audio_out_at, model.audio_embedding(offset).sum(0, dtype=out.dtype))
         return out[None]
 
     def _prefill_embeddings(self, embeddings: torch.Tensor) -> None:
@@ -429,7 +445,7 @@ class ChatSession:
 
     def restore(self, plan: "RestorePlan") -> int:
         """Continue a saved conversation: lay its exchanges out again as the live turns were (the takes
-        re-embedded by `features`, the answers from their saved tokens and codes), dropping the oldest
+        encoded again by `encode_take`, the answers from their saved tokens and codes), dropping the oldest
         exchanges so that TRIM_HEADROOM of the context stays free, and empty the cache. The next
         `respond()` prefills the whole restored history with its new take, through the same path a
         live turn takes after a trim. Returns how many turns were dropped to fit."""
@@ -441,7 +457,7 @@ class ChatSession:
             conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
             conversation.add_text_turn("system", plan.system_prompt)
             for exchange in plan.exchanges:
-                conversation.add_audio_turn("user", self.features(exchange.take_16k))
+                conversation.add_audio_turn("user", *self.encode_take(exchange.take_16k))
                 conversation.open_assistant_turn().pieces.extend(pieces_of_tokens(exchange.answer))
                 conversation.close_assistant_turn()
             dropped = conversation.drop_oldest_turns(0, int(self.context_capacity * (1 - TRIM_HEADROOM)))
@@ -514,8 +530,9 @@ class ChatSession:
         yield TurnDone(stats)
 
     def _encode(self, wave_16k: np.ndarray) -> Turn:
-        """The take as log-mel features in the conversation, and the (open) assistant turn after it."""
-        self.conversation.add_audio_turn("user", self.features(wave_16k))
+        """The take (its features, and rows if the encoder graphs made them) in the conversation, and the
+        (open) assistant turn after it."""
+        self.conversation.add_audio_turn("user", *self.encode_take(wave_16k))
         return self.conversation.open_assistant_turn()
 
     def _make_room(self, budget: int) -> tuple[int, int]:
@@ -665,7 +682,9 @@ ENCODER_GRAPH_SECONDS = DEFAULT_MAX_TAKE_SECONDS
 def _encoder_graphs_or_none(loaded: LoadedModel) -> EncoderGraphs | None:
     """The audio encoder's graphs; without them it runs eagerly (slower to the first audio, same output)."""
     try:
-        return EncoderGraphs(loaded.model.conformer, max_seconds=ENCODER_GRAPH_SECONDS, dtype=loaded.dtype, device=loaded.device)
+        return EncoderGraphs(
+            loaded.model, loaded.processor.audio, max_seconds=ENCODER_GRAPH_SECONDS, dtype=loaded.dtype, device=loaded.device
+        )
     except Exception as error:  # an optional speed-up: whatever went wrong, encode eagerly as before
         torch.cuda.empty_cache()
         log.warning("audio encoder graphs not captured, encoding eagerly: %s", error)

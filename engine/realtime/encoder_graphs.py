@@ -1,28 +1,35 @@
-"""liquid-audio's audio encoder (the conformer) as CUDA graphs over a ladder of padded take lengths.
+"""A take → its backbone input rows, as CUDA graphs over a ladder of padded take lengths.
 
-Run eagerly, the conformer is bound by the host launching its ~600 small kernels (~20 ms for a 4 s take
-on the H200 machine, up to twice that on a busy host), and every new take length costs extra one-time
-set-up for the new shapes (70 ms on the first 4 s take of a process). Every take has its own length, so
-both land in the time to first audio of every turn. The conformer masks padded frames (liquid-audio
-itself pads takes of different lengths into one batch): a take padded with zeros to the next rung of a
-fixed ladder of lengths encodes to the same valid frames, so one graph per rung, captured at start-up,
-serves every take up to the longest rung (60 s in the app, the longest take it accepts). Longer takes,
-batches, and rungs whose capture or start-up check failed run eagerly, as before.
+liquid-audio turns a take into prefill rows in three stages: the log-mel preprocessor (~30 small
+kernels, an STFT among them), the conformer (~600), and the audio adapter (LayerNorm + MLP); its
+`_prefill` then waits for the GPU several times (boolean masks, asserts on device sums, `.tolist()`)
+before the rows are laid out. Run that way, every turn's first audio waited on the host: on the H200
+8-17 ms from the end of the take to its rows, for ~1-3 ms of GPU work (bench run 24).
 
-`EncoderGraphs.installed(model)` routes the conformer calls inside liquid-audio's own `_prefill` through
-the graphs for the duration of one prefill.
+Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs, captured at
+start-up: `features` (the take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel
+frames → conformer → adapter rows). Padding changes no valid value: the preprocessor masks samples and
+frames past the take's length (its STFT pads with zeros, as the padding does), and the conformer masks
+padded frames (liquid-audio itself pads takes of different lengths into one batch); the adapter works row
+by row. `encode_wave` replays both graphs with no host-device sync; `encode_mel` replays only `encode`,
+for a take whose log-mel frames were kept (a rebuild after a voice switch or a restore). Takes longer than
+the longest rung, and rungs whose capture or start-up check failed, go the eager way (None here).
+
+With `capture=False` (the CPU, tests) every rung runs its two steps eagerly on the same static buffers:
+the same padded computation that the graphs replay.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from liquid_audio.utils import mel2emb_len
 from torch import nn
 
 from engine.realtime import graphs
@@ -44,50 +51,108 @@ def ladder(max_frames: int) -> list[int]:
     return rungs
 
 
-def _compare(got: torch.Tensor, got_length: torch.Tensor, expected: torch.Tensor, expected_length: torch.Tensor) -> str | None:
-    """None when a replay's valid frames match the eager encoder's (within bf16 rounding), else why not."""
-    valid = int(expected_length[0])
-    if int(got_length[0]) != valid:
-        return f"encoded length {int(got_length[0])} instead of {valid}"
-    reference = expected[..., :valid].float()
-    error = float((got[..., :valid].float() - reference).norm() / reference.norm())
-    return None if error < 2e-2 else f"relative error {error:.3g} against the eager encoder"
+def _relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    reference = expected.float()
+    return float((got.float() - reference).norm() / reference.norm().clamp_min(1e-30))
 
 
 @dataclass
 class _Rung:
-    graph: torch.cuda.CUDAGraph
-    features: torch.Tensor  # (1, 128, frames) input, zero past the take
-    length: torch.Tensor  # (1,) the take's true length in frames
-    encoded: torch.Tensor  # (1, d_model, encoded frames) output
-    encoded_length: torch.Tensor  # (1,)
+    """One rung's static buffers; both steps read and write only these."""
+
+    frames: int  # log-mel frames of the rung: those of a take of up to frames * hop - 1 samples
+    wave: torch.Tensor  # (1, frames * hop) float32, zero past the take (a view of the shared buffer)
+    samples: torch.Tensor  # (1,) the take's sample count
+    mel: torch.Tensor  # (1, n_mels, frames) float32, zero past the take's frames
+    length: torch.Tensor  # (1,) the take's frames, as liquid-audio counts them (valid frames + 1)
+    rows: torch.Tensor  # (mel2emb_len(frames), hidden) the adapter's output
+    encoded_length: torch.Tensor  # (1,) the conformer's count of valid rows
+    graphs: dict[str, torch.cuda.CUDAGraph]
 
 
 class EncoderGraphs:
-    """One captured conformer call per rung of `ladder(max_frames)`."""
+    """`features` and `encode`, captured (or run eagerly on the static buffers) per rung of the ladder."""
 
-    def __init__(self, conformer: nn.Module, *, max_seconds: float, dtype: torch.dtype, device: torch.device) -> None:
-        self.conformer = conformer
+    def __init__(
+        self,
+        model: nn.Module,
+        preprocessor: nn.Module,
+        *,
+        max_seconds: float,
+        dtype: torch.dtype,
+        device: torch.device,
+        capture: bool | None = None,
+        rungs: Sequence[int] | None = None,
+    ) -> None:
+        """`model`: liquid-audio's LFM2AudioModel (its conformer and audio adapter); `preprocessor`: the
+        processor's AudioToMelSpectrogramPreprocessor. `rungs`: by default `ladder` up to `max_seconds`."""
+        self.conformer = model.conformer
+        self.adapter = model.audio_adapter
+        self.hidden = int(model.lfm.config.hidden_size)  # the adapter's output: backbone input rows
+        self.preprocessor = preprocessor
+        self.hop = int(preprocessor.featurizer.hop_length)
         self.dtype = dtype
         self.device = device
+        self.capturing = capture if capture is not None else device.type == "cuda"
+        lengths = sorted(rungs if rungs is not None else ladder(math.ceil(max_seconds * MEL_FRAMES_PER_SECOND) + 1))
+        self.max_samples = lengths[-1] * self.hop  # a take of up to this many samples, less one, has lengths[-1] frames
+        self._wave = torch.zeros((1, self.max_samples), dtype=torch.float32, device=device)
+        on_cuda = device.type == "cuda"
+        self._staging = torch.zeros((self.max_samples,), dtype=torch.float32, pin_memory=on_cuda)
+        self._staged = torch.cuda.Event() if on_cuda else None  # the last copy out of the staging buffer
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
-        self.capture_seconds: dict[int, float] = {}  # per rung: eager run, capture and check
+        self.capture_seconds: dict[int, float] = {}  # per rung: eager runs, capture and checks
         self.reserved_after: dict[int, int] = {}  # per rung: the allocator's reserved bytes once it is done
-        self._eager_forward = conformer.forward
-        self._capture(ladder(math.ceil(max_seconds * MEL_FRAMES_PER_SECOND) + 1))  # a take's frames
+        if self.capturing:
+            self._capture(lengths)
+        else:
+            self.rungs = {frames: self._new_rung(frames) for frames in lengths}
+
+    # ------------------------------------------------------------------ the steps (each graph's eager twin)
+
+    @torch.inference_mode()
+    def _new_rung(self, frames: int) -> _Rung:
+        n_mels = self.conformer._feat_in
+        return _Rung(
+            frames=frames,
+            wave=self._wave[:, : frames * self.hop],
+            samples=torch.zeros((1,), dtype=torch.long, device=self.device),
+            mel=torch.zeros((1, n_mels, frames), dtype=torch.float32, device=self.device),
+            length=torch.zeros((1,), dtype=torch.long, device=self.device),
+            rows=torch.zeros((int(mel2emb_len(frames)), self.hidden), dtype=self.dtype, device=self.device),
+            encoded_length=torch.zeros((1,), dtype=torch.long, device=self.device),
+            graphs={},
+        )
+
+    def _features(self, rung: _Rung) -> None:
+        """wave[:samples] → mel: the preprocessor masks every sample and frame past the take (the buffer's
+        one frame more than the rung's is past every take it holds)."""
+        mel, _ = self.preprocessor(rung.wave, rung.samples)
+        rung.mel.copy_(mel[..., : rung.frames])
+
+    def _encode(self, rung: _Rung) -> None:
+        """mel[:length] → rows: the conformer (masking the padded frames), then the adapter row by row."""
+        encoded, encoded_length = self.conformer(rung.mel.to(self.dtype), rung.length)
+        rung.rows.copy_(self.adapter(encoded[0].mT))
+        rung.encoded_length.copy_(encoded_length)
+
+    def _run(self, rung: _Rung, name: str) -> None:
+        graph = rung.graphs.get(name)
+        if graph is not None:
+            graph.replay()
+        else:
+            (self._features if name == "features" else self._encode)(rung)
 
     # ------------------------------------------------------------------ capture
 
     @torch.inference_mode()
     def _capture(self, lengths: list[int]) -> None:
-        """Per rung: one eager run on a random take padded to the rung (it warms up cuDNN and cuBLAS for
-        the rung's shapes and is the reference), the capture, then one replay of the same input, which
-        must give the eager run's valid frames. About a third of the host work of warming up twice and
-        checking against an unpadded eager run, which met new shapes (and their set-up) on every rung;
-        that padding gives the unpadded result is the conformer's own masking (tests/test_encoder_graphs.py
-        on the CPU, tests/test_gpu_engine.py on the GPU)."""
-        features_in = self.conformer._feat_in
+        """Per rung, for each step: an eager run on a random take padded to the rung (it warms up cuFFT,
+        cuDNN and cuBLAS for the rung's shapes), the capture, and one replay, whose valid values must
+        match the eager reference: the preprocessor on the unpadded take, and the conformer and adapter
+        on the padded frames (that padding gives the unpadded result is the conformer's own masking:
+        tests/test_encoder_graphs.py on the CPU, tests/test_gpu_engine.py on the GPU)."""
         pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream(self.device)
         generator = torch.Generator(device=self.device).manual_seed(0)
@@ -99,52 +164,97 @@ class EncoderGraphs:
         for frames in sorted(lengths, reverse=True):
             started = time.perf_counter()
             try:
-                take_frames = frames - frames // 7  # shorter than the rung, so the padding is masked
-                features = torch.zeros((1, features_in, frames), device=self.device, dtype=self.dtype)
-                features[..., :take_frames] = torch.randn((1, features_in, take_frames), device=self.device, generator=generator)
-                length = torch.full((1,), take_frames, dtype=torch.long, device=self.device)
-                expected, expected_length = graphs.warm_up(
-                    self.device, lambda: tuple(t.clone() for t in self._eager_forward(features, length)), side=side
-                )
-                graph, (encoded, encoded_length) = graphs.capture(lambda: self._eager_forward(features, length), pool=pool)
-                rung = _Rung(graph, features, length, encoded, encoded_length)
-                graph.replay()
-                problem = _compare(encoded, encoded_length, expected, expected_length)
+                rung = self._new_rung(frames)
+                problem = self._capture_rung(rung, pool, side, generator)
             except Exception as error:  # this rung stays eager (the others may still capture)
                 problem = f"{type(error).__name__}: {error}"
             self.capture_seconds[frames] = time.perf_counter() - started
             self.reserved_after[frames] = torch.cuda.memory_reserved(self.device)
             if problem:
                 self.problems.append(f"{frames} frames: {problem}")
-                log.warning("audio encoder graph for %d mel frames not used: %s", frames, problem)
+                log.warning("audio encoder graphs for %d mel frames not used: %s", frames, problem)
                 continue
             self.rungs[frames] = rung
 
+    def _capture_rung(self, rung: _Rung, pool: object, side: torch.cuda.Stream, generator: torch.Generator) -> str | None:
+        """Both steps of one rung on a random take shorter than the rung: None when both graphs are good."""
+        take_frames = rung.frames - rung.frames // 7  # shorter than the rung, so the padding is masked
+        samples = (take_frames - 1) * self.hop + self.hop // 3  # not a whole number of hops
+        take = 0.1 * torch.randn((1, samples), device=self.device, generator=generator)
+        rung.wave.zero_()
+        rung.wave[:, :samples].copy_(take)
+        rung.samples.fill_(samples)
+        rung.length.fill_(samples // self.hop + 1)
+
+        graphs.warm_up(self.device, lambda: self._features(rung), side=side)
+        rung.graphs["features"], _ = graphs.capture(lambda: self._features(rung), pool=pool)
+        rung.mel.fill_(float("nan"))  # the replay must write every frame
+        rung.graphs["features"].replay()
+        expected_mel, _ = self.preprocessor(take, torch.tensor([samples], device=self.device))  # unpadded
+        frames = expected_mel.shape[-1]
+        if frames != samples // self.hop + 1:
+            return f"the preprocessor made {frames} frames of {samples} samples"
+        error = _relative_error(rung.mel[..., :frames], expected_mel)
+        if not error < 1e-4 or bool(rung.mel[..., frames:].any()):
+            return f"log-mel frames off by {error:.3g} (relative) against the eager preprocessor, or not zero after the take"
+
+        def encode_and_copy() -> tuple[torch.Tensor, torch.Tensor]:
+            self._encode(rung)
+            return rung.rows.clone(), rung.encoded_length.clone()
+
+        expected_rows, expected_length = graphs.warm_up(self.device, encode_and_copy, side=side)
+        rung.graphs["encode"], _ = graphs.capture(lambda: self._encode(rung), pool=pool)
+        rung.rows.fill_(float("nan"))
+        rung.graphs["encode"].replay()
+        valid = int(mel2emb_len(frames))
+        if int(expected_length[0]) != valid or int(rung.encoded_length[0]) != valid:
+            return f"encoded length {int(rung.encoded_length[0])} (eager {int(expected_length[0])}) instead of {valid}"
+        error = _relative_error(rung.rows[:valid], expected_rows[:valid])
+        return None if error < 2e-2 else f"rows off by {error:.3g} (relative) against the eager encoder"
+
     # ------------------------------------------------------------------ use
 
-    @torch.inference_mode()  # the rungs' buffers were made in inference mode (at capture)
-    def _replay(self, rung: _Rung, features: torch.Tensor, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rung.features[..., :frames].copy_(features[..., :frames])
-        rung.features[..., frames:].zero_()
+    def rung_for(self, frames: int) -> _Rung | None:
+        """The shortest rung that holds a take of `frames` log-mel frames (None: longer than the ladder)."""
+        best = min((length for length in self.rungs if length >= frames), default=None)
+        return self.rungs[best] if best is not None else None
+
+    def _load(self, rung: _Rung, wave: np.ndarray) -> None:
+        """The take into the rung's wave buffer (through pinned memory), zero after it, and its lengths."""
+        count = wave.shape[-1]
+        if self._staged is not None:
+            self._staged.synchronize()  # the previous take's copy out of the staging buffer is done
+        self._staging[:count].numpy()[:] = wave
+        rung.wave[0, :count].copy_(self._staging[:count], non_blocking=True)
+        if self._staged is not None:
+            self._staged.record()
+        rung.wave[0, count:].zero_()
+        rung.samples.fill_(count)
+        rung.length.fill_(count // self.hop + 1)
+
+    @torch.inference_mode()
+    def encode_wave(self, wave: np.ndarray) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A take (16 kHz float32 samples) → (its log-mel frames (n_mels, frames) float32, its backbone
+        input rows (positions, hidden)), both new tensors on the device; None if no rung holds it."""
+        frames = wave.shape[-1] // self.hop + 1
+        rung = self.rung_for(frames)
+        if rung is None:
+            return None
+        self._load(rung, np.ascontiguousarray(wave, dtype=np.float32).reshape(-1))
+        self._run(rung, "features")
+        self._run(rung, "encode")
+        return rung.mel[0, :, :frames].clone(), rung.rows[: int(mel2emb_len(frames))].clone()
+
+    @torch.inference_mode()
+    def encode_mel(self, mel: torch.Tensor) -> torch.Tensor | None:
+        """A take's log-mel frames (n_mels, frames), as `encode_wave` or liquid-audio's preprocessor made
+        them → its backbone input rows (positions, hidden); None if no rung holds it."""
+        frames = mel.shape[-1]
+        rung = self.rung_for(frames)
+        if rung is None:
+            return None
+        rung.mel[0, :, :frames].copy_(mel)
+        rung.mel[0, :, frames:].zero_()
         rung.length.fill_(frames)
-        rung.graph.replay()
-        return rung.encoded, rung.encoded_length
-
-    def forward(self, audio_signal: torch.Tensor, length: torch.Tensor, *args: object, **kwargs: object):
-        """The conformer's forward: a graph replay for one take that fits a rung, else the eager call."""
-        frames = audio_signal.shape[-1]
-        rung_frames = min((rung for rung in self.rungs if rung >= frames), default=None)
-        if args or kwargs or audio_signal.shape[0] != 1 or rung_frames is None or audio_signal.dtype != self.dtype:
-            return self._eager_forward(audio_signal, length, *args, **kwargs)
-        # The true length is the host's own number here (liquid-audio pads to the longest take).
-        return self._replay(self.rungs[rung_frames], audio_signal, int(frames))
-
-    @contextlib.contextmanager
-    def installed(self, model: nn.Module) -> Iterator[None]:
-        """Within this block, `model.conformer(...)` (as liquid-audio's `_prefill` calls it) uses the graphs."""
-        conformer = model.conformer
-        conformer.forward = self.forward  # an instance attribute shadows the class's forward
-        try:
-            yield
-        finally:
-            del conformer.forward
+        self._run(rung, "encode")
+        return rung.rows[: int(mel2emb_len(frames))].clone()
