@@ -2,8 +2,7 @@
 
 Times, each from CUDA-graph replays (100 of them, CUDA events):
 - the 8 codebook launches of one frame (teacher-forced inputs) at one block per SM, per 2 and per 4
-  SMs, without the L2 prefetch, and with other numbers of loads in flight per lane (rows per warp
-  at once, 16-byte chunks per row at once; 1 row of 4 chunks is the loop before run 26);
+  SMs, and without the L2 prefetch;
 - a kernel that does nothing but the same grid-wide barrier, to price one barrier;
 and writes them to $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
 """
@@ -73,20 +72,10 @@ def main() -> None:
         step.blocks = blocks
         results[f"frame_us_{blocks}_blocks"] = replay_us(frame)
     step.blocks = chosen
-
-    def variant(defines: str) -> object:
-        source = cuda_kernels._SOURCES["depthformer_codebook"].replace("#ifndef DEPTH_PREFETCH", defines + "#ifndef DEPTH_PREFETCH")
-        return torch.cuda._compile_kernel(source, "depthformer_codebook")
-
-    step.kernel = variant("#define DEPTH_PREFETCH 0\n")
+    source = cuda_kernels._SOURCES["depthformer_codebook"].replace("#ifndef DEPTH_PREFETCH", "#define DEPTH_PREFETCH 0\n#ifndef DEPTH_PREFETCH")
+    step.kernel = torch.cuda._compile_kernel(source, "depthformer_codebook")
     results[f"frame_us_{chosen}_blocks_no_prefetch"] = replay_us(frame)
-    # Loads in flight per lane: rows per warp at once x 16-byte chunks per row at once.
-    for rows, chunks, ff_chunks in ((1, 4, 4), (1, 4, 16), (2, 4, 16), (3, 4, 16), (2, 4, 8)):
-        step.kernel = variant(f"#define DEPTH_ROWS {rows}\n#define DEPTH_CHUNKS {chunks}\n#define DEPTH_FF_CHUNKS {ff_chunks}\n")
-        for blocks in (sms, sms // 2):
-            step.blocks = blocks
-            results[f"frame_us_{blocks}_blocks_rows_{rows}_chunks_{chunks}_ff_chunks_{ff_chunks}"] = replay_us(frame)
-    step.kernel, step.blocks = shipped, chosen
+    step.kernel = shipped
 
     barrier_kernel = torch.cuda._compile_kernel(BARRIER_SOURCE, "barriers_only")
     barrier = torch.zeros((2,), dtype=torch.int32, device=device)

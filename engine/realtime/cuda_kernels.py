@@ -219,17 +219,6 @@ _DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-// Rows per warp at once in the phases, and 16-byte loads per lane and row at once (DEPTH_CHUNKS along
-// dim, DEPTH_FF_CHUNKS along ff): 1, 4, 4 is the one-row-at-a-time loop (scripts/probe_depthformer.py).
-#ifndef DEPTH_ROWS
-#define DEPTH_ROWS 2
-#endif
-#ifndef DEPTH_CHUNKS
-#define DEPTH_CHUNKS 4
-#endif
-#ifndef DEPTH_FF_CHUNKS
-#define DEPTH_FF_CHUNKS 16
-#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -240,58 +229,36 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // 
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// One warp: ROWS rows (each K bf16, K % 8 == 0) against the same h; every lane gets each sum. All of
-// a block of CHUNKS 16-byte loads per lane of every row are issued before the first product, so
-// ROWS * CHUNKS loads per lane are in flight at once: a phase's rows cost about one memory round trip
-// instead of one per row and per 4 chunks. Each lane sums its chunks in order, then the warp: the
-// same sums whatever ROWS and CHUNKS are.
-template <int ROWS, int CHUNKS>
-__device__ __forceinline__ void rows_dot(const unsigned short* const* rows, const unsigned short* h, int K, float* sums) {
-    const int lane = threadIdx.x & 31, n = K / 8;
+// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
+__device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
+    const uint4* weights = reinterpret_cast<const uint4*>(row);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    float acc[ROWS];
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
-    for (int base = lane; base < n; base += 32 * CHUNKS) {
-        uint4 w[ROWS][CHUNKS];
-        #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c)
-            #pragma unroll
-            for (int r = 0; r < ROWS; ++r)
-                if (base + 32 * c < n) w[r][c] = __ldg(reinterpret_cast<const uint4*>(rows[r]) + base + 32 * c);
-        #pragma unroll
-        for (int c = 0; c < CHUNKS; ++c) {
-            if (base + 32 * c < n) {
-                uint4 v = inputs[base + 32 * c];
-                #pragma unroll
-                for (int r = 0; r < ROWS; ++r)
-                    acc[r] += pair_dot(w[r][c].x, v.x) + pair_dot(w[r][c].y, v.y) + pair_dot(w[r][c].z, v.z) + pair_dot(w[r][c].w, v.w);
-            }
-        }
+    float acc = 0.0f;
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 w = __ldg(weights + c);
+        uint4 v = inputs[c];
+        acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
     }
-    #pragma unroll
-    for (int r = 0; r < ROWS; ++r) sums[r] = warp_sum(acc[r]);
+    return warp_sum(acc);
 }
 
-// A phase's rows r = first_row, first_row + row_step, ... < count of W (count x K), DEPTH_ROWS of them
-// per pass through rows_dot; emit(r, sum) stores each (rows past count read row first_row again and
-// are dropped).
-template <int CHUNKS, typename Emit>
-__device__ __forceinline__ void phase_rows(const unsigned short* W, int count, int K, const unsigned short* h,
-                                           int first_row, int row_step, Emit emit) {
-    for (int r = first_row; r < count; r += DEPTH_ROWS * row_step) {
-        const unsigned short* rows[DEPTH_ROWS];
-        #pragma unroll
-        for (int j = 0; j < DEPTH_ROWS; ++j) {
-            int row = r + j * row_step;
-            rows[j] = W + (long long)(row < count ? row : r) * K;
-        }
-        float sums[DEPTH_ROWS];
-        rows_dot<DEPTH_ROWS, CHUNKS>(rows, h, K, sums);
-        #pragma unroll
-        for (int j = 0; j < DEPTH_ROWS; ++j)
-            if (r + j * row_step < count) emit(r + j * row_step, sums[j]);
+// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
+__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
+                                         const unsigned short* h, int K, float* a, float* b) {
+    const uint4* wa = reinterpret_cast<const uint4*>(row_a);
+    const uint4* wb = reinterpret_cast<const uint4*>(row_b);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    float acc_a = 0.0f, acc_b = 0.0f;
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
+        uint4 v = inputs[c];
+        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
+        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
     }
+    *a = warp_sum(acc_a);
+    *b = warp_sum(acc_b);
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -502,52 +469,46 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         unsigned short* qk_rows = (unsigned short*)p[8];
 
         stage(l == 0 ? 0 : stream, norm, eps[3 * l], dim, h, partial);
-        unsigned short* qkv_row = qkv_rows + (long long)i * qkv_width;
-        phase_rows<DEPTH_CHUNKS>(qkv, qkv_width, dim, h, first_row, row_step, [&](int r, float acc) {
-            if (lane == 0) qkv_row[r] = float_to_bf16(acc);
-        });
+        for (int r = first_row; r < qkv_width; r += row_step) {
+            float acc = row_dot(qkv + (long long)r * dim, h, dim);
+            if (lane == 0) qkv_rows[(long long)i * qkv_width + r] = float_to_bf16(acc);
+        }
         prefetch_phase(4 * l + 2, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
-        phase_rows<DEPTH_CHUNKS>(out, dim, dim, h, first_row, row_step, [&](int r, float acc) {
+        for (int r = first_row; r < dim; r += row_step) {
+            float acc = row_dot(out + (long long)r * dim, h, dim);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
-        });
+        }
         prefetch_phase(4 * l + 3, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         stage(stream, ffn_norm, eps[3 * l + 2], dim, h, partial);
-        for (int r = first_row; r < ff; r += DEPTH_ROWS * row_step) {  // w1 row r with w3 row r (= w13 row r + ff)
-            const unsigned short* rows[2 * DEPTH_ROWS];
-            #pragma unroll
-            for (int j = 0; j < DEPTH_ROWS; ++j) {
-                int row = r + j * row_step < ff ? r + j * row_step : r;
-                rows[2 * j] = w13 + (long long)row * dim;
-                rows[2 * j + 1] = w13 + (long long)(row + ff) * dim;
-            }
-            float sums[2 * DEPTH_ROWS];
-            rows_dot<2 * DEPTH_ROWS, DEPTH_CHUNKS>(rows, h, dim, sums);
-            #pragma unroll
-            for (int j = 0; j < DEPTH_ROWS; ++j) {
-                float gate = bf16_to_float(float_to_bf16(sums[2 * j])), up = bf16_to_float(float_to_bf16(sums[2 * j + 1]));
-                if (lane == 0 && r + j * row_step < ff) act[r + j * row_step] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
-            }
+        for (int r = first_row; r < ff; r += row_step) {
+            float gate, up;
+            row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
+            gate = bf16_to_float(float_to_bf16(gate));
+            up = bf16_to_float(float_to_bf16(up));
+            if (lane == 0) act[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
         }
         prefetch_phase(4 * l + 4, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
 
         stage(act, 0, 0.0f, ff, h, partial);
-        phase_rows<DEPTH_FF_CHUNKS>(w2, dim, ff, h, first_row, row_step, [&](int r, float acc) {
+        for (int r = first_row; r < dim; r += row_step) {
+            float acc = row_dot(w2 + (long long)r * ff, h, ff);
             if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
-        });
+        }
         prefetch_phase(4 * l + 5, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         grid_sync(counter, generation);
     }
 
     stage(stream, head_norm, head_eps, dim, h, partial);
-    phase_rows<DEPTH_CHUNKS>(to_logits, vocab, dim, h, first_row, row_step, [&](int r, float acc) {
+    for (int r = first_row; r < vocab; r += row_step) {
+        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
-    });
+    }
     // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now.
     for (int q = 0; q < 2 && q < phases; ++q) prefetch_phase(q, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
 }
