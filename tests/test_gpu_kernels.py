@@ -99,6 +99,31 @@ def test_fused_swiglu_equals_silu_times_up(device) -> None:
     torch.testing.assert_close(swiglu(gate, up).float(), expected, rtol=1.6e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("hidden", [2048, 1024, 256])
+def test_fused_rms_norm_row_matches_f_rms_norm(device, hidden: int) -> None:
+    """Rows of many scales (tiny to large, with zeros): at most one bf16 rounding step from F.rms_norm
+    (only the order of the float sum differs), and nearly always the very same bits."""
+    from engine.realtime.cuda_kernels import RmsNormRow
+
+    norm = RmsNormRow.create(hidden, device, torch.bfloat16)
+    assert norm is not None
+    generator = torch.Generator(device=device).manual_seed(3)
+    same = total = 0
+    for scale in (1e-3, 0.1, 1.0, 30.0, 1e3):
+        for _ in range(8):
+            x = (torch.randn((1, hidden), device=device, generator=generator) * scale).to(torch.bfloat16)
+            x[0, :: max(1, hidden // 7)] = 0
+            weight = torch.randn((hidden,), device=device, generator=generator).to(torch.bfloat16)
+            expected = F.rms_norm(x, (hidden,), weight, 1e-5)
+            got = norm(x, weight, 1e-5)
+            assert got.shape == x.shape and got.dtype == torch.bfloat16
+            step = expected.float().abs() * 2**-7 + 1e-30  # one bf16 rounding step (8 significant bits)
+            assert bool(((got.float() - expected.float()).abs() <= step).all()), scale
+            same += int((got == expected).sum())
+            total += hidden
+    assert same >= 0.98 * total
+
+
 @pytest.fixture(scope="module")
 def full_size():
     from engine.bench.random_model import random_full_size_model

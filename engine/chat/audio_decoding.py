@@ -30,7 +30,10 @@ class PipelinedDecoder:
         self.on_cuda = device.type == "cuda"
         self._ring = [torch.zeros(FRAME_SAMPLES, dtype=torch.float32, pin_memory=self.on_cuda) for _ in range(ring)]
         self._events = [torch.cuda.Event() if self.on_cuda else None for _ in range(ring)]
-        self._side = torch.cuda.Stream(device) if self.on_cuda else None
+        # A high-priority stream: when the decoder's kernels and the next backbone step's compete for
+        # the SMs, the decoder's blocks are scheduled first. The turn's first chunk, which the user
+        # waits for, then does not queue behind the backbone step that runs beside it.
+        self._side = torch.cuda.Stream(device, priority=-1) if self.on_cuda else None
         self._codes_read = torch.cuda.Event() if self.on_cuda else None
         self._pending: deque[tuple[int, int]] = deque()  # (ring slot, sample count)
         self._submitted = 0

@@ -23,7 +23,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import DEPTH_TABLE_FIELDS, BackboneRopeCache, DepthformerCodebookStep, ShortConvStep, short_conv_step_reference, swiglu
+from engine.realtime.cuda_kernels import (
+    DEPTH_TABLE_FIELDS,
+    BackboneRopeCache,
+    DepthformerCodebookStep,
+    RmsNormRow,
+    ShortConvStep,
+    short_conv_step_reference,
+    swiglu,
+)
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
@@ -153,8 +161,10 @@ class StaticBackbone(StreamingState):
         self.key_index = torch.arange(max_positions, device=device)
         self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
         self.span_length = torch.zeros((1,), dtype=torch.long, device=device)  # real rows of a padded prefill
-        # The decode step's q|k norm + rotary + cache write is one kernel on CUDA (plain ops elsewhere).
+        # The decode step's q|k norm + rotary + cache write is one kernel on CUDA (plain ops elsewhere),
+        # and so is each of its RMS norms.
         self.rope_cache = BackboneRopeCache.create(device, dtype, self.head_dim)
+        self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self._q = torch.zeros((self.heads, self.head_dim), device=device, dtype=dtype)
         self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -184,8 +194,14 @@ class StaticBackbone(StreamingState):
 
     # ------------------------------------------------------------------ math shared by both paths
 
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """F.rms_norm over the hidden size; one row (a decode step) through the fused kernel if there is one."""
+        if self.row_norm is not None and x.shape[0] == 1:
+            return self.row_norm(x, weight, self.eps)
+        return F.rms_norm(x, (self.hidden,), weight, self.eps)
+
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(F.rms_norm(x, (self.hidden,), layer.ffn_norm, self.eps), layer.w13).chunk(2, dim=-1)
+        gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
         if x.shape[0] == 1:  # decode: the residual add rides on the matmul (addmm's bias)
             return torch.addmm(x[0], swiglu(gate, up), layer.w2.t())
         return x + F.linear(swiglu(gate, up), layer.w2)
@@ -238,7 +254,7 @@ class StaticBackbone(StreamingState):
         """
         first_attention = True
         for layer in self.layers:
-            h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
+            h = self._norm(x, layer.norm)
             if isinstance(layer, _AttentionLayer):
                 attn = self._decode_attention(layer, F.linear(h, layer.qkv), write_mask=first_attention)
                 first_attention = False
@@ -247,7 +263,7 @@ class StaticBackbone(StreamingState):
                 x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
             x = self._mlp(layer, x)
         self.position.add_(1)
-        return F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)
+        return self._norm(x, self.final_norm)
 
     def _conv_step(self, layer: _ConvLayer, bcu: torch.Tensor) -> torch.Tensor:
         if self.short_conv is not None:
