@@ -58,3 +58,12 @@ def test_kernel_status_names_why_each_kernel_is_unavailable_without_a_gpu() -> N
     # Each compiled kernel says why it is missing (here: no GPU/driver, or no NVRTC in this build).
     assert all(value != "ready" and len(value) > len("Error: ") for value in status.values()), status
     assert all(status[name].split(":")[0].endswith("Error") for name in cuda_kernels._SOURCES), status
+
+
+def test_float_arguments_travel_as_their_float32_bits() -> None:
+    import numpy as np
+
+    from engine.realtime.cuda_kernels import float_bits
+
+    for value in (1e-5, 1e-6, 0.0, -2.5, 3.0e38):
+        assert float_bits(value) == int(np.float32(value).view(np.int32))

@@ -128,6 +128,7 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
     engine = GraphedBackend(full_size, context_tokens=4096)
     plain = GraphedBackend(full_size, context_tokens=4096, capture=False)  # eager, one unpadded span
     assert {f"prefill_{rows}" for rows in PREFILL_BUCKETS} <= set(engine.graphs) and plain.prefill_buckets == ()
+    assert engine.backbone.flash_prefill  # the large buckets attend with FlashAttention (a fallback would go untested)
     # Bitwise: every bucket's replay equals its eager twin from the same state (after a 20-position history).
     checking = ReplayVersusEager(engine)
     engine.prefill(_prompt(full_size, 20, seed=20))
@@ -152,6 +153,26 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size)
                 ours, theirs = ours[:, :, : plain.positions], theirs[:, :, : plain.positions]
             assert _rel(ours, theirs) < 2e-2, positions
     assert engine.positions == 1995
+
+
+@torch.inference_mode()
+def test_flash_prefill_attention_equals_the_masked_attention(full_size) -> None:
+    """FlashAttention over the whole cache (causal from the bottom right, `position + rows` slots used)
+    against the masked attention: at the cache's start, in the middle, and at its very end."""
+    from engine.realtime.static_model import StaticBackbone
+
+    backbone = StaticBackbone(full_size.model.lfm, max_positions=4096)
+    assert backbone.flash_prefill
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    shape = (1, backbone.kv_heads, backbone.max_positions, backbone.head_dim)
+    keys, values = (torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16) for _ in range(2))
+    for rows, position in ((256, 0), (256, 1), (768, 2100), (1024, 4096 - 1024), (512, 3000)):
+        q = torch.randn((rows, backbone.heads, backbone.head_dim), device="cuda", generator=generator).to(torch.bfloat16)
+        backbone.position.fill_(position)
+        expected = backbone._attend(q, keys, values, backbone._prefill_mask(rows, backbone.max_positions, matmul=False))
+        got = backbone._attend_flash(q, keys, values)
+        assert got.shape == expected.shape == (rows, backbone.hidden)
+        assert _rel(got, expected) < 1e-2, (rows, position)
 
 
 def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: float) -> tuple[int, int]:

@@ -74,9 +74,9 @@ def test_teacher_forced_hidden_states_match_transformers(fresh_loaded) -> None:
     assert static.positions == reference.positions == 67
 
 
-@pytest.mark.parametrize("matmul_attention", [False, True], ids=["sdpa", "matmul attention"])
+@pytest.mark.parametrize("attention", ["masked", "matmul"])
 @torch.no_grad()
-def test_padding_rows_never_reach_the_real_rows(fresh_loaded, matmul_attention: bool) -> None:
+def test_padding_rows_never_reach_the_real_rows(fresh_loaded, attention: str) -> None:
     """The padded prefill (what the prefill graphs capture) is exact by causality: whatever the padding
     rows hold, the real rows' hidden state, cache slots and conv states are those of the unpadded span."""
     hidden_size = fresh_loaded.model.lfm.config.hidden_size
@@ -92,7 +92,7 @@ def test_padding_rows_never_reach_the_real_rows(fresh_loaded, matmul_attention: 
         if padded:
             backbone.span_length.fill_(7)
             last = backbone.prefill_rows(
-                torch.cat((span, padding)), keys=backbone.max_positions, matmul_attention=matmul_attention
+                torch.cat((span, padding)), keys=backbone.max_positions, attention=attention
             )
         else:
             last = backbone.prefill(span)

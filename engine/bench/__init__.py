@@ -853,6 +853,9 @@ def run_bench(args: argparse.Namespace) -> int:
     from engine.model.loading import use_expandable_cuda_segments
 
     expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
+    from engine.realtime.cuda_kernels import compile_in_background
+
+    compile_in_background(torch.device("cuda"))  # as ChatSession.open does: while the weights load
     if args.model:
         from engine.model.loading import load_model
         from engine.bench.random_model import suppress_stop_tokens

@@ -8,6 +8,8 @@ restructured so that a GPU never waits for the host:
     decode(t+1)      run the backbone on that embedding (the same work whatever token t is)
     read(t)          the one host-device sync: it waits for head(t) only, while decode(t+1) runs
 
+(The turn's first audio frame is read before its decode is queued, once per turn: see below.)
+
 A backend (`StepBackend`) provides these primitives. `EagerBackend` is the reference: it runs
 liquid-audio's own modules (transformers' Lfm2Model with its cache, `_sample_text_token`,
 `_sample_audio_frame`), so its greedy tokens equal `generate_interleaved`'s.
@@ -98,7 +100,12 @@ def interleaved_decode(
     text_done = False
     pending = backend.text_head(sampling)
     for step in range(max_new_tokens):
-        backend.decode()  # feeds `pending`; the read below overlaps with it
+        # The turn's first audio frame is read and handed on before the decode that feeds it: its
+        # decoding (the first sound the user hears) then starts ahead of that backbone step instead of
+        # competing with it for the GPU. Every other read overlaps the decode queued before it.
+        first_frame = not text_mode and frames == 0
+        if not first_frame:
+            backend.decode()  # feeds `pending`
         if text_mode:
             token = backend.read_token(pending)
             if token == IM_END:
@@ -119,7 +126,11 @@ def interleaved_decode(
                 text_mode = True
             else:
                 frames += 1
-            yield GeneratedFrame(codes, values, pending)
+            try:
+                yield GeneratedFrame(codes, values, pending)
+            finally:  # even if the consumer stops here: what it was given is always fed
+                if first_frame:
+                    backend.decode()  # feeds `pending`, after the consumer has queued its decoding
             if max_frames is not None and frames >= max_frames:
                 break  # like the token limit: the last frame is not fed back
         if cancel is not None and cancel.is_set():

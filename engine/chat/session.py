@@ -38,6 +38,7 @@ from engine.model.loading import LoadedModel, default_device, load_model, use_ex
 from engine.model.lora import VoiceSwitcher, load_voice
 from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
+from engine.realtime.cuda_kernels import compile_in_background
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
@@ -247,6 +248,7 @@ class ChatSession:
         torch_device = torch.device(device) if device else default_device()
         if torch_device.type == "cuda":
             use_expandable_cuda_segments()
+            compile_in_background(torch_device)  # the fused kernels compile while the weights load
         report(Progress("load_weights", None, str(folder)))
         loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
         fallback_reason: str | None = None

@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and 
 # its row count, so padding up to twice the rows is cheap. H200, one replay: 256 / 512 / 768 / 1024
 # rows 3.7 / 4.9 / 6.3 / 7.6 ms, so one 768 or 1024 graph beats chunks of 512 + 256 or 512 + 512.
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
-# Up to this many rows the prefill graphs attend with batched matmuls, above it with the memory-efficient
-# SDPA kernel. A whole prefill graph over the 4096-slot cache at 32 / 64 / 128 / 256 / 512 rows (H200,
+# Up to this many rows the prefill graphs attend with batched matmuls, above it with FlashAttention where
+# it runs (StaticBackbone.flash_prefill), else with the memory-efficient SDPA kernel. A whole prefill graph over the 4096-slot cache at 32 / 64 / 128 / 256 / 512 rows (H200,
 # kernel time, bench runs 19 and 20): SDPA 2.98 / 3.03 / 3.19 / 3.55 / 4.77 ms, matmuls 1.69 / 1.90 /
 # 2.43 / 3.63 / 6.24 ms. SDPA's cost is flat (one block per 64 query rows along all the keys); the
 # matmuls' grows with the materialized scores (8 kv heads × 4 rows per query × 4096 keys).
@@ -114,8 +114,8 @@ class GraphedBackend(StreamingState):
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""
         backbone = self.backbone
-        matmul = rows <= MATMUL_ATTENTION_MAX_ROWS
-        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, matmul_attention=matmul))
+        attention = "matmul" if rows <= MATMUL_ATTENTION_MAX_ROWS else "flash" if backbone.flash_prefill else "masked"
+        self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, attention=attention))
 
     def _steps(self) -> dict[str, Callable[[], None]]:
         steps: dict[str, Callable[[], None]] = {

@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable
 from typing import Any
 
@@ -430,7 +433,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
                      const unsigned short* __restrict__ inputs_row, int has_previous,
                      const long long* __restrict__ previous_code, const unsigned short* __restrict__ embedding,
                      unsigned short* stream, unsigned short* act,
-                     const unsigned short* __restrict__ head_norm, float head_eps,
+                     const unsigned short* __restrict__ head_norm, int head_eps_bits,
                      const unsigned short* __restrict__ to_logits, unsigned short* logits, int vocab,
                      unsigned int* barrier) {
     __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
@@ -506,7 +509,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         grid_sync(counter, generation);
     }
 
-    stage(stream, head_norm, head_eps, dim, h, partial);
+    stage(stream, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
         float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
@@ -522,7 +525,7 @@ _RMS_NORM_SOURCE = _COMMON + r"""
 // one warp-shuffle and one shared-memory reduction: the backbone's 33 norms per decode step were
 // PyTorch's layer-norm kernel at ~3.9 us each (H200, bench run 26), bound by its latency.
 extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, const unsigned short* __restrict__ weight,
-                                        unsigned short* __restrict__ out, int n, float eps) {
+                                        unsigned short* __restrict__ out, int n, int eps_bits) {
     __shared__ float partial[32];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = (blockDim.x + 31) >> 5;
     const uint4 xb = reinterpret_cast<const uint4*>(x)[t], wb = reinterpret_cast<const uint4*>(weight)[t];
@@ -542,7 +545,7 @@ extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, co
     __syncthreads();
     float total = 0.0f;
     for (int i = 0; i < warps; ++i) total += partial[i];
-    const float inv_rms = rsqrtf(total / (float)n + eps);
+    const float inv_rms = rsqrtf(total / (float)n + __int_as_float(eps_bits));
     unsigned int packed[4];
     #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -560,7 +563,7 @@ _BACKBONE_ROPE_SOURCE = _COMMON + r"""
 // q goes to q_out (heads, head_dim); k and v are written into the cache slot `position`. When
 // write_mask is set, the additive attention mask (0 up to position, -inf after) is written too.
 extern "C" __global__ void backbone_rope_cache(const unsigned short* __restrict__ qkv, const unsigned short* __restrict__ q_norm,
-                                               const unsigned short* __restrict__ k_norm, float eps,
+                                               const unsigned short* __restrict__ k_norm, int eps_bits,
                                                const unsigned short* __restrict__ cos, const unsigned short* __restrict__ sin,
                                                const long long* __restrict__ position, unsigned short* keys,
                                                unsigned short* values, unsigned short* q_out, unsigned short* mask,
@@ -585,7 +588,7 @@ extern "C" __global__ void backbone_rope_cache(const unsigned short* __restrict_
     __syncthreads();
     float total = 0.0f;
     for (int w = 0; w < head_dim / 32; ++w) total += partial[w];
-    float n = bf16_to_float(float_to_bf16(v * rsqrtf(total / (float)head_dim + eps)));
+    float n = bf16_to_float(float_to_bf16(v * rsqrtf(total / (float)head_dim + __int_as_float(eps_bits))));
     const unsigned short* weight = head < heads ? q_norm : k_norm;
     float q = bf16_to_float(float_to_bf16(bf16_to_float(weight[d]) * n));
     normed[d] = q;
@@ -612,12 +615,47 @@ _CONV_THREADS = 256
 _compile_errors: dict[str, str] = {}
 
 
+def float_bits(value: float) -> int:
+    """A float32 kernel argument as its 32 bits in an int (the kernel reads it with __int_as_float).
+
+    `torch.cuda._compile_kernel` passes ints as C ints on every version, but how it passes a Python
+    float has changed (a float parameter read ~0 for eps = 1e-5 on the H200's torch 2.11)."""
+    return struct.unpack("<i", struct.pack("<f", float(value)))[0]
+
+
+_compiling: dict[str, Future] = {}
+_compiling_lock = threading.Lock()
+
+
+def compile_in_background(device: torch.device) -> None:
+    """Start compiling every kernel now, each in its own thread (NVRTC runs without the GIL), so that
+    the start-up finds them compiled: ChatSession.open calls this before it loads the weights, and the
+    compiling (~1 s of CPU for the depthformer kernel alone) overlaps the loading."""
+    if device.type != "cuda":
+        return
+    with _compiling_lock:
+        missing = [name for name in _SOURCES if name not in _compiling]
+        if missing:
+            pool = ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="nvrtc")
+            for name in missing:
+                _compiling[name] = pool.submit(_compile, name, device)
+            pool.shutdown(wait=False)  # the threads end with their compile
+
+
+def _compile(name: str, device: torch.device | None = None) -> Any:
+    if device is not None:
+        torch.cuda.set_device(device)  # this thread's current context: the module loads into it
+    return torch.cuda._compile_kernel(_SOURCES[name], name)  # PyTorch >= 2.8; NVRTC from the CUDA wheel
+
+
 @functools.cache
 def _compiled(name: str) -> Any | None:
-    """The NVRTC-compiled kernel `name` for the current CUDA device, or None (logged) if unavailable."""
+    """The NVRTC-compiled kernel `name` for the current CUDA device (from `compile_in_background` if it
+    was started), or None (logged) if unavailable."""
+    with _compiling_lock:
+        started = _compiling.get(name)
     try:
-        compile_kernel = torch.cuda._compile_kernel  # PyTorch >= 2.8; NVRTC from the CUDA wheel
-        return compile_kernel(_SOURCES[name], name)
+        return started.result() if started is not None else _compile(name)
     except Exception as error:  # no NVRTC, an old driver, an unsupported GPU: keep the plain ops
         _compile_errors[name] = f"{type(error).__name__}: {error}".strip()
         log.warning("fused kernel %s unavailable, using plain PyTorch ops: %s", name, error)
@@ -787,7 +825,7 @@ class DepthformerCodebookStep:
             args=[
                 table, eps, layers, position, dim, heads, kv_heads, ff,
                 inputs_row, int(has_previous), previous_code if has_previous else table, embedding,
-                stream, act, head_norm, float(head_eps), to_logits, logits, to_logits.shape[0], self.barrier,
+                stream, act, head_norm, float_bits(head_eps), to_logits, logits, to_logits.shape[0], self.barrier,
             ],
         )  # fmt: skip
         return logits
@@ -828,7 +866,7 @@ class BackboneRopeCache:
         self.kernel(
             grid=(heads + 2 * kv_heads, 1, 1),
             block=(head_dim, 1, 1),
-            args=[qkv, q_norm, k_norm, float(eps), cos, sin, position, keys, values, q_out, mask, int(write_mask), heads, kv_heads, max_positions],
+            args=[qkv, q_norm, k_norm, float_bits(eps), cos, sin, position, keys, values, q_out, mask, int(write_mask), heads, kv_heads, max_positions],
         )
         return q_out
 
@@ -864,5 +902,5 @@ class RmsNormRow:
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """x (1, hidden) contiguous → a new (1, hidden) tensor."""
         out = torch.empty_like(x)
-        self.kernel(grid=(1, 1, 1), block=(self.hidden // 8, 1, 1), args=[x, weight, out, self.hidden, float(eps)])
+        self.kernel(grid=(1, 1, 1), block=(self.hidden // 8, 1, 1), args=[x, weight, out, self.hidden, float_bits(eps)])
         return out

@@ -165,6 +165,7 @@ class StaticBackbone(StreamingState):
         # and so is each of its RMS norms.
         self.rope_cache = BackboneRopeCache.create(device, dtype, self.head_dim)
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
+        self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self._q = torch.zeros((self.heads, self.head_dim), device=device, dtype=dtype)
         self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -242,6 +243,46 @@ class StaticBackbone(StreamingState):
         scores = torch.baddbmm(mask, self._group_rows(q), keys[0].transpose(1, 2), alpha=self.scale)
         return self._ungroup_rows(torch.bmm(torch.softmax(scores, dim=-1), values[0]), q.shape[0])
 
+    def _attend_flash(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """`_attend` of the rows at positions `position`.. over the whole cache with FlashAttention: the
+        cache's first position + n slots are used (a device count, so graphs can capture it), causal
+        from the bottom right, so row i sees keys 0 .. position + i, as the mask does. It skips the
+        key blocks past each row instead of computing them masked: the memory-efficient kernel ran
+        one block per 64 rows along all 4096 slots (prefill_256: 1.5 ms of its 3.5, H200 run 26)."""
+        n = q.shape[0]
+        ends = self.key_index[:2].to(torch.int32)  # [0, 1]
+        out = torch.ops.aten._flash_attention_forward(
+            q, keys[0].transpose(0, 1), values[0].transpose(0, 1),  # (slots, kv_heads, d): GQA as is
+            ends * n, ends * self.max_positions, n, self.max_positions, 0.0, True, False,
+            scale=self.scale, seqused_k=(self.position + n).to(torch.int32),
+        )[0]  # fmt: skip
+        return out.reshape(n, self.heads * self.head_dim)
+
+    def _flash_agrees(self) -> bool:
+        """Whether FlashAttention runs here and gives `_attend`'s rows (start-up, on random data)."""
+        device, dtype = self.position.device, self.cos.dtype
+        if device.type != "cuda" or dtype not in (torch.bfloat16, torch.float16):
+            return False
+        rows = min(64, self.max_positions)
+        generator = torch.Generator(device=device).manual_seed(0)
+        shape = (1, self.kv_heads, self.max_positions, self.head_dim)
+        keys, values = (torch.randn(shape, device=device, generator=generator).to(dtype) for _ in range(2))
+        q = torch.randn((rows, self.heads, self.head_dim), device=device, generator=generator).to(dtype)
+        saved = self.position.clone()
+        try:
+            self.position.fill_(self.max_positions - rows)
+            expected = self._attend(q, keys, values, self._prefill_mask(rows, self.max_positions, matmul=False))
+            got = self._attend_flash(q, keys, values)
+            error = float((got.float() - expected.float()).norm() / expected.float().norm())
+        except Exception as failure:  # no flash kernel for this GPU or build: the memory-efficient one
+            log.warning("FlashAttention unavailable for the prefill graphs: %s", failure)
+            return False
+        finally:
+            self.position.copy_(saved)
+        if not error < 1e-2:
+            log.warning("FlashAttention disagrees with the masked attention (relative error %.3g); not used", error)
+        return error < 1e-2
+
     # ------------------------------------------------------------------ decode (graph-capturable)
 
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
@@ -309,7 +350,20 @@ class StaticBackbone(StreamingState):
         self.positions = end
         return hidden
 
-    def prefill_rows(self, x: torch.Tensor, keys: int, *, matmul_attention: bool = False) -> torch.Tensor:
+    def _prefill_mask(self, rows: int, keys: int, *, matmul: bool) -> torch.Tensor:
+        """The prefill's attention mask for rows at positions `position`..: query row i (absolute position
+        + i) sees keys 0 .. position + i. Rows of a grouped query are consecutive (see _attend): each
+        query's mask row repeats once per head of its group. Boolean (1, 1, rows·group, keys), or for
+        `matmul` additive (1, rows·group, keys)."""
+        positions = self.position + self.key_index[:rows]
+        group = self.heads // self.kv_heads
+        mask = (self.key_index[:keys][None, None, :] <= positions[:, None, None]).expand(rows, group, keys)
+        mask = mask.reshape(1, 1, rows * group, keys)
+        if matmul:  # additive, broadcast over the kv heads by baddbmm
+            return torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~mask[0], float("-inf"))
+        return mask
+
+    def prefill_rows(self, x: torch.Tensor, keys: int, *, attention: str = "masked") -> torch.Tensor:
         """Graph-capturable prefill of a padded span: the first `span_length` rows of x (rows, hidden)
         are positions [position, position + span_length); the rows after them are padding.
 
@@ -319,23 +373,27 @@ class StaticBackbone(StreamingState):
         step overwrites them (every step writes its own slot before attending, masked past itself).
         The caller guarantees position + rows <= max_positions. `keys` bounds the attention: the
         cache's first `keys` slots (the whole cache when captured, the span's end when eager).
-        `matmul_attention`: attention as baddbmm + softmax + bmm, which materializes the scores
-        (heads × rows × keys) but spreads the keys over the whole GPU. The memory-efficient kernel runs
-        one block per 64 query rows along all the keys: over a 4096-slot cache it took 257 µs per
-        layer whatever the row count (H200, bench run 19).
+        `attention`: "masked" (SDPA's memory-efficient kernel with the mask), "matmul" (baddbmm + softmax
+        + bmm, which materializes the scores (heads × rows × keys) but spreads the keys over the whole
+        GPU; the memory-efficient kernel runs one block per 64 query rows along all the keys: over a
+        4096-slot cache it took 257 µs per layer whatever the row count, H200 bench run 19), or "flash"
+        (`_attend_flash`, over the whole cache: `keys` must be max_positions).
         Returns the final-normed hidden state of the last real row (1, hidden); advances `position`.
         """
         rows = x.shape[0]
         positions = self.position + self.key_index[:rows]
         cos, sin = self.cos.index_select(0, positions), self.sin.index_select(0, positions)
-        # Query row i (absolute position + i) sees keys 0 .. position + i. Rows of a grouped query
-        # are consecutive (see _attend): each query's mask row repeats once per head of its group.
-        group = self.heads // self.kv_heads
-        mask = (self.key_index[:keys][None, None, :] <= positions[:, None, None]).expand(rows, group, keys)
-        mask = mask.reshape(1, 1, rows * group, keys)
-        if matmul_attention:  # additive, broadcast over the kv heads by baddbmm
-            mask = torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(~mask[0], float("-inf"))
-        attend = self._attend_matmul if matmul_attention else self._attend
+        if attention == "flash":
+            if keys != self.max_positions:
+                raise ValueError("flash attention runs over the whole cache")
+
+            def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, _mask: None) -> torch.Tensor:
+                return self._attend_flash(q, keys, values)
+
+            mask = None
+        else:
+            mask = self._prefill_mask(rows, keys, matmul=attention == "matmul")
+            attend = self._attend_matmul if attention == "matmul" else self._attend
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
