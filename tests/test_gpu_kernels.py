@@ -124,6 +124,33 @@ def test_fused_rms_norm_row_matches_f_rms_norm(device, hidden: int) -> None:
     assert same >= 0.98 * total
 
 
+def test_kernels_compiled_in_background_are_the_ones_used(device) -> None:
+    """ChatSession.open's path in a fresh process: every kernel compiles in its background thread, and
+    `_compiled` hands out those very kernels (none is compiled twice, none falls back)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from engine.realtime.cuda_kernels import _SOURCES
+
+    script = (
+        "import torch\n"
+        "from engine.realtime import cuda_kernels as k\n"
+        "k.compile_in_background(torch.device('cuda'))\n"
+        "futures = {name: f.result() for name, f in k._compiling.items()}\n"
+        "assert set(futures) == set(k._SOURCES), futures\n"
+        "assert all(k._compiled(name) is futures[name] for name in k._SOURCES)\n"
+        "assert not k._compile_errors, k._compile_errors\n"
+        "print('ok', len(futures))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == f"ok {len(_SOURCES)}"
+
+
 @pytest.fixture(scope="module")
 def full_size():
     from engine.bench.random_model import random_full_size_model

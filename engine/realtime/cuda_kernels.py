@@ -633,29 +633,41 @@ def compile_in_background(device: torch.device) -> None:
     compiling (~1 s of CPU for the depthformer kernel alone) overlaps the loading."""
     if device.type != "cuda":
         return
+    index = device.index if device.index is not None else torch.cuda.current_device()
     with _compiling_lock:
         missing = [name for name in _SOURCES if name not in _compiling]
         if missing:
             pool = ThreadPoolExecutor(max_workers=len(missing), thread_name_prefix="nvrtc")
             for name in missing:
-                _compiling[name] = pool.submit(_compile, name, device)
+                _compiling[name] = pool.submit(_compile, name, index)
             pool.shutdown(wait=False)  # the threads end with their compile
 
 
-def _compile(name: str, device: torch.device | None = None) -> Any:
-    if device is not None:
-        torch.cuda.set_device(device)  # this thread's current context: the module loads into it
+def _compile(name: str, device_index: int | None = None) -> Any:
+    if device_index is not None:
+        torch.cuda.set_device(device_index)  # this thread's current context: the module loads into it
     return torch.cuda._compile_kernel(_SOURCES[name], name)  # PyTorch >= 2.8; NVRTC from the CUDA wheel
+
+
+def _compiled_in_background(name: str) -> Any | None:
+    """The kernel `compile_in_background` made, or None if it was not started or failed (logged)."""
+    with _compiling_lock:
+        started = _compiling.get(name)
+    if started is None:
+        return None
+    try:
+        return started.result()
+    except Exception as error:  # compiled again below, on the calling thread
+        log.warning("fused kernel %s did not compile in the background (%s); compiling it now", name, error)
+        return None
 
 
 @functools.cache
 def _compiled(name: str) -> Any | None:
     """The NVRTC-compiled kernel `name` for the current CUDA device (from `compile_in_background` if it
-    was started), or None (logged) if unavailable."""
-    with _compiling_lock:
-        started = _compiling.get(name)
+    was started and worked), or None (logged) if unavailable."""
     try:
-        return started.result() if started is not None else _compile(name)
+        return _compiled_in_background(name) or _compile(name)
     except Exception as error:  # no NVRTC, an old driver, an unsupported GPU: keep the plain ops
         _compile_errors[name] = f"{type(error).__name__}: {error}".strip()
         log.warning("fused kernel %s unavailable, using plain PyTorch ops: %s", name, error)
