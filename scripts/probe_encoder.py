@@ -20,18 +20,7 @@ import torch
 
 from engine.bench.random_model import random_full_size_model
 from engine.realtime.encoder_graphs import EncoderGraphs
-
-
-def replay_ms(graph: torch.cuda.CUDAGraph, repeats: int = 20) -> float:
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from probe_memory import replay_ms  # scripts/ is this script's own folder on sys.path
 
 
 def kernels(graph: torch.cuda.CUDAGraph) -> int:
