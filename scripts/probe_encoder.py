@@ -3,7 +3,7 @@
 Per rung of takes of 1, 4, 20 and 60 s: the host's copy of the samples into the rung (through the
 pinned staging buffer), one replay of the `features` graph (log-mel preprocessor) and one of the
 `encode` graph (conformer + audio adapter), each the median of 20 (CUDA events for the replays,
-the host clock for the copy), and the kernels per graph. Writes $OUT/probe_encoder.json. Run on the
+the host clock for the copy), and the kernels per graph with the 12 that take the most time. Writes $OUT/probe_encoder.json. Run on the
 GPU machine: `python3 scripts/probe_encoder.py`.
 """
 
@@ -23,14 +23,20 @@ from engine.realtime.encoder_graphs import EncoderGraphs
 from probe_memory import replay_ms  # scripts/ is this script's own folder on sys.path
 
 
-def kernels(graph: torch.cuda.CUDAGraph) -> int:
+def kernels(graph: torch.cuda.CUDAGraph) -> tuple[int, list[tuple[str, int, float]]]:
+    """The kernels of one replay: how many, and the 12 names with the most device time (count, µs)."""
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
         torch.cuda.synchronize()
-    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+    events = [event for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, list[float]] = {}
+    for event in events:
+        by_name.setdefault(event.name[:60], []).append(event.device_time)
+    top = sorted(((name, len(t), round(sum(t), 1)) for name, t in by_name.items()), key=lambda item: -item[2])[:12]
+    return len(events), top
 
 
 @torch.inference_mode()
@@ -53,9 +59,11 @@ def main() -> None:
             "host_copy_ms": statistics.median(copies),
             "features_ms": replay_ms(rung.graphs["features"]),
             "encode_ms": replay_ms(rung.graphs["encode"]),
-            "features_kernels": kernels(rung.graphs["features"]),
-            "encode_kernels": kernels(rung.graphs["encode"]),
         }
+        for name in ("features", "encode"):
+            count, top = kernels(rung.graphs[name])
+            results[f"{seconds:g}s"][f"{name}_kernels"] = count
+            results[f"{seconds:g}s"][f"{name}_top_kernels"] = top
     print(json.dumps(results, indent=1))
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_encoder.json").write_text(json.dumps(results, indent=1))
