@@ -204,3 +204,29 @@ def test_interleaved_decode_stops_within_one_step_on_cancel(fresh_loaded) -> Non
     assert len(produced) == 10
     # Every produced token has been fed: the cache is consistent for the next turn.
     assert backend.positions == 5 + 10
+
+
+@pytest.mark.parametrize("close_at_first_frame", [False, True], ids=["consumed", "closed at the first frame"])
+def test_the_first_audio_frame_is_handed_over_before_its_decode(fresh_loaded, close_at_first_frame: bool) -> None:
+    """The turn's first audio frame reaches the consumer before the backbone step that feeds it is
+    queued (its decoding, the first sound, goes ahead of that step); every other token after it. Either
+    way, every token handed over is fed, even if the consumer stops right at the first frame."""
+    from engine.chat.generation import GeneratedFrame, GeneratedText
+
+    backend = GraphedBackend(fresh_loaded, context_tokens=128, capture=False)
+    prompt = torch.randn(1, 5, fresh_loaded.model.lfm.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    backend.prefill(prompt)
+    decode = interleaved_decode(backend, Schedule(6, 9), SamplingSettings(greedy=True), max_new_tokens=30)
+    handed, frames = 0, 0
+    for event in decode:
+        if not isinstance(event, (GeneratedText, GeneratedFrame)):
+            continue
+        handed += 1
+        frames += isinstance(event, GeneratedFrame)
+        first_frame = isinstance(event, GeneratedFrame) and frames == 1
+        # Fed so far: the prefill and every token handed over, but the first frame only once handed over.
+        assert backend.positions == 5 + handed - (1 if first_frame else 0), handed
+        if first_frame and close_at_first_frame:
+            decode.close()
+            break
+    assert frames >= 1 and backend.positions == 5 + handed
