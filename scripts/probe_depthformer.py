@@ -1,10 +1,12 @@
 """Where the one-launch depthformer codebook step spends its time (H200 probe, full-size random weights).
 
-Times, each from CUDA-graph replays (100 of them, CUDA events):
-- the 8 codebook launches of one frame (teacher-forced inputs) at one block per SM, per 2 and per 4
-  SMs, and without the L2 prefetch;
-- a kernel that does nothing but the same grid-wide barrier, to price one barrier;
-and writes them to $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
+- Frame times (the 8 codebook launches, teacher-forced, CUDA-graph replays) of the shipped kernel and
+  of its compile-time variants (DEPTH_EARLY_RESIDUAL, DEPTH_SPLIT), at one block per SM and per two
+  SMs, each variant's logits compared with the shipped kernel's;
+- per-phase times inside one launch: the DEPTH_TIMING build stamps clock64() in block 0 and in the
+  last block at every phase (stage, rows, barrier), calibrated against %globaltimer;
+- a kernel that does nothing but the same grid-wide barrier, to price one barrier.
+Writes $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
 """
 
 from __future__ import annotations
@@ -20,12 +22,26 @@ from engine.realtime import cuda_kernels
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticDepthformer
 
+SOURCE = cuda_kernels._SOURCES["depthformer_codebook"]
 # The shipped kernel's own grid_sync, in a kernel that does nothing else.
-BARRIER_SOURCE = cuda_kernels._SOURCES["depthformer_codebook"] + r"""
+BARRIER_SOURCE = SOURCE + r"""
 extern "C" __global__ void barriers_only(unsigned int* barrier, int n) {
     for (int k = 0; k < n; ++k) grid_sync(barrier, barrier + 1);
 }
 """
+VARIANTS = {
+    "shipped": {},
+    "early_residual": {"DEPTH_EARLY_RESIDUAL": 1},
+    "split_2": {"DEPTH_SPLIT": 2},
+    "split_4": {"DEPTH_SPLIT": 4},
+}
+SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
+            "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
+
+
+def compiled(defines: dict[str, int]):
+    header = "".join(f"#define {name} {value}\n" for name, value in defines.items())
+    return torch.cuda._compile_kernel(SOURCE.replace("#ifndef DEPTH_PREFETCH", header + "#ifndef DEPTH_PREFETCH", 1), "depthformer_codebook")
 
 
 def replay_us(fn, replays: int = 100) -> float:
@@ -50,6 +66,22 @@ def replay_us(fn, replays: int = 100) -> float:
     return start.elapsed_time(end) * 1000 / replays
 
 
+def phase_times(stamps: list[int], layers: int, ns_per_cycle: float) -> dict[str, float]:
+    """µs per segment, summed over the layers, from one block's stamps (see DEPTH_TIMING)."""
+    totals = dict.fromkeys(SEGMENTS, 0.0)
+    for l in range(layers):
+        start = stamps[0] if l == 0 else stamps[9 * l]
+        points = [start, stamps[64 + 3 * l], stamps[9 * l + 1], stamps[9 * l + 2], stamps[9 * l + 3], stamps[9 * l + 4],
+                  stamps[9 * l + 5], stamps[64 + 3 * l + 1], stamps[9 * l + 6], stamps[9 * l + 7], stamps[64 + 3 * l + 2],
+                  stamps[9 * l + 8], stamps[9 * l + 9]]  # fmt: skip
+        for name, a, b in zip(SEGMENTS, points, points[1:]):
+            totals[name] += (b - a) * ns_per_cycle / 1000
+    totals["head"] = (stamps[126] - stamps[9 * layers]) * ns_per_cycle / 1000
+    totals["tail_prefetch"] = (stamps[127] - stamps[126]) * ns_per_cycle / 1000
+    totals["total"] = (stamps[127] - stamps[0]) * ns_per_cycle / 1000
+    return totals
+
+
 @torch.inference_mode()
 def main() -> None:
     loaded = random_full_size_model(stop_tokens=True)
@@ -57,9 +89,11 @@ def main() -> None:
     depthformer = StaticDepthformer(loaded.model, DeviceSampling(device))
     step = depthformer.fused
     assert step is not None
-    hidden = torch.randn((1, loaded.model.lfm.config.hidden_size), device=device).to(torch.bfloat16)
-    codes = torch.randint(0, 2048, (8,), device=device)
+    generator = torch.Generator(device=device).manual_seed(1)
+    hidden = torch.randn((1, loaded.model.lfm.config.hidden_size), device=device, generator=generator).to(torch.bfloat16)
+    codes = torch.randint(0, 2048, (8,), device=device, generator=generator)
     inputs = depthformer._inputs(hidden)
+    layers = len(depthformer.layers)
 
     def frame() -> None:
         for i in range(depthformer.codebooks):
@@ -67,15 +101,46 @@ def main() -> None:
 
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     results: dict[str, object] = {"sms": sms, "blocks_chosen_at_start_up": step.blocks, "start_up_timings_ms": depthformer.grid_timings_ms}
-    chosen, shipped = step.blocks, step.kernel
-    for blocks in (sms, sms // 2, sms // 4):
-        step.blocks = blocks
-        results[f"frame_us_{blocks}_blocks"] = replay_us(frame)
-    step.blocks = chosen
-    source = cuda_kernels._SOURCES["depthformer_codebook"].replace("#ifndef DEPTH_PREFETCH", "#define DEPTH_PREFETCH 0\n#ifndef DEPTH_PREFETCH")
-    step.kernel = torch.cuda._compile_kernel(source, "depthformer_codebook")
-    results[f"frame_us_{chosen}_blocks_no_prefetch"] = replay_us(frame)
-    step.kernel = shipped
+    chosen, shipped_kernel, shipped_barrier = step.blocks, step.kernel, step.barrier
+    reference = depthformer.teacher_forced_logits(hidden, codes).float()
+    for name, defines in VARIANTS.items():
+        step.kernel = compiled(defines)
+        logits = depthformer.teacher_forced_logits(hidden, codes).float()
+        entry: dict[str, object] = {
+            "bitwise_equal_to_shipped": bool(torch.equal(logits, reference)),
+            "max_relative_error_vs_shipped": max(float((logits[i] - reference[i]).norm() / reference[i].norm()) for i in range(8)),
+        }
+        for blocks in (sms, sms // 2):
+            step.blocks = blocks
+            entry[f"frame_us_{blocks}_blocks"] = replay_us(frame)
+        results[name] = entry
+        # Per-phase stamps of codebook 4 (a middle position), averaged over 20 eager launches.
+        timed = compiled({**defines, "DEPTH_TIMING": 1})
+        step.kernel = timed
+        step.barrier = torch.zeros((1024,), dtype=torch.int32, device=device)
+        for blocks in (sms, sms // 2):
+            step.blocks = blocks
+            sums: dict[str, dict[str, float]] = {"block_0": {}, "last_block": {}}
+            for repeat in range(22):
+                for i in range(5):
+                    depthformer._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
+                raw = step.barrier.cpu().to(torch.int64) & 0xFFFFFFFF
+                if repeat < 2:
+                    continue
+                words = raw.tolist()
+                cycles = lambda base: [words[base + 2 * n] | (words[base + 2 * n + 1] << 32) for n in range(128)]  # noqa: E731
+                first, last = cycles(4), cycles(4 + 256)
+                g0 = words[518] | (words[519] << 32)
+                g1 = words[520] | (words[521] << 32)
+                ns_per_cycle = (g1 - g0) / max(1, first[127] - first[0])
+                for key, stamps in (("block_0", first), ("last_block", last)):
+                    for segment, us in phase_times(stamps, layers, ns_per_cycle).items():
+                        sums[key][segment] = sums[key].get(segment, 0.0) + us / 20
+                sums.setdefault("ns_per_cycle", {})["mean"] = sums.get("ns_per_cycle", {}).get("mean", 0.0) + ns_per_cycle / 20
+            entry[f"phases_us_codebook_4_{blocks}_blocks"] = sums
+        step.barrier = shipped_barrier
+        print(name, json.dumps(entry, indent=1), flush=True)
+    step.kernel, step.blocks = shipped_kernel, chosen
 
     barrier_kernel = torch.cuda._compile_kernel(BARRIER_SOURCE, "barriers_only")
     barrier = torch.zeros((2,), dtype=torch.int32, device=device)

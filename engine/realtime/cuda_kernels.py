@@ -224,6 +224,34 @@ _DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
+#ifndef DEPTH_EARLY_RESIDUAL  // load the residual row before its dot product, not after
+#define DEPTH_EARLY_RESIDUAL 0
+#endif
+#ifndef DEPTH_SPLIT  // warps per row in the out and w2 phases (the K range split in parts)
+#define DEPTH_SPLIT 1
+#endif
+#ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
+#define DEPTH_TIMING 0
+#endif
+#if DEPTH_TIMING
+__device__ __forceinline__ void stamp(unsigned int* barrier, int n) {
+    if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {
+        long long t = clock64();
+        unsigned int* slot = barrier + 4 + (blockIdx.x == 0 ? 0 : 256) + 2 * n;
+        slot[0] = (unsigned int)t;
+        slot[1] = (unsigned int)(t >> 32);
+        if (blockIdx.x == 0 && (n == 0 || n == 127)) {
+            unsigned long long g;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+            barrier[2 + 512 + 4 + (n ? 2 : 0)] = (unsigned int)g;
+            barrier[2 + 512 + 5 + (n ? 2 : 0)] = (unsigned int)(g >> 32);
+        }
+    }
+}
+#define STAMP(n) stamp(barrier, (n))
+#else
+#define STAMP(n)
+#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -265,6 +293,31 @@ __device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_
     *a = warp_sum(acc_a);
     *b = warp_sum(acc_b);
 }
+
+#if DEPTH_SPLIT > 1
+// stream[r] += W[r] . h for every row r of W (rows x K), each row over DEPTH_SPLIT warps of one block,
+// warp s of the row taking the s-th contiguous part of K (K / DEPTH_SPLIT % 8 == 0); the parts are
+// added in a fixed order, so the result stays deterministic.
+__device__ void residual_rows_split(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
+                                    unsigned short* stream, float* split_partial) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int groups = DEPTH_WARPS / DEPTH_SPLIT, group = warp / DEPTH_SPLIT, part = warp % DEPTH_SPLIT;
+    const int part_k = K / DEPTH_SPLIT;
+    for (int base = blockIdx.x * groups; base < rows; base += gridDim.x * groups) {  // the same count in every warp
+        const int r = base + group;
+        float residual = (r < rows && part == 0 && lane == 0) ? bf16_to_float(stream[r]) : 0.0f;
+        float acc = r < rows ? row_dot(W + (long long)r * K + part * part_k, h + part * part_k, part_k) : 0.0f;
+        if (lane == 0) split_partial[warp] = acc;
+        __syncthreads();
+        if (r < rows && part == 0 && lane == 0) {
+            float total = 0.0f;
+            for (int s = 0; s < DEPTH_SPLIT; ++s) total += split_partial[warp + s];
+            stream[r] = float_to_bf16(total + residual);
+        }
+        __syncthreads();
+    }
+}
+#endif
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
 // HBM while the grid works on, or waits at the barrier before, an earlier phase. Weights never depend
@@ -406,6 +459,25 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
 }
 
+// stream[r] += W[r] . h for every row r of W (rows x K): one warp per row (or DEPTH_SPLIT warps).
+__device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
+                                              unsigned short* stream, int first_row, int row_step, float* split_partial) {
+#if DEPTH_SPLIT > 1
+    residual_rows_split(W, rows, K, h, stream, split_partial);
+#else
+    for (int r = first_row; r < rows; r += row_step) {
+#if DEPTH_EARLY_RESIDUAL
+        float residual = (threadIdx.x & 31) == 0 ? bf16_to_float(stream[r]) : 0.0f;
+        float acc = row_dot(W + (long long)r * K, h, K);
+        if ((threadIdx.x & 31) == 0) stream[r] = float_to_bf16(acc + residual);
+#else
+        float acc = row_dot(W + (long long)r * K, h, K);
+        if ((threadIdx.x & 31) == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
+#endif
+    }
+#endif
+}
+
 // Prefetches this warp's rows of phase q's weights (see depthformer_codebook); nothing past the last.
 __device__ __forceinline__ void prefetch_phase(int q, const long long* table, int layers, int dim, int kv_heads, int ff,
                                                const unsigned short* to_logits, int vocab, int first_row, int row_step) {
@@ -440,6 +512,8 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
     __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
+    __shared__ float split_partial[DEPTH_WARPS];
+    STAMP(0);
     const int lane = threadIdx.x & 31;
     const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
     const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM;
@@ -474,22 +548,26 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         unsigned short* qk_rows = (unsigned short*)p[8];
 
         stage(l == 0 ? 0 : stream, norm, eps[3 * l], dim, h, partial);
+        STAMP(64 + 3 * l + 0);
         for (int r = first_row; r < qkv_width; r += row_step) {
             float acc = row_dot(qkv + (long long)r * dim, h, dim);
             if (lane == 0) qkv_rows[(long long)i * qkv_width + r] = float_to_bf16(acc);
         }
         prefetch_phase(4 * l + 2, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 1);
         grid_sync(counter, generation);
 
+        STAMP(9 * l + 2);
         attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
-        for (int r = first_row; r < dim; r += row_step) {
-            float acc = row_dot(out + (long long)r * dim, h, dim);
-            if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
-        }
+        STAMP(9 * l + 3);
+        residual_rows(out, dim, dim, h, stream, first_row, row_step, split_partial);
         prefetch_phase(4 * l + 3, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 4);
         grid_sync(counter, generation);
+        STAMP(9 * l + 5);
 
         stage(stream, ffn_norm, eps[3 * l + 2], dim, h, partial);
+        STAMP(64 + 3 * l + 1);
         for (int r = first_row; r < ff; r += row_step) {
             float gate, up;
             row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
@@ -498,15 +576,17 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
             if (lane == 0) act[r] = float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
         }
         prefetch_phase(4 * l + 4, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 6);
         grid_sync(counter, generation);
+        STAMP(9 * l + 7);
 
         stage(act, 0, 0.0f, ff, h, partial);
-        for (int r = first_row; r < dim; r += row_step) {
-            float acc = row_dot(w2 + (long long)r * ff, h, ff);
-            if (lane == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
-        }
+        STAMP(64 + 3 * l + 2);
+        residual_rows(w2, dim, ff, h, stream, first_row, row_step, split_partial);
         prefetch_phase(4 * l + 5, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 8);
         grid_sync(counter, generation);
+        STAMP(9 * l + 9);
     }
 
     stage(stream, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
@@ -514,8 +594,10 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
+    STAMP(126);
     // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now.
     for (int q = 0; q < 2 && q < phases; ++q) prefetch_phase(q, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
+    STAMP(127);
 }
 """
 
