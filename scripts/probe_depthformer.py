@@ -1,8 +1,8 @@
 """Where the one-launch depthformer codebook step spends its time (H200 probe, full-size random weights).
 
 - Frame times (the 8 codebook launches, teacher-forced, CUDA-graph replays) of the shipped kernel and
-  of its compile-time variants (DEPTH_EARLY_RESIDUAL, DEPTH_SPLIT), at one block per SM and per two
-  SMs, each variant's logits compared with the shipped kernel's;
+  of its compile-time variants (VARIANTS), at one block per SM and per two SMs, each variant's logits
+  compared with the shipped kernel's;
 - per-phase times inside one launch: the DEPTH_TIMING build stamps clock64() in block 0 and in the
   last block at every phase (stage, rows, barrier), calibrated against %globaltimer;
 - a kernel that does nothing but the same grid-wide barrier, to price one barrier.
@@ -29,11 +29,11 @@ extern "C" __global__ void barriers_only(unsigned int* barrier, int n) {
     for (int k = 0; k < n; ++k) grid_sync(barrier, barrier + 1);
 }
 """
+# Run 31 also timed DEPTH_EARLY_RESIDUAL (the residual row loaded before its dot product) and
+# DEPTH_SPLIT 2 / 4 (the out and w2 rows over 2 / 4 warps): no gain, so they were removed.
 VARIANTS = {
     "shipped": {},
-    "early_residual": {"DEPTH_EARLY_RESIDUAL": 1},
-    "split_2": {"DEPTH_SPLIT": 2},
-    "split_4": {"DEPTH_SPLIT": 4},
+    "attend_unstaged": {"DEPTH_ATTEND_STAGED": 0},
 }
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip

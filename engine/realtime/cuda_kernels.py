@@ -195,6 +195,7 @@ DEPTH_MAX_K = 4096  # the longest vector a phase stages (dim, ff)
 DEPTH_MAX_QK_HEADS = 64
 DEPTH_MAX_POSITIONS = 16  # codebooks
 DEPTH_HEAD_DIM = 32  # one lane per element of a head
+DEPTH_MAX_KV_WIDTH = 256  # kv_heads * head_dim: the keys and values of a position the attention stages
 # The per-layer pointer table, in the order the kernel reads it.
 DEPTH_TABLE_FIELDS = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
 _DEPTHFORMER_DEFINES = "".join(
@@ -206,6 +207,7 @@ _DEPTHFORMER_DEFINES = "".join(
         "DEPTH_MAX_QK_HEADS": DEPTH_MAX_QK_HEADS,
         "DEPTH_MAX_POSITIONS": DEPTH_MAX_POSITIONS,
         "DEPTH_HEAD_DIM": DEPTH_HEAD_DIM,
+        "DEPTH_MAX_KV_WIDTH": DEPTH_MAX_KV_WIDTH,
         "DEPTH_TABLE": len(DEPTH_TABLE_FIELDS),
     }.items()
 )
@@ -219,16 +221,13 @@ _DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
 // bf16 values are raw 16 bits; activations written in this launch are read through L2 (__ldcg),
 // weights through the read-only path. Every output is computed by one warp in a fixed order, so
 // the result is deterministic (a graph replay equals the eager launch bit for bit).
-// DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM
-// and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
+// DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM,
+// DEPTH_MAX_KV_WIDTH and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-#ifndef DEPTH_EARLY_RESIDUAL  // load the residual row before its dot product, not after
-#define DEPTH_EARLY_RESIDUAL 0
-#endif
-#ifndef DEPTH_SPLIT  // warps per row in the out and w2 phases (the K range split in parts)
-#define DEPTH_SPLIT 1
+#ifndef DEPTH_ATTEND_STAGED  // 0: the attention of bench run 31, for the probe's side-by-side timing
+#define DEPTH_ATTEND_STAGED 1
 #endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
@@ -293,31 +292,6 @@ __device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_
     *a = warp_sum(acc_a);
     *b = warp_sum(acc_b);
 }
-
-#if DEPTH_SPLIT > 1
-// stream[r] += W[r] . h for every row r of W (rows x K), each row over DEPTH_SPLIT warps of one block,
-// warp s of the row taking the s-th contiguous part of K (K / DEPTH_SPLIT % 8 == 0); the parts are
-// added in a fixed order, so the result stays deterministic.
-__device__ void residual_rows_split(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
-                                    unsigned short* stream, float* split_partial) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int groups = DEPTH_WARPS / DEPTH_SPLIT, group = warp / DEPTH_SPLIT, part = warp % DEPTH_SPLIT;
-    const int part_k = K / DEPTH_SPLIT;
-    for (int base = blockIdx.x * groups; base < rows; base += gridDim.x * groups) {  // the same count in every warp
-        const int r = base + group;
-        float residual = (r < rows && part == 0 && lane == 0) ? bf16_to_float(stream[r]) : 0.0f;
-        float acc = r < rows ? row_dot(W + (long long)r * K + part * part_k, h + part * part_k, part_k) : 0.0f;
-        if (lane == 0) split_partial[warp] = acc;
-        __syncthreads();
-        if (r < rows && part == 0 && lane == 0) {
-            float total = 0.0f;
-            for (int s = 0; s < DEPTH_SPLIT; ++s) total += split_partial[warp + s];
-            stream[r] = float_to_bf16(total + residual);
-        }
-        __syncthreads();
-    }
-}
-#endif
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
 // HBM while the grid works on, or waits at the barrier before, an earlier phase. Weights never depend
@@ -391,13 +365,104 @@ __device__ void stage(const unsigned short* src, const unsigned short* __restric
     __syncthreads();
 }
 
+#if DEPTH_ATTEND_STAGED
+// Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
+// RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
+// in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
+// Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
+// Everything it reads from memory is loaded first, in one round of independent loads: position i's
+// q|k heads and their rope entries into registers, the keys of positions 0..i-1 and the values of
+// 0..i into shared memory (`keys`, `values`: kv_heads * 32 bf16 per position). The rest runs from
+// registers and shared memory: loaded where used, the dependent round trips to L2 took ~8 µs per
+// layer (bench run 31).
+#define DEPTH_HEADS_PER_WARP (DEPTH_MAX_QK_HEADS / DEPTH_WARPS)
+__device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
+                       unsigned short* qk_rows, const unsigned short* __restrict__ rope, float qk_eps,
+                       unsigned short* h, float* qk, float* scores, uint4* keys, uint4* values) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
+    const int kv_width = kv_heads * DEPTH_HEAD_DIM, chunks = kv_width / 8;  // 16-byte chunks per position
+    const unsigned short* row = qkv_rows + (long long)i * qkv_width;
+    const int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
+    float v[DEPTH_HEADS_PER_WARP], m_even[DEPTH_HEADS_PER_WARP], m_odd[DEPTH_HEADS_PER_WARP];
+    #pragma unroll
+    for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        v[t] = m_even[t] = m_odd[t] = 0.0f;
+        if (head < qk_heads) {
+            const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
+            v[t] = bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane));
+            m_even[t] = bf16_to_float(m[even * DEPTH_HEAD_DIM + lane]);
+            m_odd[t] = bf16_to_float(m[(even + 1) * DEPTH_HEAD_DIM + lane]);
+        }
+    }
+    for (int c = threadIdx.x; c < (2 * i + 1) * chunks; c += DEPTH_THREADS) {
+        if (c < i * chunks) {  // keys of positions 0..i-1: the k heads of their q|k rows
+            int j = c / chunks;
+            keys[c] = __ldcg(reinterpret_cast<const uint4*>(qk_rows + ((long long)j * qk_heads + heads) * DEPTH_HEAD_DIM) + c % chunks);
+        } else {  // values of positions 0..i: the v part of their q|k|v rows
+            int e = c - i * chunks, j = e / chunks;
+            values[e] = __ldcg(reinterpret_cast<const uint4*>(qkv_rows + (long long)j * qkv_width + qk_heads * DEPTH_HEAD_DIM) + e % chunks);
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        if (head >= qk_heads) break;  // the same for the whole warp
+        float squares = warp_sum(v[t] * v[t]);
+        float n = bf16_to_float(float_to_bf16(v[t] * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
+        float partner = __shfl_xor_sync(0xffffffffu, n, 1);
+        float n_even = (lane & 1) ? partner : n, n_odd = (lane & 1) ? n : partner;
+        unsigned short out = float_to_bf16(n_even * m_even[t] + n_odd * m_odd[t]);
+        qk[head * DEPTH_HEAD_DIM + lane] = bf16_to_float(out);
+        if (blockIdx.x == 0) qk_rows[((long long)i * qk_heads + head) * DEPTH_HEAD_DIM + lane] = out;
+    }
+    __syncthreads();
+    const unsigned short* key_bits = reinterpret_cast<const unsigned short*>(keys);
+    const unsigned short* value_bits = reinterpret_cast<const unsigned short*>(values);
+    const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
+    for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
+        int head = t / positions, j = t % positions, kv = head / group;
+        const float* q = qk + head * DEPTH_HEAD_DIM;
+        float dot = 0.0f;
+        if (j == i) {
+            const float* k = qk + (heads + kv) * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
+        } else {
+            const unsigned short* k = key_bits + j * kv_width + kv * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(k[d]);
+        }
+        scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
+    }
+    __syncthreads();
+    for (int head = threadIdx.x; head < heads; head += DEPTH_THREADS) {
+        float* s = scores + head * DEPTH_MAX_POSITIONS;
+        float top = s[0];
+        for (int j = 1; j < positions; ++j) top = fmaxf(top, s[j]);
+        float total = 0.0f;
+        for (int j = 0; j < positions; ++j) { s[j] = expf(s[j] - top); total += s[j]; }
+        for (int j = 0; j < positions; ++j) s[j] /= total;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
+        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
+        const unsigned short* vv = value_bits + (head / group) * DEPTH_HEAD_DIM + d;
+        const float* p = scores + head * DEPTH_MAX_POSITIONS;
+        float out = 0.0f;
+        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(vv[j * kv_width]);
+        h[e] = float_to_bf16(out);
+    }
+    __syncthreads();
+}
+#else
+// (Bench run 31's attention, each load where its value is used: ~8 µs per layer on the H200.)
 // Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
 // RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
 // in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
 // Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
 __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
                        unsigned short* qk_rows, const unsigned short* __restrict__ rope, float qk_eps,
-                       unsigned short* h, float* qk, float* scores) {
+                       unsigned short* h, float* qk, float* scores, uint4*, uint4*) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
     const unsigned short* row = qkv_rows + (long long)i * qkv_width;
@@ -458,24 +523,15 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     }
     __syncthreads();
 }
+#endif
 
-// stream[r] += W[r] . h for every row r of W (rows x K): one warp per row (or DEPTH_SPLIT warps).
+// stream[r] += W[r] . h for every row r of W (rows x K) that this warp owns.
 __device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
-                                              unsigned short* stream, int first_row, int row_step, float* split_partial) {
-#if DEPTH_SPLIT > 1
-    residual_rows_split(W, rows, K, h, stream, split_partial);
-#else
+                                              unsigned short* stream, int first_row, int row_step) {
     for (int r = first_row; r < rows; r += row_step) {
-#if DEPTH_EARLY_RESIDUAL
-        float residual = (threadIdx.x & 31) == 0 ? bf16_to_float(stream[r]) : 0.0f;
-        float acc = row_dot(W + (long long)r * K, h, K);
-        if ((threadIdx.x & 31) == 0) stream[r] = float_to_bf16(acc + residual);
-#else
         float acc = row_dot(W + (long long)r * K, h, K);
         if ((threadIdx.x & 31) == 0) stream[r] = float_to_bf16(acc + bf16_to_float(stream[r]));
-#endif
     }
-#endif
 }
 
 // Prefetches this warp's rows of phase q's weights (see depthformer_codebook); nothing past the last.
@@ -512,7 +568,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
     __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
-    __shared__ float split_partial[DEPTH_WARPS];
+    __shared__ uint4 keys[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8], values[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8];
     STAMP(0);
     const int lane = threadIdx.x & 31;
     const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
@@ -558,9 +614,9 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         grid_sync(counter, generation);
 
         STAMP(9 * l + 2);
-        attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores);
+        attend(i, heads, kv_heads, qkv_width, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
         STAMP(9 * l + 3);
-        residual_rows(out, dim, dim, h, stream, first_row, row_step, split_partial);
+        residual_rows(out, dim, dim, h, stream, first_row, row_step);
         prefetch_phase(4 * l + 3, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 4);
         grid_sync(counter, generation);
@@ -582,7 +638,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 
         stage(act, 0, 0.0f, ff, h, partial);
         STAMP(64 + 3 * l + 2);
-        residual_rows(w2, dim, ff, h, stream, first_row, row_step, split_partial);
+        residual_rows(w2, dim, ff, h, stream, first_row, row_step);
         prefetch_phase(4 * l + 5, table, layers, dim, kv_heads, ff, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 8);
         grid_sync(counter, generation);
@@ -862,7 +918,7 @@ class DepthformerCodebookStep:
     """One depthformer codebook step (all layers, then the codebook's logits) as ONE kernel launch.
 
     The grid has one block per SM and its blocks meet at grid-wide barriers between phases, so it
-    must be resident as a whole: one block per SM always fits (512 threads, ~20 KB of shared memory).
+    must be resident as a whole: one block per SM always fits (512 threads, ~36 KB of shared memory).
     Built by `StaticDepthformer`, which gives it the layer table and checks it against the plain ops
     on the model's own weights before using it.
     """
@@ -886,6 +942,7 @@ class DepthformerCodebookStep:
             dim == heads * DEPTH_HEAD_DIM
             and heads % kv_heads == 0
             and heads + kv_heads <= DEPTH_MAX_QK_HEADS
+            and kv_heads * DEPTH_HEAD_DIM <= DEPTH_MAX_KV_WIDTH
             and positions <= DEPTH_MAX_POSITIONS
             and max(dim, ff) <= DEPTH_MAX_K
             and dim % 8 == 0
