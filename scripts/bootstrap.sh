@@ -47,6 +47,20 @@ install_system_packages() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# What installing the test environment takes at its peak: the venv with torch's CUDA build (~7.9 GB)
+# plus pip's downloads beside it and the suite's temporary files (measured on a clean clone: 12.2 GB).
+INSTALL_PEAK_GB=13
+
+warn_if_disk_short() {
+    local dir free_gb
+    for dir in "$ROOT" "${TMPDIR:-/tmp}"; do
+        free_gb="$(df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')"
+        if [ "$free_gb" -lt "$INSTALL_PEAK_GB" ]; then
+            echo "warning: $free_gb GB free under $dir; installing and running the tests needs about $INSTALL_PEAK_GB GB (pip fails with 'No space left on device' otherwise)" >&2
+        fi
+    done
+}
+
 ensure_venv() {
     local extras="$1"
     local python
@@ -58,6 +72,7 @@ ensure_venv() {
     local want
     want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/constraints.txt" | sha256sum | cut -d' ' -f1)-$extras"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        warn_if_disk_short
         "$VENV/bin/python" -m pip install -q --upgrade pip
         "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[$extras]"
         echo "$want" >"$stamp"
