@@ -226,9 +226,6 @@ _DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-#ifndef DEPTH_ATTEND_STAGED  // 0: the attention of bench run 31, for the probe's side-by-side timing
-#define DEPTH_ATTEND_STAGED 1
-#endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
 #endif
@@ -365,7 +362,6 @@ __device__ void stage(const unsigned short* src, const unsigned short* __restric
     __syncthreads();
 }
 
-#if DEPTH_ATTEND_STAGED
 // Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
 // RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
 // in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
@@ -454,76 +450,6 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     }
     __syncthreads();
 }
-#else
-// (Bench run 31's attention, each load where its value is used: ~8 µs per layer on the H200.)
-// Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
-// RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
-// in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
-// Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
-__device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned short* qkv_rows,
-                       unsigned short* qk_rows, const unsigned short* __restrict__ rope, float qk_eps,
-                       unsigned short* h, float* qk, float* scores, uint4*, uint4*) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
-    const unsigned short* row = qkv_rows + (long long)i * qkv_width;
-    // Every warp's heads are loaded before any is reduced (up to 4 per warp), so the loads overlap.
-    float v[DEPTH_MAX_QK_HEADS / DEPTH_WARPS];
-    #pragma unroll
-    for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
-        int head = warp + t * DEPTH_WARPS;
-        v[t] = head < qk_heads ? bf16_to_float(__ldcg(row + head * DEPTH_HEAD_DIM + lane)) : 0.0f;
-    }
-    #pragma unroll
-    for (int t = 0; t < DEPTH_MAX_QK_HEADS / DEPTH_WARPS; ++t) {
-        int head = warp + t * DEPTH_WARPS;
-        if (head >= qk_heads) break;  // the same for the whole warp
-        float squares = warp_sum(v[t] * v[t]);
-        float n = bf16_to_float(float_to_bf16(v[t] * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
-        float partner = __shfl_xor_sync(0xffffffffu, n, 1);
-        const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
-        int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
-        float n_even = (lane & 1) ? partner : n, n_odd = (lane & 1) ? n : partner;
-        unsigned short out = float_to_bf16(n_even * bf16_to_float(m[even * DEPTH_HEAD_DIM + lane]) +
-                                           n_odd * bf16_to_float(m[(even + 1) * DEPTH_HEAD_DIM + lane]));
-        qk[head * DEPTH_HEAD_DIM + lane] = bf16_to_float(out);
-        if (blockIdx.x == 0) qk_rows[((long long)i * qk_heads + head) * DEPTH_HEAD_DIM + lane] = out;
-    }
-    __syncthreads();
-    const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
-    for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
-        int head = t / positions, j = t % positions, key_head = heads + head / group;
-        const float* q = qk + head * DEPTH_HEAD_DIM;
-        float dot = 0.0f;
-        if (j == i) {
-            const float* k = qk + key_head * DEPTH_HEAD_DIM;
-            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
-        } else {
-            const unsigned short* k = qk_rows + ((long long)j * qk_heads + key_head) * DEPTH_HEAD_DIM;
-            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(__ldcg(k + d));
-        }
-        scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
-    }
-    __syncthreads();
-    for (int head = threadIdx.x; head < heads; head += DEPTH_THREADS) {
-        float* s = scores + head * DEPTH_MAX_POSITIONS;
-        float top = s[0];
-        for (int j = 1; j < positions; ++j) top = fmaxf(top, s[j]);
-        float total = 0.0f;
-        for (int j = 0; j < positions; ++j) { s[j] = expf(s[j] - top); total += s[j]; }
-        for (int j = 0; j < positions; ++j) s[j] /= total;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
-        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
-        const unsigned short* v = qkv_rows + qk_heads * DEPTH_HEAD_DIM + (head / group) * DEPTH_HEAD_DIM + d;
-        const float* p = scores + head * DEPTH_MAX_POSITIONS;
-        float out = 0.0f;
-        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(__ldcg(v + (long long)j * qkv_width));
-        h[e] = float_to_bf16(out);
-    }
-    __syncthreads();
-}
-#endif
 
 // stream[r] += W[r] . h for every row r of W (rows x K) that this warp owns.
 __device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
