@@ -53,3 +53,24 @@ def test_the_markdown_has_every_long_conversation_turn_and_the_estimate(results:
     assert f"peak reserved {long['peak_reserved_gb']:.2f} GB" in text
     assert "ESTIMATE" in text and all(card in text for card in CARDS)
     assert "## Engine start-up" in text
+
+
+def test_a_call_cut_short_keeps_what_it_measured_and_says_so(tmp_path: Path) -> None:
+    """After each mode the bench writes bench.json and bench.md from the modes measured so far (run 32's
+    engine-and-recipe run, cut back to the engine alone with two modes still to come)."""
+    from engine.bench import _write_results
+
+    results = json.loads((RUN.parents[1] / "run-32-staged-attention" / "bench.json").read_text())
+    for runs in results["modes"].values():
+        del runs["recipe"]
+    results["summary"] = {}
+    results["modes_not_run_yet"] = ["recipe", "eager"]
+    _write_results(results, tmp_path)
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert {label: list(modes) for label, modes in written["summary"].items()} == {SAMPLED: ["engine"], "greedy": ["engine"]}
+    assert written["summary"][SAMPLED]["engine"]["ms_per_frame"] == pytest.approx(3.525, abs=1e-3)
+    text = (tmp_path / "bench.md").read_text()
+    assert "**Partial results**: written before these modes ran: recipe, eager." in text
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")]
+    assert "engine" in rows and "recipe" not in rows and "eager" not in rows
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no .part left over

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from engine.files import write_atomically
 from engine.protocol import SamplingSettings
 
 FRAME_SECONDS = 0.08
@@ -752,6 +753,8 @@ def _markdown(results: dict[str, Any]) -> str:
         f"Measured copy bandwidth {results['copy_bandwidth_gbs']:.0f} GB/s (read + write).",
         "",
     ]
+    if results.get("modes_not_run_yet"):
+        lines += [f"**Partial results**: written before these modes ran: {', '.join(results['modes_not_run_yet'])}.", ""]
     columns = [
         ("ms/frame", "ms_per_frame", "{:.2f}"), ("RTF (incl. decoding)", "rtf", "{:.3f}"),
         ("backbone step ms", "backbone_step_ms", "{:.3f}"), ("depthformer frame ms", "depthformer_frame_ms", "{:.3f}"),
@@ -892,9 +895,10 @@ def run_bench(args: argparse.Namespace) -> int:
     engine = EngineBench(loaded) if "engine" in modes else None
     for label in samplings:
         results["modes"][label] = {}
+    out = Path(args.out)
     # Mode by mode, both samplings each: the engine (first, as in the app's own process) is then
     # measured before any baseline has run, and no mode's leftovers land between another mode's runs.
-    for mode in modes:
+    for done, mode in enumerate(modes):
         for label, sampling in samplings.items():
             print(f"[bench] {label}: {mode}", flush=True)
             try:
@@ -926,10 +930,12 @@ def run_bench(args: argparse.Namespace) -> int:
                     long = {"error": f"{type(error).__name__}: {error}"}
                 results["long_conversation"] = long
                 print(json.dumps({k: v for k, v in long.items() if k != "turns"}), flush=True)
-    for label in samplings:
-        results["summary"][label] = {mode: _summary(data) for mode, data in results["modes"][label].items()}
+        results["modes_not_run_yet"] = modes[done + 1 :]
+        _write_results(results, out)  # after every mode: what a call cut short by a time limit measured is kept
     if engine is not None:
+        # Last: a profiler can leave its hooks behind, which would slow the baselines' launches.
         results["engine_kernels"] = engine.kernel_profile()
+        results["summary"] = _summaries(results)
         first = next(iter(samplings))
         if "engine" in results["summary"].get(first, {}):
             results["card_estimates"] = estimate_cards(results, first)
@@ -938,9 +944,18 @@ def run_bench(args: argparse.Namespace) -> int:
     )
     if recipe_error:
         results["notes"].append(f"recipe: the backbone graph over StaticCache could not be captured ({recipe_error}); it ran eagerly.")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(results, indent=2))
-    (out / "bench.md").write_text(_markdown(results))
+    _write_results(results, out)
     print(_markdown(results))
     return 0
+
+
+def _summaries(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    return {label: {mode: _summary(data) for mode, data in runs.items()} for label, runs in results["modes"].items()}
+
+
+def _write_results(results: dict[str, Any], out: Path) -> None:
+    """bench.json and bench.md in `out`, the summary rebuilt from the modes measured so far."""
+    results["summary"] = _summaries(results)
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomically(out / "bench.json", json.dumps(results, indent=2).encode())
+    write_atomically(out / "bench.md", _markdown(results).encode())
