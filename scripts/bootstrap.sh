@@ -54,8 +54,8 @@ INSTALL_PEAK_GB=13
 warn_if_disk_short() {
     local dir free_gb
     for dir in "$ROOT" "${TMPDIR:-/tmp}"; do
-        free_gb="$(df -Pk "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')"
-        if [ "$free_gb" -lt "$INSTALL_PEAK_GB" ]; then
+        free_gb="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print int($4 / 1048576) }')" || continue
+        if [ -n "$free_gb" ] && [ "$free_gb" -lt "$INSTALL_PEAK_GB" ]; then
             echo "warning: $free_gb GB free under $dir; installing and running the tests needs about $INSTALL_PEAK_GB GB (pip fails with 'No space left on device' otherwise)" >&2
         fi
     done
