@@ -74,3 +74,44 @@ def test_a_call_cut_short_keeps_what_it_measured_and_says_so(tmp_path: Path) -> 
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")]
     assert "engine" in rows and "recipe" not in rows and "eager" not in rows
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no .part left over
+
+
+def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_bench's own loop, with the GPU parts replaced by run 32's measured recipe data: the process
+    dies inside the eager mode (as a device call past its time limit does), and bench.json already
+    holds both samplings of the recipe mode and says that eager was still to come."""
+    import argparse
+
+    import engine.bench as bench
+    import engine.bench.random_model as random_model
+    import engine.model.loading as loading
+    import engine.realtime.cuda_kernels as cuda_kernels
+
+    measured = json.loads((RUN.parents[1] / "run-32-staged-attention" / "bench.json").read_text())
+
+    class Killed(BaseException):
+        pass
+
+    def recipe(loaded, workload, sampling):
+        return measured["modes"]["greedy" if sampling.greedy else SAMPLED]["recipe"]
+
+    def eager(loaded, workload, sampling):
+        raise Killed
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(loading, "use_expandable_cuda_segments", lambda: True)
+    monkeypatch.setattr(cuda_kernels, "compile_in_background", lambda device: None)
+    monkeypatch.setattr(random_model, "random_full_size_model", lambda: object())
+    monkeypatch.setattr(bench, "make_workload", lambda loaded: bench.Workload([1, 2], [], 6, 9))
+    monkeypatch.setattr(bench, "_copy_bandwidth_gbs", lambda: measured["copy_bandwidth_gbs"])
+    monkeypatch.setattr(bench, "_stage_bytes", lambda loaded: measured["stage_bytes"])
+    monkeypatch.setattr(bench, "_environment", lambda: measured["environment"])
+    monkeypatch.setattr(bench, "run_recipe", recipe)
+    monkeypatch.setattr(bench, "run_eager", eager)
+    with pytest.raises(Killed):
+        bench.run_bench(argparse.Namespace(modes="recipe,eager", model=None, out=str(tmp_path), long_turns=0))
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert written["modes_not_run_yet"] == ["eager"]
+    assert {label: list(modes) for label, modes in written["summary"].items()} == {SAMPLED: ["recipe"], "greedy": ["recipe"]}
+    assert written["summary"]["greedy"]["recipe"] == measured["summary"]["greedy"]["recipe"]
+    assert "**Partial results**: written before these modes ran: eager." in (tmp_path / "bench.md").read_text()
