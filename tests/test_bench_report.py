@@ -98,6 +98,10 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     def eager(loaded, workload, sampling):
         raise Killed
 
+    import engine.tools.reply as reply
+
+    monkeypatch.setattr(reply, "quiet_library_logs", lambda: None)  # process-wide settings: not in a test
+    monkeypatch.setattr(bench.torch.backends.cuda.matmul, "allow_tf32", bench.torch.backends.cuda.matmul.allow_tf32)
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loading, "use_expandable_cuda_segments", lambda: True)
     monkeypatch.setattr(cuda_kernels, "compile_in_background", lambda device: None)
