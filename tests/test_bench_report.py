@@ -101,7 +101,6 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     import engine.tools.reply as reply
 
     monkeypatch.setattr(reply, "quiet_library_logs", lambda: None)  # process-wide settings: not in a test
-    monkeypatch.setattr(bench.torch.backends.cuda.matmul, "allow_tf32", bench.torch.backends.cuda.matmul.allow_tf32)
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loading, "use_expandable_cuda_segments", lambda: True)
     monkeypatch.setattr(cuda_kernels, "compile_in_background", lambda device: None)
@@ -112,8 +111,13 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     monkeypatch.setattr(bench, "_environment", lambda: measured["environment"])
     monkeypatch.setattr(bench, "run_recipe", recipe)
     monkeypatch.setattr(bench, "run_eager", eager)
-    with pytest.raises(Killed):
-        bench.run_bench(argparse.Namespace(modes="recipe,eager", model=None, out=str(tmp_path), long_turns=0))
+    matmul = bench.torch.backends.cuda.matmul
+    allow_tf32 = matmul.allow_tf32  # run_bench sets it for the process
+    try:
+        with pytest.raises(Killed):
+            bench.run_bench(argparse.Namespace(modes="recipe,eager", model=None, out=str(tmp_path), long_turns=0))
+    finally:
+        matmul.allow_tf32 = allow_tf32
     written = json.loads((tmp_path / "bench.json").read_text())
     assert written["modes_not_run_yet"] == ["eager"]
     assert {label: list(modes) for label, modes in written["summary"].items()} == {SAMPLED: ["recipe"], "greedy": ["recipe"]}
