@@ -102,7 +102,7 @@ def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
     assert {"decode", "text_head", "audio_head"} < set(backend.graphs)
     # The fused NVRTC kernels are what the graphs replay here (a silent fallback would go untested).
     assert backend.depthformer.fused is not None and backend.backbone.short_conv is not None
-    assert backend.backbone.rope_cache is not None
+    assert backend.backbone.attention_step is not None
     assert backend.text_sampling.fused is not None and backend.audio_sampling.fused is not None
     checking = ReplayVersusEager(backend)
     schedule = Schedule(full_size.interleaved_n_text, full_size.interleaved_n_audio)
@@ -191,6 +191,7 @@ def test_teacher_forced_backbone_matches_transformers(full_size) -> None:
     model = full_size.model
     reference = EagerBackend(model)
     engine = GraphedBackend(full_size, context_tokens=1024)
+    assert engine.backbone.attention_step is not None  # what is compared here, over 4 key chunks
     prompt = _prompt(full_size, 75, seed=3)
     reference.prefill(prompt)
     engine.prefill(prompt)

@@ -7,6 +7,8 @@ zeros), and the conv step must leave the very same state. Marked `gpu`: NVRTC ne
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -194,28 +196,51 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
 
 
 @torch.inference_mode()
-def test_backbone_rope_cache_kernel_matches_the_plain_ops(device, full_size) -> None:
+def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundary(device, full_size) -> None:
+    """The one-kernel attention layer step against float64 attention over the plain ops' q and keys, at
+    positions on both sides of its key-chunk boundaries and at the cache's end; it writes only slot
+    `position` (k within one bf16 rounding of the plain ops, v exactly), gives bit for bit the same
+    output when run again (the merge of the splits does not depend on which block finishes last),
+    and leaves its counters at 0 for the next launch."""
+    from engine.realtime.cuda_kernels import ATTENTION_CHUNK
     from engine.realtime.static_model import StaticBackbone, _AttentionLayer
 
-    backbone = StaticBackbone(full_size.model.lfm, max_positions=512)
-    kernel = backbone.rope_cache
-    assert kernel is not None, "the backbone rope/cache kernel did not compile on this GPU"
+    slots = 4096
+    backbone = StaticBackbone(full_size.model.lfm, max_positions=slots)
+    kernel = backbone.attention_step
+    assert kernel is not None, "the fused backbone attention did not compile or failed its start-up check"
     layer = next(layer for layer in backbone.layers if isinstance(layer, _AttentionLayer))
     generator = torch.Generator(device=device).manual_seed(8)
-    width = layer.qkv.shape[0]
-    for position, scale in ((0, 3.0), (1, 3.0), (77, 3.0), (511, 3.0), (5, 1e-3)):  # 1e-3: eps matters
+    keys0, values0 = (torch.randn(layer.keys.shape, device=device, generator=generator).to(torch.bfloat16) for _ in range(2))
+    width, group = layer.qkv.shape[0], backbone.heads // backbone.kv_heads
+    chunk = ATTENTION_CHUNK
+    cases = ((0, 3.0), (1, 3.0), (chunk - 1, 3.0), (chunk, 3.0), (chunk + 1, 3.0), (700, 3.0), (slots - 1, 3.0), (5, 1e-3))
+    for position, scale in cases:  # scale 1e-3: the norm's eps matters
         backbone.position.fill_(position)
         qkv = (torch.randn((1, width), device=device, generator=generator) * scale).to(torch.bfloat16)
-        keys, values = layer.keys.clone(), layer.values.clone()
-        mask = torch.full_like(backbone._mask, 5.0)
-        q = kernel(qkv, layer.q_norm, layer.k_norm, backbone.eps, backbone.cos, backbone.sin, backbone.position,
-                   keys, values, backbone._q.clone(), mask, write_mask=True)  # fmt: skip
+        keys, values = keys0.clone(), values0.clone()
+        args = (layer.q_norm, layer.k_norm, backbone.eps, backbone.scale, backbone.cos, backbone.sin, backbone.position)
+        got = kernel(qkv, *args, keys, values).clone()
+        again = kernel(qkv, *args, keys.clone(), values.clone())
+        assert torch.equal(got, again), position
+        assert kernel.counters.sum().item() == 0, position
         cos = backbone.cos.index_select(0, backbone.position)
         sin = backbone.sin.index_select(0, backbone.position)
         q_ref, k_ref, v_ref = backbone._qkv(layer, qkv, cos, sin)
-        assert _relative(q, q_ref[0]) < 1e-2 and _relative(keys[0, :, position], k_ref[0]) < 1e-2, position
+        assert _relative(keys[0, :, position], k_ref[0]) < 1e-2, position
         assert torch.equal(values[0, :, position], v_ref[0]), position
-        others = torch.arange(512, device=device) != position
-        assert torch.equal(keys[0][:, others], layer.keys[0][:, others]), position  # only its own slot is written
-        expected_mask = torch.where(torch.arange(512, device=device) > position, float("-inf"), 0.0).to(torch.bfloat16)
-        assert torch.equal(mask.view(-1), expected_mask), position
+        others = torch.arange(slots, device=device) != position
+        assert torch.equal(keys[0][:, others], keys0[0][:, others]), position  # only its own slot is written
+        assert torch.equal(values[0][:, others], values0[0][:, others]), position
+        # Exact attention over the kernel's own keys (its k at `position`), float64, q from the plain ops.
+        q = q_ref[0].double().view(backbone.kv_heads, group, backbone.head_dim)
+        k, v = keys[0, :, : position + 1].double(), values[0, :, : position + 1].double()
+        weights = torch.softmax(torch.einsum("hgd,hpd->hgp", q, k) * backbone.scale, dim=-1)
+        exact = torch.einsum("hgp,hpd->hgd", weights, v).reshape(1, -1)
+        assert _relative(got, exact) < 1e-2, position  # q itself is one bf16 rounding from the kernel's
+        backbone.attention_step = None
+        try:
+            plain = backbone._decode_attention(replace(layer, keys=keys0.clone(), values=values0.clone()), qkv, write_mask=True)
+        finally:
+            backbone.attention_step = kernel
+        assert _relative(got, plain) < 2e-2, position

@@ -12,8 +12,9 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
 - `depthformer_codebook`: a whole depthformer codebook step (6 layers and the logits head, 43
   kernels before) as one launch whose blocks meet at grid-wide barriers: a persistent kernel in the
   manner of Hazy Research's "no bubbles" megakernels, at the scale of one codebook;
-- `backbone_rope_cache`: the backbone decode step's q|k norm, rotary and cache write, with the
-  step's attention mask, as one kernel per attention layer instead of ~9 (plus ~10 per step);
+- `backbone_attention`: one backbone attention layer's decode step (q|k norm, rotary, cache write and
+  the attention over the positions so far, split over the keys) as one kernel instead of ~13, whose
+  work follows the context's length instead of the cache's 4096 slots;
 - `rms_norm_row`: the backbone decode step's 33 RMS norms, one block each with one 16-byte load per
   thread (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row).
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
@@ -619,49 +620,182 @@ extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, co
 }
 """
 
-_BACKBONE_ROPE_SOURCE = _COMMON + r"""
-// The backbone decode step's attention inputs at one position, as one kernel (was ~9 per layer plus
-// ~10 per step): per q|k head (one block of head_dim threads) RMS-norm, the norm weight, and the
-// rotary at `position` exactly as transformers' Lfm2 computes them in bf16 (each op rounded):
-//   q = w * bf16(x * rsqrt(mean(x^2) + eps));  q = bf16(bf16(q * cos) + bf16(rotate_half(q) * sin))
-// q goes to q_out (heads, head_dim); k and v are written into the cache slot `position`. When
-// write_mask is set, the additive attention mask (0 up to position, -inf after) is written too.
-extern "C" __global__ void backbone_rope_cache(const unsigned short* __restrict__ qkv, const unsigned short* __restrict__ q_norm,
-                                               const unsigned short* __restrict__ k_norm, int eps_bits,
-                                               const unsigned short* __restrict__ cos, const unsigned short* __restrict__ sin,
-                                               const long long* __restrict__ position, unsigned short* keys,
-                                               unsigned short* values, unsigned short* q_out, unsigned short* mask,
-                                               int write_mask, int heads, int kv_heads, int max_positions) {
-    __shared__ float partial[32];
-    __shared__ float normed[1024];
-    const int d = threadIdx.x, head_dim = blockDim.x, half = head_dim / 2, head = blockIdx.x;
-    const long long pos = position[0];
-    if (write_mask)
-        for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < max_positions; k += gridDim.x * blockDim.x)
-            mask[k] = k > pos ? 0xff80 : 0;  // bf16 -inf, 0
-    const int qk_heads = heads + kv_heads;
-    if (head >= qk_heads) {  // a value head: copied into the cache
-        int kv = head - qk_heads;
-        values[((long long)kv * max_positions + pos) * head_dim + d] = qkv[(qk_heads + kv) * head_dim + d];
-        return;
-    }
-    float v = bf16_to_float(qkv[head * head_dim + d]);
-    float squares = v * v;
+# The fused backbone attention's fixed shape, one definition for the kernel (#defines) and for Python.
+ATTENTION_HEAD_DIM = 64
+ATTENTION_CHUNK = 64  # keys per block
+ATTENTION_THREADS = 128
+ATTENTION_MAX_GROUP = 8
+_ATTENTION_PARTIAL = 2 + ATTENTION_HEAD_DIM
+_ATTENTION_DEFINES = "".join(
+    f"#define {name} {value}\n"
+    for name, value in {
+        "HEAD_DIM": ATTENTION_HEAD_DIM,
+        "CHUNK": ATTENTION_CHUNK,
+        "THREADS": ATTENTION_THREADS,
+        "MAX_GROUP": ATTENTION_MAX_GROUP,
+    }.items()
+)
+
+_BACKBONE_ATTENTION_SOURCE = _COMMON + _ATTENTION_DEFINES + r"""
+// HEAD_DIM (64): one lane holds dims d and d + 32, the pair rotate_half swaps. CHUNK: keys per block.
+// THREADS: 4 warps; warp w takes the group's heads w, w + 4, ... MAX_GROUP: query heads per kv head.
+#define KEY_WORDS 33          // a staged key row: 32 words (64 bf16) + 1, so that lane j's row is bank j
+#define PARTIAL (2 + HEAD_DIM)  // per (split, head): running max, sum of weights, weighted values
+
+// The q|k RMS norm, its weight and the rotary at `pos` of one head, exactly as transformers' Lfm2
+// computes them in bf16 (each op rounded):
+//   n = bf16(x * rsqrt(mean(x^2) + eps));  q = bf16(w * n);  out = bf16(bf16(q * cos) + bf16(rotate_half(q) * sin))
+// The lane holds elements lane and lane + 32 of the head; returns them roped, as floats.
+__device__ __forceinline__ float2 norm_rope(const unsigned short* head, const unsigned short* weight, float eps,
+                                            const unsigned short* cos, const unsigned short* sin, int lane) {
+    float a = bf16_to_float(head[lane]), b = bf16_to_float(head[lane + 32]);
+    float squares = a * a + b * b;
     for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-    if ((d & 31) == 0) partial[d >> 5] = squares;
+    float inv_rms = rsqrtf(squares / (float)HEAD_DIM + eps);
+    float qa = bf16_to_float(float_to_bf16(bf16_to_float(weight[lane]) * bf16_to_float(float_to_bf16(a * inv_rms))));
+    float qb = bf16_to_float(float_to_bf16(bf16_to_float(weight[lane + 32]) * bf16_to_float(float_to_bf16(b * inv_rms))));
+    float ca = bf16_to_float(cos[lane]), cb = bf16_to_float(cos[lane + 32]);
+    float sa = bf16_to_float(sin[lane]), sb = bf16_to_float(sin[lane + 32]);
+    float ra = bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(qa * ca)) + bf16_to_float(float_to_bf16(-qb * sa))));
+    float rb = bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(qb * cb)) + bf16_to_float(float_to_bf16(qa * sb))));
+    return make_float2(ra, rb);
+}
+
+// One backbone attention layer's decode step at position `pos`, from its q|k|v projection: the q|k
+// norm + rotary, the cache write of k and v at `pos`, and softmax(q k^T * scale) v over positions
+// 0..pos, for every head; out is (heads * HEAD_DIM) bf16, the attention output in head order.
+// Split-key ("flash decoding"): block (split, kv) takes keys [split * CHUNK, +CHUNK) of kv head kv for
+// all the query heads of its group, and only the splits up to `pos` run, so the work follows the
+// context's length instead of the cache's. Each block leaves its softmax partials (max, sum, weighted
+// values; float) in `partials`; the last block of a kv head to finish (a counter per kv head, which
+// it resets) merges them in split order, so the result does not depend on which block is last.
+// Everything is float from the roped bf16 q and k on; the plain ops round scores and weights to bf16.
+extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
+        const unsigned short* __restrict__ qkv, const unsigned short* __restrict__ q_norm,
+        const unsigned short* __restrict__ k_norm, int eps_bits, int scale_bits,
+        const unsigned short* __restrict__ cos, const unsigned short* __restrict__ sin,
+        const long long* __restrict__ position, unsigned short* keys, unsigned short* values,
+        float* partials, unsigned int* counters, unsigned short* __restrict__ out,
+        int heads, int kv_heads, int max_positions) {
+    __shared__ unsigned int key_rows[CHUNK * KEY_WORDS];
+    __shared__ unsigned int value_rows[CHUNK * HEAD_DIM / 2];
+    __shared__ float2 queries[MAX_GROUP][32];  // (lane, lane + 32) of each head's roped q
+    __shared__ float weights[THREADS / 32][CHUNK];
+    __shared__ unsigned int finished;
+    const int split = blockIdx.x, kv = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int pos = (int)position[0], splits = pos / CHUNK + 1, max_splits = (max_positions + CHUNK - 1) / CHUNK;
+    if (split >= splits) return;
+    const int start = split * CHUNK, count = min(CHUNK, pos + 1 - start), group = heads / kv_heads;
+    const float eps = __int_as_float(eps_bits), scale = __int_as_float(scale_bits);
+    const long long head_base = (long long)kv * max_positions;
+
+    // 1. The chunk's cached keys and values (positions before pos), all loads issued before any use.
+    const uint4* cached_keys = reinterpret_cast<const uint4*>(keys + (head_base + start) * HEAD_DIM);
+    const uint4* cached_values = reinterpret_cast<const uint4*>(values + (head_base + start) * HEAD_DIM);
+    uint4 k_load[CHUNK * 8 / THREADS], v_load[CHUNK * 8 / THREADS];
+    #pragma unroll
+    for (int i = 0; i < CHUNK * 8 / THREADS; ++i) {
+        const int quad = threadIdx.x + i * THREADS;  // row quad / 8, 8 bf16 per quad
+        if (start + quad / 8 < pos) { k_load[i] = cached_keys[quad]; v_load[i] = cached_values[quad]; }
+    }
+    // 2. Meanwhile the roped queries of the group (and, in the block holding pos, the new key and value).
+    const unsigned short* cos_row = cos + (long long)pos * HEAD_DIM;
+    const unsigned short* sin_row = sin + (long long)pos * HEAD_DIM;
+    for (int g = warp; g < group; g += THREADS / 32)
+        queries[g][lane] = norm_rope(qkv + (kv * group + g) * HEAD_DIM, q_norm, eps, cos_row, sin_row, lane);
+    if (split == splits - 1 && warp == THREADS / 32 - 1) {
+        const int row = pos - start;
+        float2 k = norm_rope(qkv + (heads + kv) * HEAD_DIM, k_norm, eps, cos_row, sin_row, lane);
+        unsigned short ka = float_to_bf16(k.x), kb = float_to_bf16(k.y);
+        const unsigned short* v = qkv + (heads + kv_heads + kv) * HEAD_DIM;
+        unsigned short* key_out = keys + (head_base + pos) * HEAD_DIM;
+        unsigned short* value_out = values + (head_base + pos) * HEAD_DIM;
+        key_out[lane] = ka; key_out[lane + 32] = kb;
+        value_out[2 * lane] = v[2 * lane]; value_out[2 * lane + 1] = v[2 * lane + 1];
+        unsigned short* staged_key = reinterpret_cast<unsigned short*>(key_rows + row * KEY_WORDS);
+        staged_key[lane] = ka; staged_key[lane + 32] = kb;
+        value_rows[row * 32 + lane] = reinterpret_cast<const unsigned int*>(v)[lane];
+    }
+    #pragma unroll
+    for (int i = 0; i < CHUNK * 8 / THREADS; ++i) {
+        const int quad = threadIdx.x + i * THREADS, row = quad / 8, word = (quad % 8) * 4;
+        if (start + row < pos) {
+            unsigned int* k = key_rows + row * KEY_WORDS + word;
+            k[0] = k_load[i].x; k[1] = k_load[i].y; k[2] = k_load[i].z; k[3] = k_load[i].w;
+            reinterpret_cast<uint4*>(value_rows)[quad] = v_load[i];
+        }
+    }
     __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < head_dim / 32; ++w) total += partial[w];
-    float n = bf16_to_float(float_to_bf16(v * rsqrtf(total / (float)head_dim + __int_as_float(eps_bits))));
-    const unsigned short* weight = head < heads ? q_norm : k_norm;
-    float q = bf16_to_float(float_to_bf16(bf16_to_float(weight[d]) * n));
-    normed[d] = q;
+
+    // 3. Per head (one warp): lane j scores keys j and j + 32; the chunk's softmax partials; lane j
+    // accumulates value dims 2j and 2j + 1.
+    for (int g = warp; g < group; g += THREADS / 32) {
+        float score[2];
+        #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = lane + 32 * r;
+            float dot = 0.0f;
+            if (row < count) {
+                const unsigned int* k = key_rows + row * KEY_WORDS;
+                #pragma unroll 8
+                for (int w = 0; w < 16; ++w) {  // dims 2w, 2w + 1 (the lanes' "a" half) and 32 + 2w, 33 + 2w
+                    unsigned int lo = k[w], hi = k[w + 16];
+                    float2 qa = queries[g][2 * w], qb = queries[g][2 * w + 1];
+                    dot = fmaf(qa.x, __uint_as_float(lo << 16), dot);
+                    dot = fmaf(qb.x, __uint_as_float(lo & 0xffff0000u), dot);
+                    dot = fmaf(qa.y, __uint_as_float(hi << 16), dot);
+                    dot = fmaf(qb.y, __uint_as_float(hi & 0xffff0000u), dot);
+                }
+            }
+            score[r] = row < count ? dot * scale : -__int_as_float(0x7f800000);
+        }
+        float best = fmaxf(score[0], score[1]);
+        for (int offset = 16; offset > 0; offset >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, offset));
+        const float p0 = lane < count ? expf(score[0] - best) : 0.0f, p1 = lane + 32 < count ? expf(score[1] - best) : 0.0f;
+        float total = p0 + p1;
+        for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(0xffffffffu, total, offset);
+        weights[warp][lane] = p0;
+        weights[warp][lane + 32] = p1;
+        __syncwarp();
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int row = 0; row < count; ++row) {
+            const unsigned int v = value_rows[row * 32 + lane];
+            const float p = weights[warp][row];
+            acc0 = fmaf(p, __uint_as_float(v << 16), acc0);
+            acc1 = fmaf(p, __uint_as_float(v & 0xffff0000u), acc1);
+        }
+        __syncwarp();  // the weights are read before the next head overwrites them
+        float* partial = partials + ((long long)(kv * max_splits + split) * group + g) * PARTIAL;
+        if (lane == 0) { partial[0] = best; partial[1] = total; }
+        partial[2 + 2 * lane] = acc0;
+        partial[3 + 2 * lane] = acc1;
+    }
+
+    // 4. The last block of this kv head merges every split's partials, in split order.
+    __threadfence();
     __syncthreads();
-    float rotated = d < half ? -normed[d + half] : normed[d - half];
-    float c = bf16_to_float(cos[pos * head_dim + d]), s = bf16_to_float(sin[pos * head_dim + d]);
-    unsigned short out = float_to_bf16(bf16_to_float(float_to_bf16(q * c)) + bf16_to_float(float_to_bf16(rotated * s)));
-    if (head < heads) q_out[head * head_dim + d] = out;
-    else keys[((long long)(head - heads) * max_positions + pos) * head_dim + d] = out;
+    if (threadIdx.x == 0) {
+        finished = atomicAdd(counters + kv, 1u) == (unsigned int)(splits - 1);
+        if (finished) counters[kv] = 0;  // every block of this kv head has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (!finished) return;
+    __threadfence();
+    for (int g = warp; g < group; g += THREADS / 32) {
+        const float* first = partials + ((long long)kv * max_splits * group + g) * PARTIAL;
+        float best = -__int_as_float(0x7f800000);
+        for (int s = 0; s < splits; ++s) best = fmaxf(best, __ldcg(first + (long long)s * group * PARTIAL));
+        float total = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+        for (int s = 0; s < splits; ++s) {
+            const float* partial = first + (long long)s * group * PARTIAL;
+            const float w = expf(__ldcg(partial) - best);
+            total = fmaf(w, __ldcg(partial + 1), total);
+            acc0 = fmaf(w, __ldcg(partial + 2 + 2 * lane), acc0);
+            acc1 = fmaf(w, __ldcg(partial + 3 + 2 * lane), acc1);
+        }
+        unsigned short* o = out + (kv * group + g) * HEAD_DIM;
+        reinterpret_cast<unsigned int*>(o)[lane] = (unsigned int)float_to_bf16(acc0 / total) | ((unsigned int)float_to_bf16(acc1 / total) << 16);
+    }
 }
 """
 
@@ -669,7 +803,7 @@ _SOURCES = {
     "short_conv_step": _SHORT_CONV_SOURCE,
     "top_k_gumbel_argmax": _SAMPLER_SOURCE,
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
-    "backbone_rope_cache": _BACKBONE_ROPE_SOURCE,
+    "backbone_attention": _BACKBONE_ATTENTION_SOURCE,
     "rms_norm_row": _RMS_NORM_SOURCE,
 }
 SAMPLER_THREADS = 1024
@@ -908,18 +1042,37 @@ class DepthformerCodebookStep:
         return logits
 
 
-class BackboneRopeCache:
-    """The backbone decode step's q|k norm + rotary + cache write (and the step's mask) as one kernel."""
+class BackboneAttention:
+    """One backbone attention layer's decode step as one kernel: q|k norm + rotary, the cache write of
+    k and v, and the attention over positions 0..position (split over the keys; see the source).
 
-    def __init__(self, kernel: Any) -> None:
+    Replaced ~13 kernels per layer: a rope/cache kernel, the mask's copy, and baddbmm + softmax + bmm
+    over all 4096 slots of the cache (~18 µs of kernels per layer on the H200, bench run 32), whatever
+    the context's length. Its buffers (the splits' partials, a counter per kv head) are its own and
+    shared by the layers, which run one after another.
+    """
+
+    def __init__(self, kernel: Any, *, heads: int, kv_heads: int, max_positions: int, device: torch.device) -> None:
         self.kernel = kernel
+        self.heads, self.kv_heads, self.max_positions = heads, kv_heads, max_positions
+        self.splits = -(-max_positions // ATTENTION_CHUNK)
+        group = heads // kv_heads
+        self.partials = torch.zeros((kv_heads * self.splits * group * _ATTENTION_PARTIAL,), dtype=torch.float32, device=device)
+        self.counters = torch.zeros((kv_heads,), dtype=torch.int32, device=device)
+        self.out = torch.zeros((1, heads * ATTENTION_HEAD_DIM), dtype=torch.bfloat16, device=device)
+
+    @staticmethod
+    def supports(*, heads: int, kv_heads: int, head_dim: int) -> bool:
+        return head_dim == ATTENTION_HEAD_DIM and heads % kv_heads == 0 and heads // kv_heads <= ATTENTION_MAX_GROUP
 
     @classmethod
-    def create(cls, device: torch.device, dtype: torch.dtype, head_dim: int) -> "BackboneRopeCache | None":
-        if device.type != "cuda" or dtype != torch.bfloat16 or head_dim % 32 or head_dim > 1024:
+    def create(
+        cls, *, heads: int, kv_heads: int, head_dim: int, max_positions: int, device: torch.device, dtype: torch.dtype
+    ) -> "BackboneAttention | None":
+        if device.type != "cuda" or dtype != torch.bfloat16 or not cls.supports(heads=heads, kv_heads=kv_heads, head_dim=head_dim):
             return None
-        kernel = _compiled("backbone_rope_cache")
-        return cls(kernel) if kernel is not None else None
+        kernel = _compiled("backbone_attention")
+        return cls(kernel, heads=heads, kv_heads=kv_heads, max_positions=max_positions, device=device) if kernel is not None else None
 
     def __call__(
         self,
@@ -927,25 +1080,24 @@ class BackboneRopeCache:
         q_norm: torch.Tensor,
         k_norm: torch.Tensor,
         eps: float,
+        scale: float,
         cos: torch.Tensor,
         sin: torch.Tensor,
         position: torch.Tensor,
         keys: torch.Tensor,
         values: torch.Tensor,
-        q_out: torch.Tensor,
-        mask: torch.Tensor,
-        *,
-        write_mask: bool,
     ) -> torch.Tensor:
-        """keys / values: (1, kv_heads, max_positions, head_dim); q_out: (heads, head_dim); mask: (max_positions,)."""
-        _, kv_heads, max_positions, head_dim = keys.shape
-        heads = q_out.shape[0]
+        """qkv (1, (heads + 2 kv_heads) * 64); keys / values (1, kv_heads, max_positions, 64), written at
+        `position` (a (1,) int64 device tensor); cos / sin (max_positions, 64). Returns (1, heads * 64)."""
         self.kernel(
-            grid=(heads + 2 * kv_heads, 1, 1),
-            block=(head_dim, 1, 1),
-            args=[qkv, q_norm, k_norm, float_bits(eps), cos, sin, position, keys, values, q_out, mask, int(write_mask), heads, kv_heads, max_positions],
-        )
-        return q_out
+            grid=(self.splits, self.kv_heads, 1),
+            block=(ATTENTION_THREADS, 1, 1),
+            args=[
+                qkv, q_norm, k_norm, float_bits(eps), float_bits(scale), cos, sin, position, keys, values,
+                self.partials, self.counters, self.out, self.heads, self.kv_heads, self.max_positions,
+            ],
+        )  # fmt: skip
+        return self.out
 
 
 class RmsNormRow:

@@ -16,7 +16,7 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.realtime.cuda_kernels import (
     DEPTH_TABLE_FIELDS,
-    BackboneRopeCache,
+    BackboneAttention,
     DepthformerCodebookStep,
     RmsNormRow,
     ShortConvStep,
@@ -161,13 +161,12 @@ class StaticBackbone(StreamingState):
         self.key_index = torch.arange(max_positions, device=device)
         self.position = torch.zeros((1,), dtype=torch.long, device=device)  # next position to write
         self.span_length = torch.zeros((1,), dtype=torch.long, device=device)  # real rows of a padded prefill
-        # The decode step's q|k norm + rotary + cache write is one kernel on CUDA (plain ops elsewhere),
-        # and so is each of its RMS norms.
-        self.rope_cache = BackboneRopeCache.create(device, dtype, self.head_dim)
+        self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
+        # On CUDA each attention layer of the decode step is one kernel (q|k norm + rotary, cache write,
+        # attention; plain ops elsewhere), and so is each RMS norm.
+        self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
-        self._q = torch.zeros((self.heads, self.head_dim), device=device, dtype=dtype)
-        self._mask = torch.zeros((1, 1, max_positions), device=device, dtype=dtype)  # additive, this step
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
     # ------------------------------------------------------------------ state
@@ -288,8 +287,8 @@ class StaticBackbone(StreamingState):
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        On CUDA 11 kernels per attention layer and 8 per conv layer (the q|k norm + rotary + cache
-        write, the conv step and the SwiGLU are one kernel each). The matrix products stay with cuBLAS
+        On CUDA 8 kernels per layer, attention or conv (the attention with its q|k norm, rotary and
+        cache write, the conv step, each RMS norm and the SwiGLU are one kernel each). The matrix products stay with cuBLAS
         here: at these sizes (8-67 MB per weight) it beats hand-written matrix-vector kernels (H200:
         decode step 1.16 ms with cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
         """
@@ -313,28 +312,60 @@ class StaticBackbone(StreamingState):
 
     def _decode_attention(self, layer: _AttentionLayer, qkv: torch.Tensor, *, write_mask: bool) -> torch.Tensor:
         """q|k|v (1, ...) of this position → attention output (1, hidden); writes k and v into the cache
-        (and, for the step's first attention layer, the step's mask: 0 up to `position`, -inf after)."""
+        (and, on the plain path, for the step's first attention layer, the step's mask: 0 up to
+        `position`, -inf after)."""
         position = self.position
-        if self.rope_cache is not None:
-            q = self.rope_cache(
-                qkv, layer.q_norm, layer.k_norm, self.eps, self.cos, self.sin, position,
-                layer.keys, layer.values, self._q, self._mask, write_mask=write_mask,
-            )  # fmt: skip
-        else:
-            if write_mask:
-                self._mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(self.key_index > position, float("-inf")))
-            q, k, v = self._qkv(layer, qkv, self.cos.index_select(0, position), self.sin.index_select(0, position))
-            layer.keys.index_copy_(2, position, k.view(1, self.kv_heads, 1, self.head_dim))
-            layer.values.index_copy_(2, position, v.view(1, self.kv_heads, 1, self.head_dim))
-            q = q[0]
+        if self.attention_step is not None:
+            return self.attention_step(
+                qkv, layer.q_norm, layer.k_norm, self.eps, self.scale, self.cos, self.sin, position, layer.keys, layer.values
+            )
+        if write_mask:
+            self._mask.copy_(torch.zeros((), dtype=self.dtype, device=self.device).masked_fill(self.key_index > position, float("-inf")))
+        q, k, v = self._qkv(layer, qkv, self.cos.index_select(0, position), self.sin.index_select(0, position))
+        layer.keys.index_copy_(2, position, k.view(1, self.kv_heads, 1, self.head_dim))
+        layer.values.index_copy_(2, position, v.view(1, self.kv_heads, 1, self.head_dim))
         # Attention as two batched matmuls over the whole cache, masked past `position`: one query
         # row per head, grouped under its kv head. At 4 query rows per kv head the fused SDPA
         # kernels run one block per head along 4096 keys (61 µs per layer on the H200); cuBLAS
         # spreads the keys over the whole GPU (~15 µs for all three kernels).
-        rows = q.view(self.kv_heads, self.heads // self.kv_heads, self.head_dim)
+        rows = q[0].view(self.kv_heads, self.heads // self.kv_heads, self.head_dim)
         scores = torch.baddbmm(self._mask, rows, layer.keys[0].transpose(1, 2), alpha=self.scale)
         attn = torch.bmm(torch.softmax(scores, dim=-1), layer.values[0])  # (kv, group, d): head order
         return attn.view(1, self.hidden)
+
+    def _fused_attention(self) -> BackboneAttention | None:
+        """The one-kernel attention layer step, if it compiles, fits and agrees with the plain ops at a few
+        positions on random data (start-up; the cache is left as it was)."""
+        step = BackboneAttention.create(
+            heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, max_positions=self.max_positions,
+            device=self.device, dtype=self.dtype,
+        )  # fmt: skip
+        layer = next((layer for layer in self.layers if isinstance(layer, _AttentionLayer)), None)
+        if step is None or layer is None:
+            return None
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        keys, values = (torch.randn(layer.keys.shape, device=self.device, generator=generator).to(self.dtype) for _ in range(2))
+        qkv = (torch.randn((1, layer.qkv.shape[0]), device=self.device, generator=generator) * 3).to(self.dtype)
+        saved = self.position.clone()
+        self.attention_step = None
+        try:
+            for position in sorted({0, 1, 70, self.max_positions - 1}):
+                if position >= self.max_positions:
+                    continue
+                self.position.fill_(position)
+                plain_keys, plain_values = keys.clone(), values.clone()
+                plain = self._decode_attention(replace(layer, keys=plain_keys, values=plain_values), qkv, write_mask=True)
+                fused_keys, fused_values = keys.clone(), values.clone()
+                self.attention_step = step
+                got = self._decode_attention(replace(layer, keys=fused_keys, values=fused_values), qkv, write_mask=False)
+                self.attention_step = None
+                error = float((got.float() - plain.float()).norm() / plain.float().norm())
+                if not (error < 2e-2 and torch.equal(fused_values, plain_values) and torch.allclose(fused_keys.float(), plain_keys.float(), rtol=1e-2, atol=1e-2)):
+                    log.warning("fused backbone attention failed its self-check at position %d (relative error %.3g); using plain ops", position, error)
+                    return None
+        finally:
+            self.position.copy_(saved)
+        return step
 
     # ------------------------------------------------------------------ prefill
 
