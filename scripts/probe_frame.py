@@ -3,8 +3,9 @@
 The bench's turn (5 turns of 108 frames through the app's ChatSession) costs more than its stages
 summed (15 backbone steps, 6 text heads and 9 depthformer frames per 9 frames). This probe runs the
 same turns in variants, one engine, one process:
-- the depthformer kernel at one block per SM and per two SMs (the start-up timing picks one alone,
-  but in a turn the streaming decoder's kernels run beside it on a side stream);
+- the depthformer kernel at several grid sizes, its blocks sharing their SMs or alone on them (the
+  start-up timing picks a grid alone, but in a turn the streaming decoder's kernels run beside it on
+  a side stream), and the decoder's stream at high or normal priority;
 - with the decoder's graph replay skipped (no audio is decoded; everything else as in the app);
 - the backbone decode step, captured as one graph with the fused attention and with the plain ops,
   replayed at several context lengths.
@@ -65,6 +66,14 @@ def decode_step_us(backend, positions: list[int]) -> dict[str, dict[str, float]]
     return results
 
 
+def recapture_audio_head(backend) -> None:
+    """A graph records its kernels' launch settings: after a grid change, the audio head is captured again."""
+    backend.graphs.pop("audio_head", None)
+    step = backend.steps["audio_head"]
+    graphs.warm_up(backend.device, step)
+    backend.graphs["audio_head"], _ = graphs.capture(step)
+
+
 def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     use_expandable_cuda_segments()
@@ -72,36 +81,51 @@ def main() -> None:
     loaded = random_full_size_model()
     workload = make_workload(loaded)
     engine = EngineBench(loaded)
-    depthformer = engine.backend.depthformer
+    backend = engine.backend
+    depthformer = backend.depthformer
     step = depthformer.fused
+    assert step is not None
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     results: dict[str, object] = {
         "sms": sms,
-        "depthformer_blocks_chosen": step.blocks if step else None,
+        "depthformer_blocks_chosen": step.blocks,
         "start_up_grid_timings_ms": getattr(depthformer, "grid_timings_ms", {}),
         "components_ms": engine.components(),
-        "fused_attention": engine.backend.backbone.attention_step is not None,
+        "fused_attention": backend.backbone.attention_step is not None,
     }
-    chosen = step.blocks if step else None
-    decoder = engine.session.decoder.decoder
-    replay = decoder._graph.replay if decoder._graph is not None else None
+    chosen = step.blocks
+    pipelined = engine.session.decoder
+    decoder = pipelined.decoder
+    replay = decoder._graph.replay
     variants: dict[str, dict[str, float]] = {}
-    for blocks in sorted({sms, sms // 2} if step else {0}, reverse=True):
-        if step:
-            step.blocks = blocks
-        engine.run(workload, SAMPLED)  # warm: this grid's first turn
-        variants[f"{blocks}_blocks"] = turn_ms_per_frame(engine, workload)
-        if replay is not None:
-            decoder._graph.replay = lambda: None
-            try:
-                variants[f"{blocks}_blocks_no_decoding"] = turn_ms_per_frame(engine, workload)
-            finally:
-                decoder._graph.replay = replay
-        print(blocks, json.dumps({k: v for k, v in variants.items() if k.startswith(f"{blocks}_")}), flush=True)
-    if step:
-        step.blocks = chosen
+    # (name, blocks, alone on their SMs, decoder stream priority)
+    configs = [(f"{sms}_blocks", sms, False, -1), (f"{sms // 2}_blocks", sms // 2, False, -1),
+               (f"{sms // 2}_blocks_alone", sms // 2, True, -1), (f"{sms - 12}_blocks_alone", sms - 12, True, -1),
+               (f"{sms - 32}_blocks_alone", sms - 32, True, -1), (f"{sms}_blocks_decoder_priority_0", sms, False, 0)]  # fmt: skip
+    high_priority_side = pipelined._side
+    for name, blocks, alone, priority in configs:
+        step.blocks = blocks
+        if not step.alone_on_its_sm(alone):
+            variants[name] = {"error": "could not reserve the shared memory"}
+            continue
+        pipelined._side = high_priority_side if priority == -1 else torch.cuda.Stream(backend.device, priority=priority)
+        recapture_audio_head(backend)
+        entry: dict[str, float] = {"depthformer_frame_ms_alone": _median_ms(backend.graphs["audio_head"].replay)}
+        engine.run(workload, SAMPLED)  # warm
+        entry.update(turn_ms_per_frame(engine, workload))
+        decoder._graph.replay = lambda: None
+        try:
+            entry["no_decoding"] = turn_ms_per_frame(engine, workload)["ms_per_frame_median"]
+        finally:
+            decoder._graph.replay = replay
+        variants[name] = entry
+        print(name, json.dumps(entry), flush=True)
+    step.blocks = chosen
+    step.alone_on_its_sm(False)
+    pipelined._side = high_priority_side
     results["turn_variants"] = variants
-    results["decode_step_us_by_position"] = decode_step_us(engine.backend, [100, 500, 1000, 2000, 4000])
+    recapture_audio_head(backend)
+    results["decode_step_us_by_position"] = decode_step_us(backend, [100, 500, 1000, 2000, 4000])
     print(json.dumps(results, indent=1))
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_frame.json").write_text(json.dumps(results, indent=1))

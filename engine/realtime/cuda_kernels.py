@@ -641,6 +641,7 @@ _BACKBONE_ATTENTION_SOURCE = _COMMON + _ATTENTION_DEFINES + r"""
 // THREADS: 4 warps; warp w takes the group's heads w, w + 4, ... MAX_GROUP: query heads per kv head.
 #define KEY_WORDS 33          // a staged key row: 32 words (64 bf16) + 1, so that lane j's row is bank j
 #define PARTIAL (2 + HEAD_DIM)  // per (split, head): running max, sum of weights, weighted values
+#define MERGE 8               // splits merged per round of loads
 
 // The q|k RMS norm, its weight and the rotary at `pos` of one head, exactly as transformers' Lfm2
 // computes them in bf16 (each op rounded):
@@ -783,15 +784,31 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
     __threadfence();
     for (int g = warp; g < group; g += THREADS / 32) {
         const float* first = partials + ((long long)kv * max_splits * group + g) * PARTIAL;
+        const long long stride = (long long)group * PARTIAL;  // from one split's partial to the next
         float best = -__int_as_float(0x7f800000);
-        for (int s = 0; s < splits; ++s) best = fmaxf(best, __ldcg(first + (long long)s * group * PARTIAL));
+        for (int s = lane; s < splits; s += 32) best = fmaxf(best, __ldcg(first + s * stride));
+        for (int offset = 16; offset > 0; offset >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, offset));
+        // MERGE splits at a time, their loads issued together (one L2 round trip per round, not per split).
         float total = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
-        for (int s = 0; s < splits; ++s) {
-            const float* partial = first + (long long)s * group * PARTIAL;
-            const float w = expf(__ldcg(partial) - best);
-            total = fmaf(w, __ldcg(partial + 1), total);
-            acc0 = fmaf(w, __ldcg(partial + 2 + 2 * lane), acc0);
-            acc1 = fmaf(w, __ldcg(partial + 3 + 2 * lane), acc1);
+        for (int s0 = 0; s0 < splits; s0 += MERGE) {
+            float m[MERGE], l[MERGE];
+            float2 a[MERGE];
+            #pragma unroll
+            for (int u = 0; u < MERGE; ++u) {
+                const float* partial = first + (s0 + u < splits ? s0 + u : s0) * stride;
+                m[u] = __ldcg(partial);
+                l[u] = __ldcg(partial + 1);
+                a[u] = __ldcg(reinterpret_cast<const float2*>(partial + 2) + lane);
+            }
+            #pragma unroll
+            for (int u = 0; u < MERGE; ++u) {
+                if (s0 + u < splits) {
+                    const float w = expf(m[u] - best);
+                    total = fmaf(w, l[u], total);
+                    acc0 = fmaf(w, a[u].x, acc0);
+                    acc1 = fmaf(w, a[u].y, acc1);
+                }
+            }
         }
         unsigned short* o = out + (kv * group + g) * HEAD_DIM;
         reinterpret_cast<unsigned int*>(o)[lane] = (unsigned int)float_to_bf16(acc0 / total) | ((unsigned int)float_to_bf16(acc1 / total) << 16);
@@ -974,6 +991,11 @@ class TopKGumbelArgmax:
         return out
 
 
+# cuFuncGetAttribute / cuFuncSetAttribute (CUDA driver API) attribute numbers.
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+
 class DepthformerCodebookStep:
     """One depthformer codebook step (all layers, then the codebook's logits) as ONE kernel launch.
 
@@ -985,8 +1007,43 @@ class DepthformerCodebookStep:
 
     def __init__(self, kernel: Any, device: torch.device) -> None:
         self.kernel = kernel
-        self.blocks = torch.cuda.get_device_properties(device).multi_processor_count
+        properties = torch.cuda.get_device_properties(device)
+        self.blocks = properties.multi_processor_count
         self.barrier = torch.zeros((2,), dtype=torch.int32, device=device)  # counter, generation
+        self.reserved_shared_bytes = 0  # unused dynamic shared memory per block (see `alone_on_its_sm`)
+        self._shared_limit = getattr(properties, "shared_memory_per_block_optin", 0)
+
+    def alone_on_its_sm(self, alone: bool) -> bool:
+        """With `alone`, every block takes all the shared memory a block may have (and leaves it unused),
+        so that no other kernel's block can share an SM with one of this kernel's blocks: kernels on
+        another stream (the streaming decoder's) then run only on the SMs this grid leaves free.
+        Returns whether it took effect."""
+        if not alone:
+            self.reserved_shared_bytes = 0
+            return True
+        static = self.kernel_attribute(_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        reserve = self._shared_limit - static
+        if static < 0 or reserve <= 0 or not self._set_kernel_attribute(_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, reserve):
+            return False
+        self.reserved_shared_bytes = reserve
+        return True
+
+    def kernel_attribute(self, attribute: int) -> int:
+        import ctypes
+
+        value = ctypes.c_int(0)
+        libcuda = torch.cuda._utils._get_cuda_library()
+        func = getattr(self.kernel, "func", None)
+        if func is None or libcuda.cuFuncGetAttribute(ctypes.byref(value), attribute, func) != 0:
+            return -1
+        return value.value
+
+    def _set_kernel_attribute(self, attribute: int, value: int) -> bool:
+        import ctypes
+
+        libcuda = torch.cuda._utils._get_cuda_library()
+        func = getattr(self.kernel, "func", None)
+        return func is not None and libcuda.cuFuncSetAttribute(func, attribute, ctypes.c_int(value)) == 0
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "DepthformerCodebookStep | None":
@@ -1038,6 +1095,7 @@ class DepthformerCodebookStep:
                 inputs_row, int(has_previous), previous_code if has_previous else table, embedding,
                 stream, act, head_norm, float_bits(head_eps), to_logits, logits, to_logits.shape[0], self.barrier,
             ],
+            shared_mem=self.reserved_shared_bytes,
         )  # fmt: skip
         return logits
 
