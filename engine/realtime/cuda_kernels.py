@@ -1025,6 +1025,13 @@ class DepthformerCodebookStep:
         reserve = self._shared_limit - static
         if static < 0 or reserve <= 0 or not self._set_kernel_attribute(_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, reserve):
             return False
+        configure = getattr(self.kernel, "set_shared_memory_config", None)  # torch >= 2.10 checks launches against it
+        if configure is not None:
+            try:
+                configure(reserve)
+            except Exception as error:
+                log.warning("depthformer kernel: no room for %d bytes of shared memory: %s", reserve, error)
+                return False
         self.reserved_shared_bytes = reserve
         return True
 
