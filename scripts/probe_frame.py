@@ -3,12 +3,11 @@
 The bench's turn (5 turns of 108 frames through the app's ChatSession) costs more than its stages
 summed (15 backbone steps, 6 text heads and 9 depthformer frames per 9 frames). This probe runs the
 same turns in variants, one engine, one process:
-- the depthformer kernel at several grid sizes, its blocks sharing their SMs or alone on them (the
-  start-up timing picks a grid alone, but in a turn the streaming decoder's kernels run beside it on
-  a side stream), and the decoder's stream at high or normal priority;
+- the depthformer kernel at one block per SM, per two and per three SMs (in a turn the streaming
+  decoder's kernels run beside it on a side stream; the start-up timing has the decoder beside it);
 - with the decoder's graph replay skipped (no audio is decoded; everything else as in the app);
 - the backbone decode step, captured as one graph with the fused attention and with the plain ops,
-  replayed at several context lengths.
+  replayed at several context lengths; the start-up timing of each matrix-vector product shape.
 Writes $OUT/probe_frame.json. Run on the GPU machine: `python3 scripts/probe_frame.py`.
 """
 
@@ -94,21 +93,14 @@ def main() -> None:
         "fused_attention": backend.backbone.attention_step is not None,
     }
     chosen = step.blocks
-    pipelined = engine.session.decoder
-    decoder = pipelined.decoder
+    backbone = backend.backbone
+    results["matvec_timings_us"] = backbone.matvec_timings_us
+    results["matvec_shapes_chosen"] = sorted(str(shape) for shape in backbone.matvec_shapes)
+    decoder = engine.session.decoder.decoder
     replay = decoder._graph.replay
     variants: dict[str, dict[str, float]] = {}
-    # (name, blocks, alone on their SMs, decoder stream priority)
-    configs = [(f"{sms}_blocks", sms, False, -1), (f"{sms // 2}_blocks", sms // 2, False, -1),
-               (f"{sms // 2}_blocks_alone", sms // 2, True, -1), (f"{sms - 12}_blocks_alone", sms - 12, True, -1),
-               (f"{sms - 32}_blocks_alone", sms - 32, True, -1), (f"{sms}_blocks_decoder_priority_0", sms, False, 0)]  # fmt: skip
-    high_priority_side = pipelined._side
-    for name, blocks, alone, priority in configs:
+    for blocks in sorted({sms, sms // 2, sms // 3}, reverse=True):
         step.blocks = blocks
-        if not step.alone_on_its_sm(alone):
-            variants[name] = {"error": "could not reserve the shared memory"}
-            continue
-        pipelined._side = high_priority_side if priority == -1 else torch.cuda.Stream(backend.device, priority=priority)
         recapture_audio_head(backend)
         entry: dict[str, float] = {"depthformer_frame_ms_alone": _median_ms(backend.graphs["audio_head"].replay)}
         engine.run(workload, SAMPLED)  # warm
@@ -118,11 +110,9 @@ def main() -> None:
             entry["no_decoding"] = turn_ms_per_frame(engine, workload)["ms_per_frame_median"]
         finally:
             decoder._graph.replay = replay
-        variants[name] = entry
-        print(name, json.dumps(entry), flush=True)
+        variants[f"{blocks}_blocks"] = entry
+        print(blocks, json.dumps(entry), flush=True)
     step.blocks = chosen
-    step.alone_on_its_sm(False)
-    pipelined._side = high_priority_side
     results["turn_variants"] = variants
     recapture_audio_head(backend)
     results["decode_step_us_by_position"] = decode_step_us(backend, [100, 500, 1000, 2000, 4000])

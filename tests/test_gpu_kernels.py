@@ -244,3 +244,37 @@ def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundar
         finally:
             backbone.attention_step = kernel
         assert _relative(got, plain) < 2e-2, position
+
+
+@pytest.mark.parametrize("rows, columns", [(2048, 2048), (3072, 2048), (16384, 2048), (2048, 8192), (1001, 256), (96, 6144)])
+def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int) -> None:
+    """The matrix-vector kernel against the float64 product, with and without the residual it adds, and
+    bit for bit the same output when run again (each output is one fixed-order sum)."""
+    from engine.realtime.cuda_kernels import Matvec
+
+    matvec = Matvec.create(device, torch.bfloat16)
+    assert matvec is not None and Matvec.split(columns) is not None
+    generator = torch.Generator(device=device).manual_seed(rows + columns)
+    weight = torch.randn((rows, columns), device=device, generator=generator).to(torch.bfloat16)
+    x = torch.randn((1, columns), device=device, generator=generator).to(torch.bfloat16)
+    residual = (torch.randn((rows,), device=device, generator=generator) * 30).to(torch.bfloat16)
+    exact = x.double() @ weight.double().t()
+    for extra in (None, residual):
+        got = matvec(x, weight, extra)
+        expected = exact if extra is None else exact + extra.double()
+        assert got.shape == (1, rows) and got.dtype == torch.bfloat16
+        assert _relative(got, expected) < 4e-3  # the bf16 rounding of the output, nothing more
+        assert ((got.double() - expected).abs() <= expected.abs() * 2**-7 + 1e-3 * columns**0.5).all()
+        assert torch.equal(got, matvec(x, weight, extra))
+
+
+@torch.inference_mode()
+def test_backbone_times_the_matvec_kernel_against_cublas_for_every_decode_product(device, full_size) -> None:
+    from engine.realtime.static_model import StaticBackbone
+
+    backbone = StaticBackbone(full_size.model.lfm, max_positions=256)
+    shapes = backbone._decode_products()
+    assert len(shapes) == 5  # q|k|v, conv in-projection, out-projections (+ residual), w1|w3, w2 (+ residual)
+    assert len(backbone.matvec_timings_us) == len(shapes)
+    assert all(t["kernel"] > 0 and t["cublas"] > 0 for t in backbone.matvec_timings_us.values())
+    assert backbone.matvec_shapes <= set(shapes)

@@ -297,7 +297,7 @@ class EngineBench:
     def __init__(self, loaded) -> None:
         from engine.chat.audio_decoding import make_audio_decoder
         from engine.realtime.backend import GraphedBackend
-        from engine.chat.session import ChatSession, _encoder_graphs_or_none
+        from engine.chat.session import ChatSession, _encoder_graphs_or_none, fit_depthformer_to_decoder
 
         torch.cuda.reset_peak_memory_stats()
         memory = {"weights_loaded": _memory_gb()}
@@ -307,6 +307,7 @@ class EngineBench:
         backend_s = time.perf_counter() - started
         memory["step_and_prefill_graphs"] = _memory_gb()
         self.decoder = make_audio_decoder(loaded, use_cuda_graphs=True)
+        fit_depthformer_to_decoder(self.backend, self.decoder)  # as ChatSession.open does
         _sync()
         self.capture_s = time.perf_counter() - started  # the step and prefill graphs, and the decoder's
         memory["decoder_graph"] = _memory_gb()
@@ -337,6 +338,10 @@ class EngineBench:
             "pools_after_startup": _pools(),
             "peak_reserved_gb_during_startup": torch.cuda.max_memory_reserved() / 1e9,
             "peak_allocated_gb_during_startup": torch.cuda.max_memory_allocated() / 1e9,
+            "depthformer_grid": {
+                "blocks": self.backend.depthformer.fused.blocks if self.backend.depthformer.fused else None,
+                "timings_ms": {way: {str(k): v for k, v in t.items()} for way, t in self.backend.depthformer.grid_timings_ms.items()},
+            },
         }
         self._unseen = 0
         self.loaded = loaded

@@ -13,6 +13,7 @@ calls simply compute at once.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -87,6 +88,14 @@ class PipelinedDecoder:
             main.wait_event(self._codes_read if self._submitted else self._events[slot])
         self._pending.append((slot, pcm.numel()))
         self._submitted += 1
+
+    def timing_step(self) -> Callable[[], None] | None:
+        """One frame's decoding on the current stream, of whatever the codes buffer holds, handing nothing
+        over: for timing other GPU work beside the decoder's (call `reset` afterwards). None where the
+        decoder has no fixed codes buffer (Mimi)."""
+        if getattr(self.decoder, "codes_buffer", None) is None:
+            return None
+        return lambda: self.decoder.step(None)  # type: ignore[attr-defined]
 
     def poll(self) -> list[np.ndarray]:
         """The chunks whose PCM has reached the host, in order; never blocks."""

@@ -264,6 +264,8 @@ class ChatSession:
             backend, fallback_reason = _graphed_backend_or_fallback(loaded, context_tokens, report)
             graphs_ready = fallback_reason is None
         decoder = make_audio_decoder(loaded, use_cuda_graphs=graphs_ready)
+        if graphs_ready:
+            fit_depthformer_to_decoder(backend, decoder)
         session = cls(
             loaded,
             backend,
@@ -691,6 +693,17 @@ def _encoder_graphs_or_none(loaded: LoadedModel) -> EncoderGraphs | None:
         torch.cuda.empty_cache()
         log.warning("audio encoder graphs not captured, encoding eagerly: %s", error)
         return None
+
+
+def fit_depthformer_to_decoder(backend: StepBackend, decoder: PipelinedDecoder) -> None:
+    """Time the depthformer kernel's grid with the decoder's frame beside it, as the two run in a turn
+    (start-up, after both are captured); the decoder is reset afterwards."""
+    from engine.realtime.backend import GraphedBackend
+
+    step = decoder.timing_step()
+    if isinstance(backend, GraphedBackend) and step is not None:
+        backend.fit_depthformer_grid(step)
+        decoder.reset()
 
 
 def _graphed_backend_or_fallback(

@@ -143,12 +143,31 @@ class GraphedBackend(StreamingState):
                     step()
 
         graphs.warm_up(self.device, run_every_step)
-        pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
+        self._pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
-            self.graphs[name], _ = graphs.capture(step, pool=pool)
+            self.graphs[name], _ = graphs.capture(step, pool=self._pool)
         self.restore(saved)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
+
+    @torch.inference_mode()
+    def fit_depthformer_grid(self, beside: Callable[[], None]) -> None:
+        """Choose the depthformer kernel's grid again with `beside` (the streaming decoder's frame) on a
+        side stream, as it runs in a turn, and capture the audio head again if the grid changed (a graph
+        keeps the launch settings it was captured with). The conversation's state is left as it was."""
+        fused = self.depthformer.fused
+        if fused is None:
+            return
+        before = fused.blocks
+        self.depthformer.choose_grid(beside)
+        if fused.blocks == before or "audio_head" not in self.graphs:
+            return
+        saved = self.snapshot()
+        del self.graphs["audio_head"]
+        step = self.steps["audio_head"]
+        graphs.warm_up(self.device, step)
+        self.graphs["audio_head"], _ = graphs.capture(step, pool=self._pool)
+        self.restore(saved)
 
     def stage_standalone_run(self, name: str) -> None:
         """Set up a run of one step outside a turn (warm-up, profiling) so that all its writes land

@@ -641,7 +641,7 @@ _BACKBONE_ATTENTION_SOURCE = _COMMON + _ATTENTION_DEFINES + r"""
 // THREADS: 4 warps; warp w takes the group's heads w, w + 4, ... MAX_GROUP: query heads per kv head.
 #define KEY_WORDS 33          // a staged key row: 32 words (64 bf16) + 1, so that lane j's row is bank j
 #define PARTIAL (2 + HEAD_DIM)  // per (split, head): running max, sum of weights, weighted values
-#define MERGE 8               // splits merged per round of loads
+#define MERGE 16              // splits merged per round of loads
 
 // The q|k RMS norm, its weight and the rotary at `pos` of one head, exactly as transformers' Lfm2
 // computes them in bf16 (each op rounded):
@@ -785,11 +785,9 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
     for (int g = warp; g < group; g += THREADS / 32) {
         const float* first = partials + ((long long)kv * max_splits * group + g) * PARTIAL;
         const long long stride = (long long)group * PARTIAL;  // from one split's partial to the next
-        float best = -__int_as_float(0x7f800000);
-        for (int s = lane; s < splits; s += 32) best = fmaxf(best, __ldcg(first + s * stride));
-        for (int offset = 16; offset > 0; offset >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, offset));
-        // MERGE splits at a time, their loads issued together (one L2 round trip per round, not per split).
-        float total = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
+        // MERGE splits per round, their loads issued together (one L2 round trip per round, not per
+        // split), with a running maximum: the sums so far are rescaled when a round raises it.
+        float best = -__int_as_float(0x7f800000), total = 0.0f, acc0 = 0.0f, acc1 = 0.0f;
         for (int s0 = 0; s0 < splits; s0 += MERGE) {
             float m[MERGE], l[MERGE];
             float2 a[MERGE];
@@ -800,18 +798,84 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
                 l[u] = __ldcg(partial + 1);
                 a[u] = __ldcg(reinterpret_cast<const float2*>(partial + 2) + lane);
             }
+            float round_best = best;
+            #pragma unroll
+            for (int u = 0; u < MERGE; ++u) round_best = fmaxf(round_best, m[u]);  // the padding repeats split s0
+            const float rescale = expf(best - round_best);  // 0 on the first round (best = -inf)
+            total *= rescale;
+            acc0 *= rescale;
+            acc1 *= rescale;
             #pragma unroll
             for (int u = 0; u < MERGE; ++u) {
                 if (s0 + u < splits) {
-                    const float w = expf(m[u] - best);
+                    const float w = expf(m[u] - round_best);
                     total = fmaf(w, l[u], total);
                     acc0 = fmaf(w, a[u].x, acc0);
                     acc1 = fmaf(w, a[u].y, acc1);
                 }
             }
+            best = round_best;
         }
         unsigned short* o = out + (kv * group + g) * HEAD_DIM;
         reinterpret_cast<unsigned int*>(o)[lane] = (unsigned int)float_to_bf16(acc0 / total) | ((unsigned int)float_to_bf16(acc1 / total) << 16);
+    }
+}
+"""
+
+# The batch-1 matrix-vector kernel's fixed shape, one definition for the kernel and for Python.
+MATVEC_WARPS = 8
+MATVEC_DEPTH = 16  # 16-byte chunks of its row a lane loads at once: 4096 columns per warp
+MATVEC_MAX_K = 8192
+MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
+_MATVEC_DEFINES = "".join(
+    f"#define {name} {value}\n"
+    for name, value in {"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K}.items()
+)
+
+_MATVEC_SOURCE = _COMMON + _MATVEC_DEFINES + r"""
+#define MATVEC_THREADS (MATVEC_WARPS * 32)
+
+__device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
+    return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
+}
+
+// out = W x (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split.
+// Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
+// part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
+// x into shared memory meanwhile. Nothing else is fused: the launch's latency is one round trip of
+// loads, and its bytes stream at the memory's pace (the weights are read once: evict-first loads).
+// Each output is a fixed-order sum, so a replay is bitwise the eager call.
+extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
+        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_residual,
+        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
+    __shared__ uint4 xs[MATVEC_MAX_K / 8];
+    __shared__ float partial[MATVEC_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
+    const int per_lane = K / (256 * split), first = part * (K / 8 / split);
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
+    uint4 w[MATVEC_DEPTH];
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t)
+        if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
+    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) xs[c] = reinterpret_cast<const uint4*>(x)[c];
+    __syncthreads();
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t) {
+        if (t < per_lane) {
+            const uint4 h = xs[first + lane + 32 * t];
+            acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (part == 0 && lane == 0 && row < N) {
+        float total = 0.0f;
+        for (int p = 0; p < split; ++p) total += partial[warp + p];
+        if (has_residual) total += bf16_to_float(residual[row]);
+        out[row] = float_to_bf16(total);
     }
 }
 """
@@ -821,6 +885,7 @@ _SOURCES = {
     "top_k_gumbel_argmax": _SAMPLER_SOURCE,
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
     "backbone_attention": _BACKBONE_ATTENTION_SOURCE,
+    "matvec": _MATVEC_SOURCE,
     "rms_norm_row": _RMS_NORM_SOURCE,
 }
 SAMPLER_THREADS = 1024
@@ -991,11 +1056,6 @@ class TopKGumbelArgmax:
         return out
 
 
-# cuFuncGetAttribute / cuFuncSetAttribute (CUDA driver API) attribute numbers.
-_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-
-
 class DepthformerCodebookStep:
     """One depthformer codebook step (all layers, then the codebook's logits) as ONE kernel launch.
 
@@ -1007,50 +1067,9 @@ class DepthformerCodebookStep:
 
     def __init__(self, kernel: Any, device: torch.device) -> None:
         self.kernel = kernel
-        properties = torch.cuda.get_device_properties(device)
-        self.blocks = properties.multi_processor_count
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count
+        self.blocks = self.sms  # the grid; StaticDepthformer.choose_grid times the candidates
         self.barrier = torch.zeros((2,), dtype=torch.int32, device=device)  # counter, generation
-        self.reserved_shared_bytes = 0  # unused dynamic shared memory per block (see `alone_on_its_sm`)
-        self._shared_limit = getattr(properties, "shared_memory_per_block_optin", 0)
-
-    def alone_on_its_sm(self, alone: bool) -> bool:
-        """With `alone`, every block takes all the shared memory a block may have (and leaves it unused),
-        so that no other kernel's block can share an SM with one of this kernel's blocks: kernels on
-        another stream (the streaming decoder's) then run only on the SMs this grid leaves free.
-        Returns whether it took effect."""
-        if not alone:
-            self.reserved_shared_bytes = 0
-            return True
-        static = self.kernel_attribute(_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
-        reserve = self._shared_limit - static
-        if static < 0 or reserve <= 0 or not self._set_kernel_attribute(_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, reserve):
-            return False
-        configure = getattr(self.kernel, "set_shared_memory_config", None)  # torch >= 2.10 checks launches against it
-        if configure is not None:
-            try:
-                configure(reserve)
-            except Exception as error:
-                log.warning("depthformer kernel: no room for %d bytes of shared memory: %s", reserve, error)
-                return False
-        self.reserved_shared_bytes = reserve
-        return True
-
-    def kernel_attribute(self, attribute: int) -> int:
-        import ctypes
-
-        value = ctypes.c_int(0)
-        libcuda = torch.cuda._utils._get_cuda_library()
-        func = getattr(self.kernel, "func", None)
-        if func is None or libcuda.cuFuncGetAttribute(ctypes.byref(value), attribute, func) != 0:
-            return -1
-        return value.value
-
-    def _set_kernel_attribute(self, attribute: int, value: int) -> bool:
-        import ctypes
-
-        libcuda = torch.cuda._utils._get_cuda_library()
-        func = getattr(self.kernel, "func", None)
-        return func is not None and libcuda.cuFuncSetAttribute(func, attribute, ctypes.c_int(value)) == 0
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "DepthformerCodebookStep | None":
@@ -1102,7 +1121,6 @@ class DepthformerCodebookStep:
                 inputs_row, int(has_previous), previous_code if has_previous else table, embedding,
                 stream, act, head_norm, float_bits(head_eps), to_logits, logits, to_logits.shape[0], self.barrier,
             ],
-            shared_mem=self.reserved_shared_bytes,
         )  # fmt: skip
         return logits
 
@@ -1163,6 +1181,46 @@ class BackboneAttention:
             ],
         )  # fmt: skip
         return self.out
+
+
+class Matvec:
+    """A batch-1 matrix-vector product (optionally plus a residual row) as one kernel: W (N, K) bf16
+    times x (1, K). The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
+    (`StaticBackbone` times both at start-up)."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+
+    @classmethod
+    def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
+        if device.type != "cuda" or dtype != torch.bfloat16:
+            return None
+        kernel = _compiled("matvec")
+        return cls(kernel) if kernel is not None else None
+
+    @staticmethod
+    def split(columns: int) -> int | None:
+        """Warps per row for `columns` (each takes at most MATVEC_DEPTH chunks per lane), or None if unsupported."""
+        split = 1
+        while columns > 256 * MATVEC_DEPTH * split:
+            split *= 2
+        if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (256 * split):
+            return None
+        return split
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """x (1, K) and weight (N, K) contiguous, 16-byte aligned; residual (N,) or None → a new (1, N)."""
+        rows, columns = weight.shape
+        split = self.split(columns)
+        assert split is not None and x.is_contiguous() and weight.is_contiguous()
+        out = torch.empty((1, rows), device=x.device, dtype=x.dtype)
+        per_block = MATVEC_WARPS // split
+        self.kernel(
+            grid=(-(-rows // per_block), 1, 1),
+            block=(MATVEC_WARPS * 32, 1, 1),
+            args=[weight, x, int(residual is not None), residual if residual is not None else weight, out, rows, columns, split],
+        )
+        return out
 
 
 class RmsNormRow:

@@ -16,6 +16,7 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -27,11 +28,13 @@ from engine.realtime.cuda_kernels import (
     DEPTH_TABLE_FIELDS,
     BackboneAttention,
     DepthformerCodebookStep,
+    Matvec,
     RmsNormRow,
     ShortConvStep,
     short_conv_step_reference,
     swiglu,
 )
+from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
@@ -166,6 +169,9 @@ class StaticBackbone(StreamingState):
         # attention; plain ops elsewhere), and so is each RMS norm.
         self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
+        self.matvec = Matvec.create(device, dtype)
+        self.matvec_shapes: set[tuple[int, int, bool]] = set()  # _product's cuBLAS path while timing
+        self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
@@ -201,10 +207,75 @@ class StaticBackbone(StreamingState):
         return F.rms_norm(x, (self.hidden,), weight, self.eps)
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 1:  # decode
+            gate, up = self._product(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
+            return self._product(swiglu(gate, up), layer.w2, residual=x[0])
         gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
-        if x.shape[0] == 1:  # decode: the residual add rides on the matmul (addmm's bias)
-            return torch.addmm(x[0], swiglu(gate, up), layer.w2.t())
         return x + F.linear(swiglu(gate, up), layer.w2)
+
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """A decode step's x (1, K) @ weight.T (+ residual (N,)): the matrix-vector kernel for the shapes
+        where it beat cuBLAS in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a
+        residual, the add rides on the product (addmm's bias, or the kernel's)."""
+        if (weight.shape[0], weight.shape[1], residual is not None) in self.matvec_shapes:
+            return self.matvec(x, weight, residual)
+        if residual is None:
+            return F.linear(x, weight)
+        return torch.addmm(residual, x, weight.t())
+
+    def _decode_products(self) -> dict[tuple[int, int, bool], torch.Tensor]:
+        """The decode step's matrix-vector products by (rows, columns, with a residual), one weight of each."""
+        products: dict[tuple[int, int, bool], torch.Tensor] = {}
+        for layer in self.layers:
+            first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
+            for weight, residual in ((first, False), (layer.out, True), (layer.w13, False), (layer.w2, True)):
+                products.setdefault((weight.shape[0], weight.shape[1], residual), weight)
+        return products
+
+    @torch.no_grad()
+    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool]]:
+        """The product shapes for which the matrix-vector kernel is faster than cuBLAS here, each timed as
+        a CUDA graph of 20 products on the model's own weights (start-up, ~0.1 s), and checked against
+        cuBLAS first. At batch 1 cuBLAS runs 6-20 µs per product; which wins depends on the shape and
+        the GPU (H200: bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
+        self.matvec_timings_us: dict[str, dict[str, float]] = {}
+        if self.matvec is None:
+            return set()
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        chosen: set[tuple[int, int, bool]] = set()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for (rows, columns, with_residual), weight in self._decode_products().items():
+            if Matvec.split(columns) is None or weight.data_ptr() % 16 or not weight.is_contiguous():
+                continue
+            x = torch.randn((1, columns), device=self.device, generator=generator).to(self.dtype)
+            residual = torch.randn((rows,), device=self.device, generator=generator).to(self.dtype) if with_residual else None
+            shape = (rows, columns, with_residual)
+            plain = F.linear(x, weight) if residual is None else torch.addmm(residual, x, weight.t())
+            error = float((self.matvec(x, weight, residual).float() - plain.float()).norm() / plain.float().norm())
+            if not error < 1e-2:
+                log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
+                continue
+            times: dict[str, float] = {}
+            for name, product in (("cublas", self._product), ("kernel", self.matvec)):
+
+                def twenty(product=product) -> None:
+                    for _ in range(20):
+                        product(x, weight, residual)
+
+                graphs.warm_up(self.device, twenty)
+                graph, _ = graphs.capture(twenty)
+                graph.replay()
+                start.record()
+                for _ in range(5):
+                    graph.replay()
+                end.record()
+                end.synchronize()
+                times[name] = start.elapsed_time(end) * 1000 / 100
+                del graph
+            self.matvec_timings_us[f"{rows}x{columns}{' + residual' if with_residual else ''}"] = times
+            if times["kernel"] < times["cublas"]:
+                chosen.add(shape)
+        return chosen
 
     def _qkv(self, layer: _AttentionLayer, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         """Projected q|k|v rows (n, ...) → q, k normed and roped at their positions' cos / sin, and v."""
@@ -296,11 +367,11 @@ class StaticBackbone(StreamingState):
         for layer in self.layers:
             h = self._norm(x, layer.norm)
             if isinstance(layer, _AttentionLayer):
-                attn = self._decode_attention(layer, F.linear(h, layer.qkv), write_mask=first_attention)
+                attn = self._decode_attention(layer, self._product(h, layer.qkv), write_mask=first_attention)
                 first_attention = False
-                x = torch.addmm(x[0], attn, layer.out.t())
+                x = self._product(attn, layer.out, residual=x[0])
             else:
-                x = torch.addmm(x[0], self._conv_step(layer, F.linear(h, layer.in_proj)), layer.out.t())
+                x = self._product(self._conv_step(layer, self._product(h, layer.in_proj)), layer.out, residual=x[0])
             x = self._mlp(layer, x)
         self.position.add_(1)
         return self._norm(x, self.final_norm)
@@ -528,6 +599,7 @@ class StaticDepthformer:
         self._stream = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the fused step's residual stream
         self._act = torch.zeros((1, self.ff), device=device, dtype=dtype)
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
+        self.grid_timings_ms: dict[str, dict[int, float]] = {}  # choose_grid's, per way it was timed
         self.fused = self._fused_step()
 
     def _fused_step(self) -> DepthformerCodebookStep | None:
@@ -551,33 +623,47 @@ class StaticDepthformer:
         if problem:
             log.warning("fused depthformer kernel failed its start-up check (%s); using plain PyTorch ops", problem)
             return None
-        step.blocks = self._fastest_grid(step)
+        self.choose_grid()
         return step
 
     @torch.no_grad()
-    def _fastest_grid(self, step: DepthformerCodebookStep) -> int:
-        """The faster of one block per SM and one per two SMs, timed on this GPU at start-up (~10 ms).
+    def choose_grid(self, beside: Callable[[], None] | None = None) -> None:
+        """Give the fused kernel the fastest of one block per SM, per two and per three SMs, timed on this
+        GPU (~30 ms). `beside`: work launched on a side stream at the start of each timed frame, as the
+        streaming decoder's frame is in a turn (its kernels then share the GPU with the codebooks').
 
         The results do not depend on the grid (the GPU tests check it bit for bit); the speed does:
-        fewer blocks mean cheaper barriers but more rows per warp (H200: 66 blocks 1.45 ms per frame,
-        132 blocks 1.56 ms, 33 blocks 1.72 ms; bench/results/run-24-one-launch-depthformer)."""
-        sms = step.blocks
-        candidates = sorted({sms, max(1, sms // 2)}, reverse=True)
+        fewer blocks mean cheaper barriers but more rows per warp. H200, the frame alone: 132 / 66
+        blocks 1.41 / 1.44 ms, but a turn with the decoder beside it 3.38 / 3.28 ms per frame
+        (bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
+        step = self.fused
+        if step is None:
+            return
+        candidates = sorted({step.sms, max(1, step.sms // 2), max(1, step.sms // 3)}, reverse=True)
         inputs = self._inputs(torch.zeros((1, self.model.depth_linear.weight.shape[1]), device=self.device, dtype=self.dtype))
         codes = torch.zeros((self.codebooks,), dtype=torch.long, device=self.device)
+        main = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device) if beside is not None else None
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        self.grid_timings_ms: dict[int, float] = {}
+        timings: dict[int, float] = {}
         for blocks in candidates:
             step.blocks = blocks
             for repeat in range(2):  # the first round warms up
-                start.record()
+                start.record(main)
                 for _ in range(3):
+                    if side is not None:
+                        side.wait_stream(main)
+                        with torch.cuda.stream(side):
+                            beside()
                     for i in range(self.codebooks):
                         self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
-                end.record()
+                end.record(main)
+                if side is not None:
+                    main.wait_stream(side)
                 end.synchronize()
-            self.grid_timings_ms[blocks] = start.elapsed_time(end) / 3
-        return min(candidates, key=lambda blocks: self.grid_timings_ms[blocks])
+            timings[blocks] = start.elapsed_time(end) / 3
+        step.blocks = min(candidates, key=lambda blocks: timings[blocks])
+        self.grid_timings_ms["beside" if beside is not None else "alone"] = timings
 
     @torch.no_grad()
     def _fused_disagreement(self) -> str | None:
