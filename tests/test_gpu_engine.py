@@ -116,6 +116,33 @@ def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
     assert backend.positions == 60 + 25 + 240
 
 
+
+@torch.inference_mode()
+def test_depthformer_grid_is_fitted_beside_the_decoder_without_touching_the_conversation(full_size) -> None:
+    """The start-up timing of the depthformer's grid with the decoder's frame beside it (as ChatSession.open
+    runs it): every candidate is timed, the fastest is kept, the audio head's graph replays that grid
+    bitwise like the eager frame, and the cache and the decoder are as they were."""
+    from engine.chat.audio_decoding import make_audio_decoder
+    from engine.chat.session import fit_depthformer_to_decoder
+    from engine.protocol import SamplingSettings
+    from engine.realtime.backend import GraphedBackend
+
+    backend = GraphedBackend(full_size, context_tokens=1024)
+    backend.prefill(_prompt(full_size, 40, seed=5))
+    before = backend.snapshot()
+    decoder = make_audio_decoder(full_size, use_cuda_graphs=True)
+    fit_depthformer_to_decoder(backend, decoder)
+    depthformer = backend.depthformer
+    timings = depthformer.grid_timings_ms["backbone_step_and_frame_beside_the_decoder"]
+    assert sorted(timings) == sorted(depthformer.grid_candidates()) and len(timings) >= 2
+    assert depthformer.fused.blocks == min(timings, key=timings.__getitem__)
+    assert all(torch.equal(a, b) for a, b in zip(backend.snapshot(), before, strict=True))
+    assert decoder.decoder._frames_done == 0 and backend.positions == 40
+    backend.audio_head(SamplingSettings(greedy=True))
+    replayed = (backend.input.clone(), backend.frame.clone())
+    backend.steps["audio_head"]()
+    assert torch.equal(backend.input, replayed[0]) and torch.equal(backend.frame, replayed[1])
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 

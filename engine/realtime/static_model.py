@@ -16,7 +16,6 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -599,7 +598,7 @@ class StaticDepthformer:
         self._stream = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the fused step's residual stream
         self._act = torch.zeros((1, self.ff), device=device, dtype=dtype)
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
-        self.grid_timings_ms: dict[str, dict[int, float]] = {}  # choose_grid's, per way it was timed
+        self.grid_timings_ms: dict[str, dict[int, float]] = {}  # ms per frame by grid, per way it was timed
         self.fused = self._fused_step()
 
     def _fused_step(self) -> DepthformerCodebookStep | None:
@@ -626,44 +625,36 @@ class StaticDepthformer:
         self.choose_grid()
         return step
 
-    @torch.no_grad()
-    def choose_grid(self, beside: Callable[[], None] | None = None) -> None:
-        """Give the fused kernel the fastest of one block per SM, per two and per three SMs, timed on this
-        GPU (~30 ms). `beside`: work launched on a side stream at the start of each timed frame, as the
-        streaming decoder's frame is in a turn (its kernels then share the GPU with the codebooks').
+    def grid_candidates(self) -> list[int]:
+        """The fused kernel's grids worth timing: one block per SM, per two and per three SMs."""
+        sms = self.fused.sms if self.fused is not None else 1
+        return sorted({sms, max(1, sms // 2), max(1, sms // 3)}, reverse=True)
 
-        The results do not depend on the grid (the GPU tests check it bit for bit); the speed does:
-        fewer blocks mean cheaper barriers but more rows per warp. H200, the frame alone: 132 / 66
-        blocks 1.41 / 1.44 ms, but a turn with the decoder beside it 3.38 / 3.28 ms per frame
-        (bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
+    @torch.no_grad()
+    def choose_grid(self) -> None:
+        """Give the fused kernel the grid that runs a frame fastest alone on this GPU (~30 ms). The results
+        do not depend on the grid (the GPU tests check it bit for bit); the speed does: fewer blocks mean
+        cheaper barriers but more rows per warp. In a turn the streaming decoder runs beside the frame,
+        which can change the winner: `GraphedBackend.fit_depthformer_grid` times it that way."""
         step = self.fused
         if step is None:
             return
-        candidates = sorted({step.sms, max(1, step.sms // 2), max(1, step.sms // 3)}, reverse=True)
         inputs = self._inputs(torch.zeros((1, self.model.depth_linear.weight.shape[1]), device=self.device, dtype=self.dtype))
         codes = torch.zeros((self.codebooks,), dtype=torch.long, device=self.device)
-        main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device) if beside is not None else None
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         timings: dict[int, float] = {}
-        for blocks in candidates:
+        for blocks in self.grid_candidates():
             step.blocks = blocks
             for repeat in range(2):  # the first round warms up
-                start.record(main)
+                start.record()
                 for _ in range(3):
-                    if side is not None:
-                        side.wait_stream(main)
-                        with torch.cuda.stream(side):
-                            beside()
                     for i in range(self.codebooks):
                         self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
-                end.record(main)
-                if side is not None:
-                    main.wait_stream(side)
+                end.record()
                 end.synchronize()
             timings[blocks] = start.elapsed_time(end) / 3
-        step.blocks = min(candidates, key=lambda blocks: timings[blocks])
-        self.grid_timings_ms["beside" if beside is not None else "alone"] = timings
+        step.blocks = min(timings, key=timings.__getitem__)
+        self.grid_timings_ms["frame_alone"] = timings
 
     @torch.no_grad()
     def _fused_disagreement(self) -> str | None:
