@@ -266,6 +266,16 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
         assert _relative(got, expected) < 4e-3  # the bf16 rounding of the output, nothing more
         assert ((got.double() - expected).abs() <= expected.abs() * 2**-7 + 1e-3 * columns**0.5).all()
         assert torch.equal(got, matvec(x, weight, extra))
+    # Of x's RMS norm (the kernel normalizes its own copy): against the product of F.rms_norm's bf16 output.
+    gain = torch.randn((columns,), device=device, generator=generator).to(torch.bfloat16)
+    for scale, eps in ((3.0, 1e-5), (1e-3, 1e-5), (1.0, 0.5)):  # small x or a large eps: eps matters
+        xs = (x.float() * scale).to(torch.bfloat16)
+        normed = F.rms_norm(xs, (columns,), gain, eps)
+        for extra in (None, residual):
+            got = matvec(xs, weight, extra, gain, eps)
+            expected = normed.double() @ weight.double().t() + (0 if extra is None else extra.double())
+            assert _relative(got, expected) < 1e-2, (scale, eps)
+            assert torch.equal(got, matvec(xs, weight, extra, gain, eps))
 
 
 @torch.inference_mode()

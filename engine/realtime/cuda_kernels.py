@@ -839,14 +839,17 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// out = W x (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split.
+// out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split;
+// h = x, or with has_norm h = bf16(x * rsqrt(mean(x^2) + eps) * norm) as F.rms_norm outputs it (each
+// block normalizes its own copy of x: one launch instead of the norm's and the product's).
 // Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
 // part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
-// x into shared memory meanwhile. Nothing else is fused: the launch's latency is one round trip of
-// loads, and its bytes stream at the memory's pace (the weights are read once: evict-first loads).
+// x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
+// at the memory's pace (the weights are read once: evict-first loads).
 // Each output is a fixed-order sum, so a replay is bitwise the eager call.
 extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
-        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_residual,
+        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
+        const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
         const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
     __shared__ float partial[MATVEC_WARPS];
@@ -858,7 +861,38 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
         if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
-    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) xs[c] = reinterpret_cast<const uint4*>(x)[c];
+    float squares = 0.0f;
+    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
+        const uint4 v = reinterpret_cast<const uint4*>(x)[c];
+        xs[c] = v;
+        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
+            squares += lo * lo + hi * hi;
+        }
+    }
+    if (has_norm) {
+        for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+        if (lane == 0) partial[warp] = squares;
+        __syncthreads();
+        float total = 0.0f;
+        for (int i = 0; i < MATVEC_WARPS; ++i) total += partial[i];
+        const float inv_rms = rsqrtf(total / (float)K + __int_as_float(eps_bits));
+        for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
+            const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(norm)[c];
+            const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
+            unsigned int packed[4];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float lo = __uint_as_float(words[j] << 16) * inv_rms * __uint_as_float(gains[j] << 16);
+                const float hi = __uint_as_float(words[j] & 0xffff0000u) * inv_rms * __uint_as_float(gains[j] & 0xffff0000u);
+                packed[j] = (unsigned int)float_to_bf16(lo) | ((unsigned int)float_to_bf16(hi) << 16);
+            }
+            xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+        __syncthreads();  // partial[] is reused below
+    }
     __syncthreads();
     float acc = 0.0f;
     #pragma unroll
@@ -1184,8 +1218,8 @@ class BackboneAttention:
 
 
 class Matvec:
-    """A batch-1 matrix-vector product (optionally plus a residual row) as one kernel: W (N, K) bf16
-    times x (1, K). The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
+    """A batch-1 matrix-vector product as one kernel: W (N, K) bf16 times x (1, K), optionally of x's RMS
+    norm and plus a residual row. The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
     (`StaticBackbone` times both at start-up)."""
 
     def __init__(self, kernel: Any) -> None:
@@ -1208,8 +1242,16 @@ class Matvec:
             return None
         return split
 
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """x (1, K) and weight (N, K) contiguous, 16-byte aligned; residual (N,) or None → a new (1, N)."""
+    def __call__(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        residual: torch.Tensor | None = None,
+        norm: torch.Tensor | None = None,
+        eps: float = 0.0,
+    ) -> torch.Tensor:
+        """rms_norm(x, norm, eps) (or x if norm is None) @ weight.T (+ residual) → a new (1, N).
+        x (1, K), weight (N, K) and norm (K,) contiguous and 16-byte aligned; residual (N,) or None."""
         rows, columns = weight.shape
         split = self.split(columns)
         assert split is not None and x.is_contiguous() and weight.is_contiguous()
@@ -1218,8 +1260,11 @@ class Matvec:
         self.kernel(
             grid=(-(-rows // per_block), 1, 1),
             block=(MATVEC_WARPS * 32, 1, 1),
-            args=[weight, x, int(residual is not None), residual if residual is not None else weight, out, rows, columns, split],
-        )
+            args=[
+                weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),
+                int(residual is not None), residual if residual is not None else weight, out, rows, columns, split,
+            ],
+        )  # fmt: skip
         return out
 
 

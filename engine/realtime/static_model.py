@@ -15,6 +15,7 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 
@@ -169,7 +170,7 @@ class StaticBackbone(StreamingState):
         self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self.matvec = Matvec.create(device, dtype)
-        self.matvec_shapes: set[tuple[int, int, bool]] = set()  # _product's cuBLAS path while timing
+        self.matvec_shapes: set[tuple[int, int, bool, bool]] = set()  # _product's cuBLAS path while timing
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -207,59 +208,67 @@ class StaticBackbone(StreamingState):
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
-            gate, up = self._product(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
+            gate, up = self._product(x, layer.w13, norm=layer.ffn_norm).chunk(2, dim=-1)
             return self._product(swiglu(gate, up), layer.w2, residual=x[0])
         gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
         return x + F.linear(swiglu(gate, up), layer.w2)
 
-    def _product(self, x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """A decode step's x (1, K) @ weight.T (+ residual (N,)): the matrix-vector kernel for the shapes
-        where it beat cuBLAS in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a
-        residual, the add rides on the product (addmm's bias, or the kernel's)."""
-        if (weight.shape[0], weight.shape[1], residual is not None) in self.matvec_shapes:
-            return self.matvec(x, weight, residual)
+    def _product(
+        self, x: torch.Tensor, weight: torch.Tensor, *, residual: torch.Tensor | None = None, norm: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """A decode step's h @ weight.T (+ residual (N,)), h = x (1, K) or, given `norm`, its RMS norm: the
+        matrix-vector kernel (with the norm inside) for the products where it beat cuBLAS (and the norm
+        kernel) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
+        rides on the product (addmm's bias, or the kernel's)."""
+        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None) in self.matvec_shapes:
+            return self.matvec(x, weight, residual, norm, self.eps)
+        h = self._norm(x, norm) if norm is not None else x
         if residual is None:
-            return F.linear(x, weight)
-        return torch.addmm(residual, x, weight.t())
+            return F.linear(h, weight)
+        return torch.addmm(residual, h, weight.t())
 
-    def _decode_products(self) -> dict[tuple[int, int, bool], torch.Tensor]:
-        """The decode step's matrix-vector products by (rows, columns, with a residual), one weight of each."""
-        products: dict[tuple[int, int, bool], torch.Tensor] = {}
+    def _decode_products(self) -> dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]]:
+        """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm), with
+        one weight (and norm weight) of each."""
+        products: dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
         for layer in self.layers:
             first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
-            for weight, residual in ((first, False), (layer.out, True), (layer.w13, False), (layer.w2, True)):
-                products.setdefault((weight.shape[0], weight.shape[1], residual), weight)
+            for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
+                products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None), (weight, norm))
         return products
 
     @torch.no_grad()
-    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool]]:
-        """The product shapes for which the matrix-vector kernel is faster than cuBLAS here, each timed as
-        a CUDA graph of 20 products on the model's own weights (start-up, ~0.1 s), and checked against
-        cuBLAS first. At batch 1 cuBLAS runs 6-20 µs per product; which wins depends on the shape and
-        the GPU (H200: bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
+    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool, bool]]:
+        """The products for which the matrix-vector kernel is faster than cuBLAS (with the norm kernel
+        before it, where the product is of a norm) here, each timed as a CUDA graph of 20 products on the
+        model's own weights (start-up, ~0.1 s), and checked against them first. At batch 1 cuBLAS runs
+        5-18 µs per product; which wins depends on the shape and the GPU (H200:
+        bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
         self.matvec_timings_us: dict[str, dict[str, float]] = {}
         if self.matvec is None:
             return set()
         generator = torch.Generator(device=self.device).manual_seed(0)
-        chosen: set[tuple[int, int, bool]] = set()
+        chosen: set[tuple[int, int, bool, bool]] = set()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for (rows, columns, with_residual), weight in self._decode_products().items():
-            if Matvec.split(columns) is None or weight.data_ptr() % 16 or not weight.is_contiguous():
+        for shape, (weight, norm) in self._decode_products().items():
+            rows, columns, with_residual, _ = shape
+            aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (weight, *([norm] if norm is not None else [])))
+            if Matvec.split(columns) is None or not aligned:
                 continue
-            x = torch.randn((1, columns), device=self.device, generator=generator).to(self.dtype)
+            x = (torch.randn((1, columns), device=self.device, generator=generator) * 3).to(self.dtype)
             residual = torch.randn((rows,), device=self.device, generator=generator).to(self.dtype) if with_residual else None
-            shape = (rows, columns, with_residual)
-            plain = F.linear(x, weight) if residual is None else torch.addmm(residual, x, weight.t())
-            error = float((self.matvec(x, weight, residual).float() - plain.float()).norm() / plain.float().norm())
+            plain = self._product(x, weight, residual=residual, norm=norm)
+            got = self.matvec(x, weight, residual, norm, self.eps)
+            error = float((got.float() - plain.float()).norm() / plain.float().norm())
             if not error < 1e-2:
                 log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
                 continue
             times: dict[str, float] = {}
-            for name, product in (("cublas", self._product), ("kernel", self.matvec)):
+            for name, product in (("cublas", self._product), ("kernel", functools.partial(self.matvec, eps=self.eps))):
 
                 def twenty(product=product) -> None:
                     for _ in range(20):
-                        product(x, weight, residual)
+                        product(x, weight, residual=residual, norm=norm)
 
                 graphs.warm_up(self.device, twenty)
                 graph, _ = graphs.capture(twenty)
@@ -271,7 +280,8 @@ class StaticBackbone(StreamingState):
                 end.synchronize()
                 times[name] = start.elapsed_time(end) * 1000 / 100
                 del graph
-            self.matvec_timings_us[f"{rows}x{columns}{' + residual' if with_residual else ''}"] = times
+            label = f"{'norm, ' if norm is not None else ''}{rows}x{columns}{' + residual' if with_residual else ''}"
+            self.matvec_timings_us[label] = times
             if times["kernel"] < times["cublas"]:
                 chosen.add(shape)
         return chosen
@@ -364,13 +374,14 @@ class StaticBackbone(StreamingState):
         """
         first_attention = True
         for layer in self.layers:
-            h = self._norm(x, layer.norm)
             if isinstance(layer, _AttentionLayer):
-                attn = self._decode_attention(layer, self._product(h, layer.qkv), write_mask=first_attention)
+                qkv = self._product(x, layer.qkv, norm=layer.norm)
+                attn = self._decode_attention(layer, qkv, write_mask=first_attention)
                 first_attention = False
                 x = self._product(attn, layer.out, residual=x[0])
             else:
-                x = self._product(self._conv_step(layer, self._product(h, layer.in_proj)), layer.out, residual=x[0])
+                conv = self._conv_step(layer, self._product(x, layer.in_proj, norm=layer.norm))
+                x = self._product(conv, layer.out, residual=x[0])
             x = self._mlp(layer, x)
         self.position.add_(1)
         return self._norm(x, self.final_norm)
