@@ -246,10 +246,12 @@ def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundar
         assert _relative(got, plain) < 2e-2, position
 
 
-@pytest.mark.parametrize("rows, columns", [(2048, 2048), (3072, 2048), (16384, 2048), (2048, 8192), (1001, 256), (96, 6144)])
+@pytest.mark.parametrize("rows, columns", [(2048, 2048), (3072, 2048), (16384, 2048), (2048, 8192), (1001, 256), (5000, 512), (96, 6144)])
 def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int) -> None:
     """The matrix-vector kernel against the float64 product, with and without the residual it adds, and
-    bit for bit the same output when run again (each output is one fixed-order sum)."""
+    bit for bit the same output when run again (each output is one fixed-order sum). The shapes cover
+    one and several warps per row, and one to eight passes of a resident grid over the rows (with the
+    next row's loads in flight), the last one partial."""
     from engine.realtime.cuda_kernels import Matvec
 
     matvec = Matvec.create(device, torch.bfloat16)
