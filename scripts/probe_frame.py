@@ -3,7 +3,7 @@
 The bench's turn (5 turns of 108 frames through the app's ChatSession) costs more than its stages
 summed (15 backbone steps, 6 text heads and 9 depthformer frames per 9 frames). This probe runs the
 same turns in variants, one engine, one process:
-- the depthformer kernel at one block per SM, per two and per three SMs (in a turn the streaming
+- the depthformer kernel at each grid the start-up fit times (in a turn the streaming
   decoder's kernels run beside it on a side stream; the start-up timing has the decoder beside it);
 - with the decoder's graph replay skipped (no audio is decoded; everything else as in the app);
 - the backbone decode step, captured as one graph with the fused attention and with the plain ops,
@@ -99,7 +99,7 @@ def main() -> None:
     decoder = engine.session.decoder.decoder
     replay = decoder._graph.replay
     variants: dict[str, dict[str, float]] = {}
-    for blocks in sorted({sms, sms // 2, sms // 3}, reverse=True):
+    for blocks in depthformer.grid_candidates():
         step.blocks = blocks
         recapture_audio_head(backend)
         entry: dict[str, float] = {"depthformer_frame_ms_alone": _median_ms(backend.graphs["audio_head"].replay)}
@@ -114,20 +114,6 @@ def main() -> None:
         print(blocks, json.dumps(entry), flush=True)
     step.blocks = chosen
     recapture_audio_head(backend)
-    # The generation on a high-priority stream, the decoder's at the lowest: when SMs free up, the
-    # generation's blocks are dispatched before the decoder's.
-    pipelined = engine.session.decoder
-    decoder_side = pipelined._side
-    pipelined._side = torch.cuda.Stream(backend.device, priority=0)
-    generation = torch.cuda.Stream(backend.device, priority=-1)
-    generation.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(generation):
-        engine.run(workload, SAMPLED)  # warm
-        variants[f"{chosen}_blocks_generation_high_priority"] = turn_ms_per_frame(engine, workload)
-    torch.cuda.current_stream().wait_stream(generation)
-    torch.cuda.synchronize()
-    pipelined._side = decoder_side
-    print(json.dumps(variants[f"{chosen}_blocks_generation_high_priority"]), flush=True)
     results["turn_variants"] = variants
     results["decode_step_us_by_position"] = decode_step_us(backend, [100, 500, 1000, 2000, 4000])
     print(json.dumps(results, indent=1))

@@ -250,8 +250,7 @@ def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundar
 def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int) -> None:
     """The matrix-vector kernel against the float64 product, with and without the residual it adds, and
     bit for bit the same output when run again (each output is one fixed-order sum). The shapes cover
-    one and several warps per row, and one to eight passes of a resident grid over the rows (with the
-    next row's loads in flight), the last one partial."""
+    one and several warps per row, and row counts that leave the last block part-empty."""
     from engine.realtime.cuda_kernels import Matvec
 
     matvec = Matvec.create(device, torch.bfloat16)

@@ -157,7 +157,7 @@ class GraphedBackend(StreamingState):
         side stream together with the audio head's graph, timed on the main stream. A graph keeps the
         launch settings it was captured with, so the audio head is captured once per candidate (~0.15 s
         in all). H200: alone, 132 and 66 blocks time within 2 % of each other, but with the decoder
-        beside them a turn took 3.31 / 3.19 ms per frame (bench/results/run-33-fused-backbone-attention).
+        beside them a turn took 3.31 / 3.19 ms per frame (bench/results/run-33-frame-probes/4-grid-fitted-as-in-a-turn).
         The conversation's state is left as it was."""
         depthformer, fused = self.depthformer, self.depthformer.fused
         if fused is None or "audio_head" not in self.graphs or "decode" not in self.graphs:

@@ -15,6 +15,10 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
 - `backbone_attention`: one backbone attention layer's decode step (q|k norm, rotary, cache write and
   the attention over the positions so far, split over the keys) as one kernel instead of ~13, whose
   work follows the context's length instead of the cache's 4096 slots;
+- `matvec`: a batch-1 matrix-vector product, optionally of its input's RMS norm and plus a residual
+  row, with a whole row part's loads in flight per warp; the backbone decode step uses it for the
+  products where it beats cuBLAS (and the norm kernel) in a start-up timing (H200: q|k|v, the conv
+  in-projection, the out-projections and w2; cuBLAS keeps w1|w3);
 - `rms_norm_row`: the backbone decode step's 33 RMS norms, one block each with one 16-byte load per
   thread (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row).
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
@@ -827,13 +831,9 @@ MATVEC_WARPS = 8
 MATVEC_DEPTH = 16  # 16-byte chunks of its row a lane loads at once: 4096 columns per warp
 MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
-MATVEC_BLOCKS_PER_SM = 2  # its __launch_bounds__: registers for two blocks per SM
 _MATVEC_DEFINES = "".join(
     f"#define {name} {value}\n"
-    for name, value in {
-        "MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K,
-        "MATVEC_BLOCKS_PER_SM": MATVEC_BLOCKS_PER_SM,
-    }.items()
+    for name, value in {"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K}.items()
 )
 
 _MATVEC_SOURCE = _COMMON + _MATVEC_DEFINES + r"""
@@ -848,49 +848,35 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
 // block normalizes its own copy of x: one launch instead of the norm's and the product's).
 // Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
 // part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
-// x into shared memory meanwhile. A block takes rows blockIdx.x * rows_per_block + k * gridDim.x *
-// rows_per_block (k = 0, 1, ...): where a warp's part fits in half of its registers (up to
-// MATVEC_DEPTH / 2 chunks per lane) the next row's loads are issued before this row is summed, so a
-// grid of resident blocks streams many rows each without a gap. The weights are read once (evict-first).
+// x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
+// at the memory's pace (the weights are read once: evict-first loads).
 // Each output is a fixed-order sum, so a replay is bitwise the eager call.
-#define MATVEC_HALF (MATVEC_DEPTH / 2)
-
-__device__ __forceinline__ float chunk_dot(const uint4 w, const uint4 h) {
-    return pair_dot(w.x, h.x) + pair_dot(w.y, h.y) + pair_dot(w.z, h.z) + pair_dot(w.w, h.w);
-}
-
-extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_BLOCKS_PER_SM) matvec(
+extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
         const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
         const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
     __shared__ float partial[MATVEC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int rows_per_block = MATVEC_WARPS / split, part = warp % split;
+    const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
     const int per_lane = K / (256 * split), first = part * (K / 8 / split);
-    const int stride = gridDim.x * rows_per_block;  // rows per pass of the grid
-    const uint4* base = reinterpret_cast<const uint4*>(W) + first + lane;
-    const long long row_chunks = K / 8;
-    int row = blockIdx.x * rows_per_block + warp / split;
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
     uint4 w[MATVEC_DEPTH];
-    {
-        const uint4* weights = base + min(row, N - 1) * row_chunks;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t)
+        if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
+    float squares = 0.0f;
+    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
+        const uint4 v = reinterpret_cast<const uint4*>(x)[c];
+        xs[c] = v;
+        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
         #pragma unroll
-        for (int t = 0; t < MATVEC_DEPTH; ++t)
-            if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
-    }
-    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) xs[c] = reinterpret_cast<const uint4*>(x)[c];
-    if (has_norm) {
-        float squares = 0.0f;
-        for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
-            const uint4 v = xs[c];
-            const unsigned int words[4] = {v.x, v.y, v.z, v.w};
-            #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
-                squares += lo * lo + hi * hi;
-            }
+        for (int j = 0; j < 4; ++j) {
+            const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
+            squares += lo * lo + hi * hi;
         }
+    }
+    if (has_norm) {
         for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
         if (lane == 0) partial[warp] = squares;
         __syncthreads();
@@ -909,56 +895,25 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_BLOCKS_PER_S
             }
             xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         }
+        __syncthreads();  // partial[] is reused below
     }
-    const bool pipelined = per_lane <= MATVEC_HALF;
-    // Every warp of a block runs the same passes (a row's warps meet in shared memory at each).
-    for (int pass_first = blockIdx.x * rows_per_block; pass_first < N; pass_first += stride, row += stride) {
-        const int next = min(row + stride, N - 1);
-        // Even passes sum w[0 .. HALF) and prefetch into w[HALF ..); odd passes the other way round
-        // (constant register indices on both sides: no local memory).
-        const bool odd = ((pass_first - blockIdx.x * rows_per_block) / stride) & 1;
-        float acc = 0.0f;
-        __syncthreads();  // x staged (first pass); partial[] read by the previous pass
-        if (!pipelined) {
-            #pragma unroll
-            for (int t = 0; t < MATVEC_DEPTH; ++t)
-                if (t < per_lane) acc += chunk_dot(w[t], xs[first + lane + 32 * t]);
-            if (pass_first + stride < N) {
-                const uint4* weights = base + next * row_chunks;
-                #pragma unroll
-                for (int t = 0; t < MATVEC_DEPTH; ++t)
-                    if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
-            }
-        } else if (!odd) {
-            if (pass_first + stride < N) {
-                const uint4* weights = base + next * row_chunks;
-                #pragma unroll
-                for (int t = 0; t < MATVEC_HALF; ++t)
-                    if (t < per_lane) w[MATVEC_HALF + t] = __ldcs(weights + 32 * t);
-            }
-            #pragma unroll
-            for (int t = 0; t < MATVEC_HALF; ++t)
-                if (t < per_lane) acc += chunk_dot(w[t], xs[first + lane + 32 * t]);
-        } else {
-            if (pass_first + stride < N) {
-                const uint4* weights = base + next * row_chunks;
-                #pragma unroll
-                for (int t = 0; t < MATVEC_HALF; ++t)
-                    if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
-            }
-            #pragma unroll
-            for (int t = 0; t < MATVEC_HALF; ++t)
-                if (t < per_lane) acc += chunk_dot(w[MATVEC_HALF + t], xs[first + lane + 32 * t]);
+    __syncthreads();
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t) {
+        if (t < per_lane) {
+            const uint4 h = xs[first + lane + 32 * t];
+            acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
         }
-        for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        if (lane == 0) partial[warp] = acc;
-        __syncthreads();
-        if (part == 0 && lane == 0 && row < N) {
-            float total = 0.0f;
-            for (int p = 0; p < split; ++p) total += partial[warp + p];
-            if (has_residual) total += bf16_to_float(residual[row]);
-            out[row] = float_to_bf16(total);
-        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (part == 0 && lane == 0 && row < N) {
+        float total = 0.0f;
+        for (int p = 0; p < split; ++p) total += partial[warp + p];
+        if (has_residual) total += bf16_to_float(residual[row]);
+        out[row] = float_to_bf16(total);
     }
 }
 """
@@ -1271,16 +1226,15 @@ class Matvec:
     norm and plus a residual row. The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
     (`StaticBackbone` times both at start-up)."""
 
-    def __init__(self, kernel: Any, device: torch.device) -> None:
+    def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
-        self.resident_blocks = MATVEC_BLOCKS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
         kernel = _compiled("matvec")
-        return cls(kernel, device) if kernel is not None else None
+        return cls(kernel) if kernel is not None else None
 
     @staticmethod
     def split(columns: int) -> int | None:
@@ -1306,11 +1260,9 @@ class Matvec:
         split = self.split(columns)
         assert split is not None and x.is_contiguous() and weight.is_contiguous()
         out = torch.empty((1, rows), device=x.device, dtype=x.dtype)
-        blocks = -(-rows // (MATVEC_WARPS // split))
-        if columns // (256 * split) <= MATVEC_DEPTH // 2:  # rows pipelined: as many blocks as are resident
-            blocks = min(blocks, self.resident_blocks)
+        per_block = MATVEC_WARPS // split
         self.kernel(
-            grid=(blocks, 1, 1),
+            grid=(-(-rows // per_block), 1, 1),
             block=(MATVEC_WARPS * 32, 1, 1),
             args=[
                 weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),

@@ -243,7 +243,7 @@ class StaticBackbone(StreamingState):
         before it, where the product is of a norm) here, each timed as a CUDA graph of 20 products on the
         model's own weights (start-up, ~0.1 s), and checked against them first. At batch 1 cuBLAS runs
         5-18 µs per product; which wins depends on the shape and the GPU (H200:
-        bench/results/run-33-fused-backbone-attention/probe_frame.json)."""
+        bench/results/run-33-frame-probes/3-matvec-and-beside-timing/probe_frame.json)."""
         self.matvec_timings_us: dict[str, dict[str, float]] = {}
         if self.matvec is None:
             return set()
@@ -637,9 +637,9 @@ class StaticDepthformer:
         return step
 
     def grid_candidates(self) -> list[int]:
-        """The fused kernel's grids worth timing: one block per SM, per two and per three SMs."""
+        """The fused kernel's grids worth timing: a block on every SM, on 3/4, 1/2 and 1/3 of them."""
         sms = self.fused.sms if self.fused is not None else 1
-        return sorted({sms, max(1, sms // 2), max(1, sms // 3)}, reverse=True)
+        return sorted({max(1, sms * share // 12) for share in (12, 9, 6, 4)}, reverse=True)
 
     @torch.no_grad()
     def choose_grid(self) -> None:
