@@ -56,6 +56,11 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 }
 """
 
+def _defines(values: dict[str, int]) -> str:
+    """C #defines of a kernel's fixed limits, from the Python constants that are their one definition."""
+    return "".join(f"#define {name} {value}\n" for name, value in values.items())
+
+
 _SHORT_CONV_SOURCE = _COMMON + r"""
 // One decode position of LFM2's short convolution, per channel c:
 //   bu = b*u;  state = [state[1:], bu];  y = c * sum_j state[j] * weight[j]
@@ -203,9 +208,8 @@ DEPTH_HEAD_DIM = 32  # one lane per element of a head
 DEPTH_MAX_KV_WIDTH = 256  # kv_heads * head_dim: the keys and values of a position the attention stages
 # The per-layer pointer table, in the order the kernel reads it.
 DEPTH_TABLE_FIELDS = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
-_DEPTHFORMER_DEFINES = "".join(
-    f"#define {name} {value}\n"
-    for name, value in {
+_DEPTHFORMER_DEFINES = _defines(
+    {
         "DEPTH_WARPS": DEPTH_WARPS,
         "DEPTH_THREADS": DEPTH_THREADS,
         "DEPTH_MAX_K": DEPTH_MAX_K,
@@ -214,7 +218,7 @@ _DEPTHFORMER_DEFINES = "".join(
         "DEPTH_HEAD_DIM": DEPTH_HEAD_DIM,
         "DEPTH_MAX_KV_WIDTH": DEPTH_MAX_KV_WIDTH,
         "DEPTH_TABLE": len(DEPTH_TABLE_FIELDS),
-    }.items()
+    }
 )
 
 _DEPTHFORMER_SOURCE = _COMMON + _DEPTHFORMER_DEFINES + r"""
@@ -630,14 +634,13 @@ ATTENTION_CHUNK = 64  # keys per block
 ATTENTION_THREADS = 128
 ATTENTION_MAX_GROUP = 8
 _ATTENTION_PARTIAL = 2 + ATTENTION_HEAD_DIM
-_ATTENTION_DEFINES = "".join(
-    f"#define {name} {value}\n"
-    for name, value in {
+_ATTENTION_DEFINES = _defines(
+    {
         "HEAD_DIM": ATTENTION_HEAD_DIM,
         "CHUNK": ATTENTION_CHUNK,
         "THREADS": ATTENTION_THREADS,
         "MAX_GROUP": ATTENTION_MAX_GROUP,
-    }.items()
+    }
 )
 
 _BACKBONE_ATTENTION_SOURCE = _COMMON + _ATTENTION_DEFINES + r"""
@@ -831,10 +834,7 @@ MATVEC_WARPS = 8
 MATVEC_DEPTH = 16  # 16-byte chunks of its row a lane loads at once: 4096 columns per warp
 MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
-_MATVEC_DEFINES = "".join(
-    f"#define {name} {value}\n"
-    for name, value in {"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K}.items()
-)
+_MATVEC_DEFINES = _defines({"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K})
 
 _MATVEC_SOURCE = _COMMON + _MATVEC_DEFINES + r"""
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
