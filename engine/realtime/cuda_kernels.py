@@ -592,7 +592,21 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 }
 """
 
-_RMS_NORM_SOURCE = _COMMON + r"""
+# The inverse RMS of a row whose squares each thread of one block has summed: a warp shuffle, then the
+# warps' sums in order through `partial` (one float per warp). Shared by the RMS-norm and product kernels.
+_BLOCK_INV_RMS = r"""
+__device__ __forceinline__ float block_inv_rms(float squares, float* partial, int lane, int warp, int warps, int n,
+                                               int eps_bits) {
+    for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    if (lane == 0) partial[warp] = squares;
+    __syncthreads();
+    float total = 0.0f;
+    for (int i = 0; i < warps; ++i) total += partial[i];
+    return rsqrtf(total / (float)n + __int_as_float(eps_bits));
+}
+"""
+
+_RMS_NORM_SOURCE = _COMMON + _BLOCK_INV_RMS + r"""
 // One row of n bf16 (n % 256 == 0: n / 8 threads in whole warps, one block; 16-byte aligned): out = x * w / rms(x),
 // in float and rounded once, as F.rms_norm outputs it. One 16-byte load of x and of w per thread,
 // one warp-shuffle and one shared-memory reduction: the backbone's 33 norms per decode step were
@@ -613,12 +627,7 @@ extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, co
     }
     #pragma unroll
     for (int j = 0; j < 8; ++j) squares += v[j] * v[j];
-    for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-    if (lane == 0) partial[warp] = squares;
-    __syncthreads();
-    float total = 0.0f;
-    for (int i = 0; i < warps; ++i) total += partial[i];
-    const float inv_rms = rsqrtf(total / (float)n + __int_as_float(eps_bits));
+    const float inv_rms = block_inv_rms(squares, partial, lane, warp, warps, n, eps_bits);
     unsigned int packed[4];
     #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -836,7 +845,7 @@ MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
 _MATVEC_DEFINES = _defines({"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K})
 
-_MATVEC_SOURCE = _COMMON + _MATVEC_DEFINES + r"""
+_MATVEC_SOURCE = _COMMON + _BLOCK_INV_RMS + _MATVEC_DEFINES + r"""
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
 
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
@@ -877,12 +886,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
         }
     }
     if (has_norm) {
-        for (int offset = 16; offset > 0; offset >>= 1) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-        if (lane == 0) partial[warp] = squares;
-        __syncthreads();
-        float total = 0.0f;
-        for (int i = 0; i < MATVEC_WARPS; ++i) total += partial[i];
-        const float inv_rms = rsqrtf(total / (float)K + __int_as_float(eps_bits));
+        const float inv_rms = block_inv_rms(squares, partial, lane, warp, MATVEC_WARPS, K, eps_bits);
         for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
             const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(norm)[c];
             const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
