@@ -67,3 +67,24 @@ def test_float_arguments_travel_as_their_float32_bits() -> None:
 
     for value in (1e-5, 1e-6, 0.0, -2.5, 3.0e38):
         assert float_bits(value) == int(np.float32(value).view(np.int32))
+
+
+def test_matvec_split_is_the_fewest_warps_per_row_that_fit() -> None:
+    """Matvec.split (no GPU needed): the fewest warps per row (a power of two, at most one block's) that
+    each take at most MATVEC_DEPTH 16-byte chunks per lane, the row dividing evenly among them; None where
+    that split does not divide the row or is too wide (a larger split never divides where a smaller one
+    does not), which keeps such products on cuBLAS."""
+    from hypothesis import given, strategies as st
+
+    from engine.realtime.cuda_kernels import MATVEC_DEPTH, MATVEC_MAX_K, MATVEC_MAX_SPLIT, Matvec
+
+    @given(st.integers(min_value=1, max_value=3 * MATVEC_MAX_K))
+    def check(columns: int) -> None:
+        fewest = 1
+        while columns > 256 * MATVEC_DEPTH * fewest:
+            fewest *= 2
+        usable = fewest <= MATVEC_MAX_SPLIT and columns <= MATVEC_MAX_K and columns % (256 * fewest) == 0
+        assert Matvec.split(columns) == (fewest if usable else None), columns
+
+    check()
+    assert [Matvec.split(k) for k in (256, 2048, 4096, 6144, 8192, 300, 4352, 8448)] == [1, 1, 1, 2, 2, None, None, None]
