@@ -370,10 +370,11 @@ class StaticBackbone(StreamingState):
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        On CUDA 8 kernels per layer, attention or conv (the attention with its q|k norm, rotary and
-        cache write, the conv step, each RMS norm and the SwiGLU are one kernel each). The matrix products stay with cuBLAS
-        here: at these sizes (8-67 MB per weight) it beats hand-written matrix-vector kernels (H200:
-        decode step 1.16 ms with cuBLAS, 1.27 ms fused; bench/results/run-15-fused-gemv-everywhere/ab.json).
+        On CUDA 7 or 8 kernels per layer, attention or conv: the attention (with its q|k norm, rotary and
+        cache write), the conv step, the SwiGLU and each RMS norm are one kernel each, and each product
+        is either cuBLAS or the matrix-vector kernel with the norm before it or the residual after it
+        inside, whichever won its start-up timing (`_product`; H200: 116 kernels, 0.85 ms per step,
+        bench/results/run-35-one-warm-up-stream).
         """
         first_attention = True
         for layer in self.layers:
@@ -433,9 +434,7 @@ class StaticBackbone(StreamingState):
         saved = self.position.clone()
         self.attention_step = None
         try:
-            for position in sorted({0, 1, 70, self.max_positions - 1}):
-                if position >= self.max_positions:
-                    continue
+            for position in sorted({p for p in (0, 1, 70, self.max_positions - 1) if p < self.max_positions}):
                 self.position.fill_(position)
                 plain_keys, plain_values = keys.clone(), values.clone()
                 plain = self._decode_attention(replace(layer, keys=plain_keys, values=plain_values), qkv, write_mask=True)
