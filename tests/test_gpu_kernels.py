@@ -168,8 +168,8 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
 @torch.inference_mode()
 def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(device, full_size) -> None:
     """The one-launch codebook kernel against the plain ops on the full-size depthformer, teacher-forced
-    over random inputs; and bit for bit the same logits whatever the number of blocks that meet at its
-    grid-wide barriers (a race at a barrier would show as a difference)."""
+    over random inputs; and bit for bit the same logits whatever the number of blocks that hand each
+    other its phases' vectors (a block reading a word before its writer would show as a difference)."""
     from engine.realtime.sampling import DeviceSampling
     from engine.realtime.static_model import StaticDepthformer
 
@@ -178,6 +178,7 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
     assert step is not None, "the one-launch depthformer kernel did not compile or failed its start-up check"
     generator = torch.Generator(device=device).manual_seed(7)
     hidden_size = full_size.model.lfm.config.hidden_size
+    first_launch = step.sync[0].item()
     for trial in range(6):
         hidden = torch.randn((1, hidden_size), device=device, generator=generator).to(torch.bfloat16)
         codes = torch.randint(0, 2048, (8,), device=device, generator=generator)
@@ -192,7 +193,15 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
             step.blocks = grid
             assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused), (trial, grid)
         step.blocks = blocks
-    assert step.barrier[0].item() == 0  # every barrier completed and reset its counter
+    # Every launch was counted (its words' tags all differ from the launch before) and every block of it
+    # read its number: the arrivals reset, 6 trials x 5 frames x 8 codebooks launches (mod 65535) on.
+    launches, arrivals = step.sync.tolist()
+    assert arrivals == 0 and launches == (first_launch + 6 * 5 * 8) % 65535
+    # Across the counter's wrap (tag 65535, then 1 again) the words still tell launches apart.
+    step.sync[0] = 65530
+    for _ in range(2):
+        assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused)
+    assert step.sync.tolist() == [(65530 + 16) % 65535, 0]
 
 
 @torch.inference_mode()

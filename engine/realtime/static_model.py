@@ -533,10 +533,10 @@ class StaticDepthformer:
     """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
 
     On CUDA each codebook is ONE kernel (`engine.realtime.cuda_kernels.DepthformerCodebookStep`: the
-    codebook's input, all layers and its logits head, its blocks meeting at grid-wide barriers),
-    then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that kernel is
-    unavailable or fails its start-up check against the plain ops on the model's own weights, the
-    same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache keeps q|k|v
+    codebook's input, all layers and its logits head, its blocks handing each other every phase's
+    vector), then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that
+    kernel is unavailable or fails its start-up check against the plain ops on the model's own
+    weights, the same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache keeps q|k|v
     as projected (v is the value cache) and q|k normed and roped (k is the key cache). The sampling
     noise for all codebooks is drawn once per frame.
     """
@@ -608,8 +608,8 @@ class StaticDepthformer:
         vocab = self.heads_out[0][2].shape[0]
         self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
         self.ff = self.layers[0]["w13"].shape[0] // 2
-        self._stream = torch.zeros((1, self.dim), device=device, dtype=dtype)  # the fused step's residual stream
-        self._act = torch.zeros((1, self.ff), device=device, dtype=dtype)
+        words = DepthformerCodebookStep.exchange_words(dim=self.dim, kv_heads=self.kv_heads, ff=self.ff, layers=len(self.layers))
+        self._exchange = torch.zeros((words,), device=device, dtype=torch.int32)  # the fused step's vectors between blocks
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
         self.grid_timings_ms: dict[str, dict[int, float]] = {}  # ms per frame by grid, per way it was timed
         self.fused = self._fused_step()
@@ -647,7 +647,7 @@ class StaticDepthformer:
     def choose_grid(self) -> None:
         """Give the fused kernel the grid that runs a frame fastest alone on this GPU (~30 ms). The results
         do not depend on the grid (the GPU tests check it bit for bit); the speed does: fewer blocks mean
-        cheaper barriers but more rows per warp. In a turn the streaming decoder runs beside the frame,
+        fewer to wait for but more rows per warp. In a turn the streaming decoder runs beside the frame,
         which can change the winner: `GraphedBackend.fit_depthformer_grid` times it that way."""
         step = self.fused
         if step is None:
@@ -697,8 +697,7 @@ class StaticDepthformer:
             return self.fused(
                 table=self._table, eps=self._eps, layers=len(self.layers), position=i,
                 dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs_row=inputs[i],
-                previous_code=previous_code, embedding=embedding, stream=self._stream, act=self._act,
-                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
+                previous_code=previous_code, embedding=embedding, exchange=self._exchange, head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
             )  # fmt: skip
         x = inputs[i : i + 1]
         if previous_code is not None:
