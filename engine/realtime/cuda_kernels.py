@@ -312,21 +312,6 @@ __device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows,
 #endif
 }
 
-// The same into this SM's L1, for the phase about to start: issued before the block waits for the
-// phase's vector, the warp's rows arrive while it waits, and its dot products then read them from L1
-// instead of paying an L2 round trip per row after the wait.
-#ifndef DEPTH_PREFETCH_L1
-#define DEPTH_PREFETCH_L1 1
-#endif
-__device__ __forceinline__ void prefetch_rows_l1(const unsigned short* W, int rows, int K, int first_row, int row_step) {
-#if DEPTH_PREFETCH_L1
-    const int lane = threadIdx.x & 31, lines = (K + 63) / 64;
-    for (int r = first_row; r < rows; r += row_step)
-        for (int c = lane; c < lines; c += 32)
-            asm volatile("prefetch.global.L1 [%0];" :: "l"(W + (long long)r * K + c * 64));
-#endif
-}
-
 // Blocks hand each other vectors through global memory as tagged words: a bf16 value in the low 16
 // bits, the launch's tag in the high 16 (1..65535: the launch counter in `sync[0]` plus one, so the
 // zeroed buffers and the previous launch's words never match). A block that needs a vector polls its
@@ -633,7 +618,6 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         unsigned int* act = x_mid + dim;
         unsigned int* x_out = act + ff;
 
-        prefetch_rows_l1(qkv, qkv_width, dim, first_row, row_step);
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
         for (int r = first_row; r < qkv_width; r += row_step) {
@@ -646,7 +630,6 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 1);
         STAMP(9 * l + 2);
-        prefetch_rows_l1(out, dim, dim, first_row, row_step);
         attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
         STAMP(9 * l + 3);
         residual_rows(out, dim, dim, h, x, x_mid, tag, first_row, row_step);
@@ -654,8 +637,6 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         STAMP(9 * l + 4);
         STAMP(9 * l + 5);
 
-        prefetch_rows_l1(w13, ff, dim, first_row, row_step);  // w1 and w3 rows r and r + ff
-        prefetch_rows_l1(w13 + (long long)ff * dim, ff, dim, first_row, row_step);
         stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
         STAMP(64 + 3 * l + 1);
         for (int r = first_row; r < ff; r += row_step) {
@@ -669,7 +650,6 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         STAMP(9 * l + 6);
         STAMP(9 * l + 7);
 
-        prefetch_rows_l1(w2, dim, ff, first_row, row_step);
         stage(act, tag, 0, 0.0f, ff, h, partial);
         STAMP(64 + 3 * l + 2);
         residual_rows(w2, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
@@ -679,7 +659,6 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         x = x_out;
     }
 
-    prefetch_rows_l1(to_logits, vocab, dim, first_row, row_step);
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
         float acc = row_dot(to_logits + (long long)r * dim, h, dim);
