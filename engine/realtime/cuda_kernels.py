@@ -940,53 +940,19 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
 }
 
 // out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split;
-// h is x or a function of it, computed by every block into its own shared copy while its weights load
-// (the prologue: one launch instead of the one before the product and the product's):
-//   MATVEC_PLAIN   h = x (K);
-//   MATVEC_NORM    h = bf16(x * rsqrt(mean(x^2) + eps) * aux) as F.rms_norm outputs it;
-//   MATVEC_SWIGLU  x = gate | up (2K): h = bf16(bf16(silu(gate)) * up) as F.silu(gate) * up outputs it;
-//   MATVEC_CONV    x = b | c | u (3K), LFM2's short convolution step over `state` (K, 3) with the
-//                  weights aux (K, 3), as short_conv_step computes it: h = c * conv([state[:, 1:], b*u]).
-//                  The state moves on once per launch: the last block to have read it (`counter`)
-//                  writes it, then zeroes the counter for the next launch.
+// h = x, or with has_norm h = bf16(x * rsqrt(mean(x^2) + eps) * norm) as F.rms_norm outputs it (each
+// block normalizes its own copy of x: one launch instead of the norm's and the product's).
 // Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
-// part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block stages
-// h in shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
+// part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
+// x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
 // at the memory's pace (the weights are read once: evict-first loads).
 // Each output is a fixed-order sum, so a replay is bitwise the eager call.
-#define MATVEC_PLAIN 0
-#define MATVEC_NORM 1
-#define MATVEC_SWIGLU 2
-#define MATVEC_CONV 3
-__device__ __forceinline__ unsigned int bf16_pair(float lo, float hi) {
-    return (unsigned int)float_to_bf16(lo) | ((unsigned int)float_to_bf16(hi) << 16);
-}
-__device__ __forceinline__ float low_half(unsigned int w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float high_half(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ float silu_times(float gate, float up) {
-    return bf16_to_float(float_to_bf16(bf16_to_float(float_to_bf16(gate / (1.0f + expf(-gate)))) * up));
-}
-// Channel j of the conv step: s1, s2 the last two gated inputs, bu = b*u the new one, w0..w2 its taps.
-__device__ __forceinline__ float conv_channel(float s1, float s2, float bu, const float* w, float c) {
-    float acc = 0.0f;
-    acc += s1 * w[0];
-    acc += s2 * w[1];
-    acc += bu * w[2];
-    return c * bf16_to_float(float_to_bf16(acc));
-}
-// 8 channels' conv inputs from their 24 state (or weight) values, 3 uint4 = 12 words: element e of the
-// 24 is half (e & 1) of word e >> 1.
-__device__ __forceinline__ float half_of(const unsigned int* words, int e) {
-    return (e & 1) ? high_half(words[e >> 1]) : low_half(words[e >> 1]);
-}
 extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
-        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int prologue,
-        const unsigned short* __restrict__ aux, int eps_bits, unsigned short* state, unsigned int* counter,
-        int has_residual, const unsigned short* __restrict__ residual, unsigned short* __restrict__ out,
-        int N, int K, int split) {
+        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
+        const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
+        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
     __shared__ float partial[MATVEC_WARPS];
-    __shared__ unsigned int last_reader;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
     const int per_lane = K / (256 * split), first = part * (K / 8 / split);
@@ -995,65 +961,32 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
         if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
-    const uint4* x4 = reinterpret_cast<const uint4*>(x);
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
-        const uint4 v = x4[c];
-        unsigned int words[4] = {v.x, v.y, v.z, v.w}, packed[4];
-        if (prologue == MATVEC_SWIGLU) {
-            const uint4 u = x4[K / 8 + c];
-            const unsigned int ups[4] = {u.x, u.y, u.z, u.w};
-            #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                packed[j] = bf16_pair(silu_times(low_half(words[j]), low_half(ups[j])), silu_times(high_half(words[j]), high_half(ups[j])));
-        } else if (prologue == MATVEC_CONV) {  // 8 channels: b = x, c, u; state and taps 3 per channel
-            const uint4 gq = x4[K / 8 + c], uq = x4[2 * (K / 8) + c];
-            const uint4* s4 = reinterpret_cast<const uint4*>(state) + 3 * c;
-            const uint4* t4 = reinterpret_cast<const uint4*>(aux) + 3 * c;
-            const uint4 s0 = s4[0], s1 = s4[1], s2 = s4[2], t0 = t4[0], t1 = t4[1], t2 = t4[2];
-            const unsigned int gates[4] = {gq.x, gq.y, gq.z, gq.w}, us[4] = {uq.x, uq.y, uq.z, uq.w};
-            const unsigned int sw[12] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w, s2.x, s2.y, s2.z, s2.w};
-            const unsigned int tw[12] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w, t2.x, t2.y, t2.z, t2.w};
-            float y[8];
-            #pragma unroll
-            for (int ch = 0; ch < 8; ++ch) {
-                const unsigned int bw = words[ch >> 1], gw = gates[ch >> 1], uw = us[ch >> 1];
-                const float b = (ch & 1) ? high_half(bw) : low_half(bw), g = (ch & 1) ? high_half(gw) : low_half(gw);
-                const float u = (ch & 1) ? high_half(uw) : low_half(uw);
-                const float bu = bf16_to_float(float_to_bf16(b * u));
-                const float taps[3] = {half_of(tw, 3 * ch), half_of(tw, 3 * ch + 1), half_of(tw, 3 * ch + 2)};
-                y[ch] = conv_channel(half_of(sw, 3 * ch + 1), half_of(sw, 3 * ch + 2), bu, taps, g);
-            }
-            #pragma unroll
-            for (int j = 0; j < 4; ++j) packed[j] = bf16_pair(y[2 * j], y[2 * j + 1]);
-        } else {
-            #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                packed[j] = words[j];
-                squares += low_half(words[j]) * low_half(words[j]) + high_half(words[j]) * high_half(words[j]);
-            }
+        const uint4 v = reinterpret_cast<const uint4*>(x)[c];
+        xs[c] = v;
+        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
+            squares += lo * lo + hi * hi;
         }
-        xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
-    if (prologue == MATVEC_NORM) {
+    if (has_norm) {
         const float inv_rms = block_inv_rms(squares, partial, lane, warp, MATVEC_WARPS, K, eps_bits);
         for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
-            const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(aux)[c];
+            const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(norm)[c];
             const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
             unsigned int packed[4];
             #pragma unroll
-            for (int j = 0; j < 4; ++j)
-                packed[j] = bf16_pair(low_half(words[j]) * inv_rms * low_half(gains[j]), high_half(words[j]) * inv_rms * high_half(gains[j]));
+            for (int j = 0; j < 4; ++j) {
+                const float lo = __uint_as_float(words[j] << 16) * inv_rms * __uint_as_float(gains[j] << 16);
+                const float hi = __uint_as_float(words[j] & 0xffff0000u) * inv_rms * __uint_as_float(gains[j] & 0xffff0000u);
+                packed[j] = (unsigned int)float_to_bf16(lo) | ((unsigned int)float_to_bf16(hi) << 16);
+            }
             xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
         }
         __syncthreads();  // partial[] is reused below
-    }
-    if (prologue == MATVEC_CONV) {  // this block has read the state: is it the last to?
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last_reader = atomicAdd(counter, 1u) == gridDim.x - 1;
-        }
     }
     __syncthreads();
     float acc = 0.0f;
@@ -1072,18 +1005,6 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
         for (int p = 0; p < split; ++p) total += partial[warp + p];
         if (has_residual) total += bf16_to_float(residual[row]);
         out[row] = float_to_bf16(total);
-    }
-    if (prologue == MATVEC_CONV && last_reader) {  // (read after the __syncthreads above)
-        __threadfence();  // every other block's reads of the state are done (they counted after them)
-        for (int j = threadIdx.x; j < K; j += MATVEC_THREADS) {
-            const unsigned short bu = float_to_bf16(bf16_to_float(x[j]) * bf16_to_float(x[2 * K + j]));
-            unsigned short* channel = state + 3 * j;
-            const unsigned short s1 = channel[1], s2 = channel[2];
-            channel[0] = s1;
-            channel[1] = s2;
-            channel[2] = bu;
-        }
-        if (threadIdx.x == 0) *counter = 0u;
     }
 }
 """
@@ -1399,25 +1320,19 @@ class BackboneAttention:
 
 
 class Matvec:
-    """A batch-1 matrix-vector product as one kernel: W (N, K) bf16 times h (1, K), where h is x or, computed
-    inside the kernel (the prologue), x's RMS norm, the SwiGLU of x = gate | up, or LFM2's short
-    convolution step of x = b | c | u (which moves its state on); optionally plus a residual row. The
-    backbone decode step uses it for the products where it beats cuBLAS (with the kernel before it) on
-    this GPU (`StaticBackbone` times both at start-up)."""
+    """A batch-1 matrix-vector product as one kernel: W (N, K) bf16 times x (1, K), optionally of x's RMS
+    norm and plus a residual row. The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
+    (`StaticBackbone` times both at start-up)."""
 
-    PROLOGUES = ("plain", "norm", "swiglu", "conv")  # the kernel's MATVEC_PLAIN .. MATVEC_CONV
-    CONV_TAPS = 3  # the conv prologue's kernel size (LFM2's conv_L_cache)
-
-    def __init__(self, kernel: Any, device: torch.device) -> None:
+    def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
-        self.counter = torch.zeros((1,), dtype=torch.int32, device=device)  # the conv prologue's readers
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
         kernel = _compiled("matvec")
-        return cls(kernel, device) if kernel is not None else None
+        return cls(kernel) if kernel is not None else None
 
     @staticmethod
     def split(columns: int) -> int | None:
@@ -1436,28 +1351,19 @@ class Matvec:
         residual: torch.Tensor | None = None,
         norm: torch.Tensor | None = None,
         eps: float = 0.0,
-        *,
-        swiglu: bool = False,
-        conv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """h @ weight.T (+ residual) → a new (1, N), h = x (1, K), rms_norm(x, norm, eps), or with `swiglu`
-        silu(gate) * up of x = gate | up (1, 2K), or with conv = (taps (K, 3), state (K, 3)) the conv step
-        of x = b | c | u (1, 3K), the state moved on in place. Every tensor contiguous and 16-byte
-        aligned; residual (N,) or None."""
+        """rms_norm(x, norm, eps) (or x if norm is None) @ weight.T (+ residual) → a new (1, N).
+        x (1, K), weight (N, K) and norm (K,) contiguous and 16-byte aligned; residual (N,) or None."""
         rows, columns = weight.shape
         split = self.split(columns)
         assert split is not None and x.is_contiguous() and weight.is_contiguous()
-        prologue = "conv" if conv is not None else "swiglu" if swiglu else "norm" if norm is not None else "plain"
-        aux = conv[0] if conv is not None else norm if norm is not None else weight
-        state = conv[1] if conv is not None else weight
-        assert x.shape[-1] == columns * {"swiglu": 2, "conv": 3}.get(prologue, 1)
         out = torch.empty((1, rows), device=x.device, dtype=x.dtype)
         per_block = MATVEC_WARPS // split
         self.kernel(
             grid=(-(-rows // per_block), 1, 1),
             block=(MATVEC_WARPS * 32, 1, 1),
             args=[
-                weight, x, self.PROLOGUES.index(prologue), aux, float_bits(eps), state, self.counter,
+                weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),
                 int(residual is not None), residual if residual is not None else weight, out, rows, columns, split,
             ],
         )  # fmt: skip

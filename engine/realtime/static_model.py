@@ -15,9 +15,9 @@ Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture i
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -90,10 +90,6 @@ class _ConvLayer:
     ffn_norm: torch.Tensor
     w13: torch.Tensor
     w2: torch.Tensor
-
-
-# A decode product by (rows, columns, with a residual, prologue: "plain", "norm", "swiglu" or "conv").
-ProductKey = tuple[int, int, bool, str]
 
 
 class StaticBackbone(StreamingState):
@@ -174,7 +170,7 @@ class StaticBackbone(StreamingState):
         self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self.matvec = Matvec.create(device, dtype)
-        self.matvec_shapes: set[ProductKey] = set()  # the products `_product` runs on the kernel
+        self.matvec_shapes: set[tuple[int, int, bool, bool]] = set()  # _product's cuBLAS path while timing
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -212,101 +208,71 @@ class StaticBackbone(StreamingState):
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
-            gate_up = self._product(x, layer.w13, norm=layer.ffn_norm)
-            return self._product(gate_up, layer.w2, residual=x[0], gated=True)
+            gate, up = self._product(x, layer.w13, norm=layer.ffn_norm).chunk(2, dim=-1)
+            return self._product(swiglu(gate, up), layer.w2, residual=x[0])
         gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
         return x + F.linear(swiglu(gate, up), layer.w2)
 
     def _product(
-        self,
-        x: torch.Tensor,
-        weight: torch.Tensor,
-        *,
-        residual: torch.Tensor | None = None,
-        norm: torch.Tensor | None = None,
-        gated: bool = False,
-        conv: _ConvLayer | None = None,
+        self, x: torch.Tensor, weight: torch.Tensor, *, residual: torch.Tensor | None = None, norm: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """A decode step's h @ weight.T (+ residual (N,)), where h is x (1, K) or, by its prologue, x's RMS
-        norm (`norm`), silu(gate) * up of x = gate | up (`gated`), or the conv step of x = b | c | u
-        (`conv`, whose state moves on): the matrix-vector kernel with the prologue inside, for the
-        products where it beat the prologue's own kernel and the product after it in the start-up timing
-        (`matvec_timings_us`); otherwise those two, the product by cuBLAS or, where it won without a
-        prologue, the kernel. With a residual, the add rides on the product (addmm's bias, or the kernel's)."""
-        prologue = "conv" if conv is not None else "swiglu" if gated else "norm" if norm is not None else "plain"
-        if (weight.shape[0], weight.shape[1], residual is not None, prologue) in self.matvec_shapes:
-            taps_and_state = (conv.conv, conv.state) if conv is not None else None
-            return self.matvec(x, weight, residual, norm, self.eps, swiglu=gated, conv=taps_and_state)
-        if gated:
-            return self._product(swiglu(*x.chunk(2, dim=-1)), weight, residual=residual)
-        if conv is not None:
-            return self._product(self._conv_step(conv, x), weight, residual=residual)
+        """A decode step's h @ weight.T (+ residual (N,)), h = x (1, K) or, given `norm`, its RMS norm: the
+        matrix-vector kernel (with the norm inside) for the products where it beat cuBLAS (and the norm
+        kernel) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
+        rides on the product (addmm's bias, or the kernel's)."""
+        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None) in self.matvec_shapes:
+            return self.matvec(x, weight, residual, norm, self.eps)
         h = self._norm(x, norm) if norm is not None else x
         if residual is None:
             return F.linear(h, weight)
         return torch.addmm(residual, h, weight.t())
 
-    def _decode_products(self) -> dict[ProductKey, dict[str, Any]]:
-        """The decode step's matrix-vector products by (rows, columns, with a residual, prologue), each with
-        the `_product` arguments of one of them (the products without a fused prologue first: those with
-        one are timed against them). A conv prologue's layer is a copy with its own state."""
-        products: dict[ProductKey, dict[str, Any]] = {}
-        fused: dict[ProductKey, dict[str, Any]] = {}
+    def _decode_products(self) -> dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]]:
+        """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm), with
+        one weight (and norm weight) of each."""
+        products: dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
         for layer in self.layers:
             first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
             for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
-                key = (weight.shape[0], weight.shape[1], residual, "norm" if norm is not None else "plain")
-                products.setdefault(key, {"weight": weight, "norm": norm})
-            fused.setdefault((layer.w2.shape[0], layer.w2.shape[1], True, "swiglu"), {"weight": layer.w2, "gated": True})
-            if isinstance(layer, _ConvLayer) and layer.conv.shape[1] == Matvec.CONV_TAPS:
-                scratch = replace(layer, state=layer.state.clone())
-                fused.setdefault((layer.out.shape[0], layer.out.shape[1], True, "conv"), {"weight": layer.out, "conv": scratch})
-        return products | fused
+                products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None), (weight, norm))
+        return products
 
     @torch.no_grad()
-    def _choose_matvec_shapes(self) -> set[ProductKey]:
-        """The products for which the matrix-vector kernel (with its prologue) is faster here than the plain
-        path (the prologue's kernel, then cuBLAS or the kernel as already chosen), each timed as a CUDA
-        graph of 20 products on the model's own weights (start-up, ~0.2 s), and checked against it first.
-        At batch 1 cuBLAS runs 5-18 µs per product; which wins depends on the shape and the GPU (H200:
+    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool, bool]]:
+        """The products for which the matrix-vector kernel is faster than cuBLAS (with the norm kernel
+        before it, where the product is of a norm) here, each timed as a CUDA graph of 20 products on the
+        model's own weights (start-up, ~0.1 s), and checked against them first. At batch 1 cuBLAS runs
+        5-18 µs per product; which wins depends on the shape and the GPU (H200:
         bench/results/run-33-frame-probes/3-matvec-and-beside-timing/probe_frame.json)."""
         self.matvec_timings_us: dict[str, dict[str, float]] = {}
         if self.matvec is None:
             return set()
         generator = torch.Generator(device=self.device).manual_seed(0)
-        chosen: set[ProductKey] = set()
-        self.matvec_shapes = chosen  # filled as the products are timed: `_product`'s plain path is the rest
+        chosen: set[tuple[int, int, bool, bool]] = set()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         # One warm-up stream for all: cuBLAS keeps a workspace (32 MB on Hopper) for every stream it
         # ever ran on, so a new stream per shape held ~170 MB of VRAM for good (H200 bench run 34).
         side = torch.cuda.Stream(self.device)
-        for key, arguments in self._decode_products().items():
-            rows, columns, with_residual, prologue = key
-            weight, conv = arguments["weight"], arguments.get("conv")
-            operands = [weight] + [t for t in (arguments.get("norm"), conv and conv.conv, conv and conv.state) if t is not None]
-            if Matvec.split(columns) is None or not all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in operands):
+        for shape, (weight, norm) in self._decode_products().items():
+            rows, columns, with_residual, _ = shape
+            aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (weight, *([norm] if norm is not None else [])))
+            if Matvec.split(columns) is None or not aligned:
                 continue
-            width = columns * {"swiglu": 2, "conv": 3}.get(prologue, 1)
-            x = (torch.randn((1, width), device=self.device, generator=generator) * 3).to(self.dtype)
+            x = (torch.randn((1, columns), device=self.device, generator=generator) * 3).to(self.dtype)
             residual = torch.randn((rows,), device=self.device, generator=generator).to(self.dtype) if with_residual else None
-            fused_arguments = {**arguments, "conv": replace(conv, state=conv.state.clone())} if conv is not None else arguments
-            plain = self._product(x, residual=residual, **arguments)
-            chosen.add(key)
-            got = self._product(x, residual=residual, **fused_arguments)
-            chosen.discard(key)
+            plain = self._product(x, weight, residual=residual, norm=norm)
+            got = self.matvec(x, weight, residual, norm, self.eps)
             error = float((got.float() - plain.float()).norm() / plain.float().norm())
-            if not error < 1e-2 or (conv is not None and not torch.equal(fused_arguments["conv"].state, conv.state)):
-                log.warning("matrix-vector kernel disagrees with the plain path for %s (relative error %.3g); not used", key, error)
+            if not error < 1e-2:
+                log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
                 continue
             times: dict[str, float] = {}
-            for name, selected in (("cublas", False), ("kernel", True)):
+            for name, product in (("cublas", self._product), ("kernel", functools.partial(self.matvec, eps=self.eps))):
 
-                def twenty() -> None:
+                def twenty(product=product) -> None:
                     for _ in range(20):
-                        self._product(x, residual=residual, **arguments)
+                        product(x, weight, residual=residual, norm=norm)
 
-                if selected:
-                    chosen.add(key)
                 graphs.warm_up(self.device, twenty, side=side)
                 graph, _ = graphs.capture(twenty)
                 graph.replay()
@@ -316,12 +282,11 @@ class StaticBackbone(StreamingState):
                 end.record()
                 end.synchronize()
                 times[name] = start.elapsed_time(end) * 1000 / 100
-                chosen.discard(key)
                 del graph
-            label = f"{'' if prologue == 'plain' else prologue + ', '}{rows}x{columns}{' + residual' if with_residual else ''}"
+            label = f"{'norm, ' if norm is not None else ''}{rows}x{columns}{' + residual' if with_residual else ''}"
             self.matvec_timings_us[label] = times
             if times["kernel"] < times["cublas"]:
-                chosen.add(key)
+                chosen.add(shape)
         return chosen
 
     def _qkv(self, layer: _AttentionLayer, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
@@ -419,8 +384,8 @@ class StaticBackbone(StreamingState):
                 first_attention = False
                 x = self._product(attn, layer.out, residual=x[0])
             else:
-                bcu = self._product(x, layer.in_proj, norm=layer.norm)
-                x = self._product(bcu, layer.out, residual=x[0], conv=layer)
+                conv = self._conv_step(layer, self._product(x, layer.in_proj, norm=layer.norm))
+                x = self._product(conv, layer.out, residual=x[0])
             x = self._mlp(layer, x)
         self.position.add_(1)
         return self._norm(x, self.final_norm)
