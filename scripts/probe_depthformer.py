@@ -30,15 +30,8 @@ SOURCE = cuda_kernels._SOURCES["depthformer_codebook"]
 # where it is used); the first two lost, the last was the old code, and all three were removed.
 # Run 36 timed DEPTH_POLL_NS 100 (a back-off between polls of the tagged words: no faster) and
 # DEPTH_PREFETCH 0 (no L2 prefetch: 14 % slower); run 37 each warp's rows of the coming phase
-# prefetched into L1 before the wait (5 % slower: 1009 against 960 µs per frame at 66 blocks); run 39
-# the loads a lane issues at once per row (DEPTH_ROW_CHUNKS) and rows taken in pairs or one at a time.
-VARIANTS: dict[str, dict[str, int]] = {
-    "shipped": {},
-    "row_chunks_4": {"DEPTH_ROW_CHUNKS": 4},
-    "row_chunks_12": {"DEPTH_ROW_CHUNKS": 12},
-    "rows_one_at_a_time": {"DEPTH_ROW_PAIRS": 0},
-    "row_chunks_4_one_at_a_time": {"DEPTH_ROW_CHUNKS": 4, "DEPTH_ROW_PAIRS": 0},
-}
+# prefetched into L1 before the wait (5 % slower: 1009 against 960 µs per frame at 66 blocks).
+VARIANTS: dict[str, dict[str, int]] = {"shipped": {}, "no_prefetch": {"DEPTH_PREFETCH": 0}}
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
 

@@ -268,81 +268,36 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // 
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum. Each
-// lane issues up to DEPTH_ROW_CHUNKS 16-byte loads before it uses any: a row of up to 2048 columns is
-// one round trip to L2 (the feed-forward's w2, 2816 columns, two; 4 at a time took three). More
-// would spill registers (the kernel is at its 128 per thread).
-#ifndef DEPTH_ROW_CHUNKS
-#define DEPTH_ROW_CHUNKS 8
-#endif
+// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
 __device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
     const uint4* weights = reinterpret_cast<const uint4*>(row);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
     float acc = 0.0f;
-    for (int base = threadIdx.x & 31; base < K / 8; base += 32 * DEPTH_ROW_CHUNKS) {
-        uint4 w[DEPTH_ROW_CHUNKS];
-        #pragma unroll
-        for (int t = 0; t < DEPTH_ROW_CHUNKS; ++t)
-            if (base + 32 * t < K / 8) w[t] = __ldg(weights + base + 32 * t);
-        #pragma unroll
-        for (int t = 0; t < DEPTH_ROW_CHUNKS; ++t)
-            if (base + 32 * t < K / 8) {
-                uint4 v = inputs[base + 32 * t];
-                acc += pair_dot(w[t].x, v.x) + pair_dot(w[t].y, v.y) + pair_dot(w[t].z, v.z) + pair_dot(w[t].w, v.w);
-            }
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 w = __ldg(weights + c);
+        uint4 v = inputs[c];
+        acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
     }
     return warp_sum(acc);
 }
 
-// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU, or two
-// rows of one phase); each sum in row_dot's order.
-#define DEPTH_PAIR_CHUNKS 4
+// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
 __device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
                                          const unsigned short* h, int K, float* a, float* b) {
     const uint4* wa = reinterpret_cast<const uint4*>(row_a);
     const uint4* wb = reinterpret_cast<const uint4*>(row_b);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
     float acc_a = 0.0f, acc_b = 0.0f;
-    for (int base = threadIdx.x & 31; base < K / 8; base += 32 * DEPTH_PAIR_CHUNKS) {
-        uint4 x[DEPTH_PAIR_CHUNKS], y[DEPTH_PAIR_CHUNKS];
-        #pragma unroll
-        for (int t = 0; t < DEPTH_PAIR_CHUNKS; ++t)
-            if (base + 32 * t < K / 8) {
-                x[t] = __ldg(wa + base + 32 * t);
-                y[t] = __ldg(wb + base + 32 * t);
-            }
-        #pragma unroll
-        for (int t = 0; t < DEPTH_PAIR_CHUNKS; ++t)
-            if (base + 32 * t < K / 8) {
-                uint4 v = inputs[base + 32 * t];
-                acc_a += pair_dot(x[t].x, v.x) + pair_dot(x[t].y, v.y) + pair_dot(x[t].z, v.z) + pair_dot(x[t].w, v.w);
-                acc_b += pair_dot(y[t].x, v.x) + pair_dot(y[t].y, v.y) + pair_dot(y[t].z, v.z) + pair_dot(y[t].w, v.w);
-            }
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
+        uint4 v = inputs[c];
+        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
+        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
     }
     *a = warp_sum(acc_a);
     *b = warp_sum(acc_b);
-}
-
-// done(r, W[r] . h) for every row r of W (rows x K) this warp owns (every row_step-th from first_row),
-// two rows at a time with their loads in flight together: a warp with two rows of a phase waits one
-// round trip for both.
-#ifndef DEPTH_ROW_PAIRS  // probe only: 0 takes the rows one at a time
-#define DEPTH_ROW_PAIRS 1
-#endif
-template <typename Done>
-__device__ __forceinline__ void for_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
-                                         int first_row, int row_step, Done done) {
-    for (int r = first_row; r < rows; r += (DEPTH_ROW_PAIRS ? 2 : 1) * row_step) {
-        const int next = r + row_step;
-        if (DEPTH_ROW_PAIRS && next < rows) {
-            float a, b;
-            row_dot2(W + (long long)r * K, W + (long long)next * K, h, K, &a, &b);
-            done(r, a);
-            done(next, b);
-        } else {
-            done(r, row_dot(W + (long long)r * K, h, K));
-        }
-    }
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -562,10 +517,11 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
 __device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
                                               const unsigned int* previous, unsigned int* next, unsigned int tag,
                                               int first_row, int row_step) {
-    for_rows(W, rows, K, h, first_row, row_step, [&](int r, float acc) {
+    for (int r = first_row; r < rows; r += row_step) {
+        float acc = row_dot(W + (long long)r * K, h, K);
         if ((threadIdx.x & 31) == 0)
             store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
-    });
+    }
 }
 
 // Prefetches this warp's rows of phase q's weights (see depthformer_codebook), and the norm weights
@@ -664,13 +620,13 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
-        for_rows(qkv, qkv_width, dim, h, first_row, row_step, [&](int r, float acc) {
-            unsigned short bits = float_to_bf16(acc);
+        for (int r = first_row; r < qkv_width; r += row_step) {
+            unsigned short bits = float_to_bf16(row_dot(qkv + (long long)r * dim, h, dim));
             if (lane == 0) {
                 qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
                 store_relaxed(qkv_now + r, tagged(tag, bits));
             }
-        });
+        }
         prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 1);
         STAMP(9 * l + 2);
@@ -704,9 +660,10 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     }
 
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
-    for_rows(to_logits, vocab, dim, h, first_row, row_step, [&](int r, float acc) {
+    for (int r = first_row; r < vocab; r += row_step) {
+        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
-    });
+    }
     STAMP(126);
     // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now
     // (not its rope entries: which position comes next is the caller's).
