@@ -7,6 +7,8 @@ older architecture fails on any machine.
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 
 from engine.realtime import cuda_kernels
@@ -88,3 +90,13 @@ def test_matvec_split_is_the_fewest_warps_per_row_that_fit() -> None:
 
     check()
     assert [Matvec.split(k) for k in (256, 2048, 4096, 6144, 8192, 300, 4352, 8448)] == [1, 1, 1, 2, 2, None, None, None]
+
+
+def test_the_dependent_launch_structures_have_the_driver_layout() -> None:
+    """cuLaunchKernelEx reads CUlaunchConfig and CUlaunchAttribute by offset (cuda.h, 64-bit Linux and
+    Windows alike): a field out of place would launch the wrong grid or read a wrong attribute."""
+    config, attribute = cuda_kernels._LaunchConfig, cuda_kernels._LaunchAttribute
+    assert ctypes.sizeof(attribute) == 72 and attribute.value.offset == 8
+    assert ctypes.sizeof(config) == 56
+    assert (config.block.offset, config.shared_mem_bytes.offset, config.stream.offset) == (12, 24, 32)
+    assert (config.attrs.offset, config.num_attrs.offset) == (40, 48)

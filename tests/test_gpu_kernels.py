@@ -289,6 +289,44 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
 
 
 @torch.inference_mode()
+def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device) -> None:
+    """On Hopper the backbone's kernels start before the kernel ahead of them ends (programmatic dependent
+    launch) and wait inside for what it wrote: a chain of a PyTorch kernel, products, norms and a product
+    of a norm, each reading what the one before wrote, gives in a graph replay (10 times) what it gives
+    eagerly, and that within bf16 rounding of the plain ops."""
+    from engine.realtime import cuda_kernels, graphs
+    from engine.realtime.cuda_kernels import Matvec, RmsNormRow
+
+    matvec = Matvec.create(device, torch.bfloat16)
+    norm = RmsNormRow.create(2048, device, torch.bfloat16)
+    assert matvec is not None and norm is not None
+    if torch.cuda.get_device_capability(device)[0] >= 9:
+        assert cuda_kernels._dependent_launch(torch.cuda.current_device()) is not None
+    generator = torch.Generator(device=device).manual_seed(11)
+    x = torch.randn((1, 2048), device=device, generator=generator).to(torch.bfloat16)
+    weights = [(torch.randn((2048, 2048), device=device, generator=generator) / 45).to(torch.bfloat16) for _ in range(3)]
+    gain = torch.randn((2048,), device=device, generator=generator).to(torch.bfloat16)
+
+    def chain(plain: bool) -> torch.Tensor:
+        h = x * 3  # a PyTorch kernel writes the first input
+        for weight in weights:
+            h = F.linear(h, weight) if plain else matvec(h, weight, h[0])  # + residual: reads h twice
+            h = F.rms_norm(h, (2048,), gain, 1e-5) if plain else norm(h, gain, 1e-5)
+        return F.linear(F.rms_norm(h, (2048,), gain, 1e-5), weights[0]) if plain else matvec(h, weights[0], None, gain, 1e-5)
+
+    eager = chain(plain=False)
+    graphs.warm_up(device, lambda: chain(plain=False))
+    graph, out = graphs.capture(lambda: chain(plain=False))
+    for _ in range(10):
+        out.zero_()
+        graph.replay()
+        assert torch.equal(out, eager)
+    expected = chain(plain=True).double()
+    assert _relative(eager, expected) < 5e-2  # bf16 roundings through 7 kernels
+    assert not cuda_kernels._dependent_launch_failed
+
+
+@torch.inference_mode()
 def test_backbone_times_the_matvec_kernel_against_cublas_for_every_decode_product(device, full_size) -> None:
     from engine.realtime.static_model import StaticBackbone
 

@@ -22,6 +22,9 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
   in-projection, the out-projections and w2; cuBLAS keeps w1|w3);
 - `rms_norm_row`: the backbone decode step's 33 RMS norms, one block each with one 16-byte load per
   thread (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row).
+On Hopper and later the backbone decode step's kernels (`short_conv_step`, `backbone_attention`, `matvec`,
+`rms_norm_row`) are launched as programmatic dependent launches (`launch_after_previous`): each starts
+before the kernel ahead of it has finished and waits inside only where it reads what that kernel wrote.
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
 random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
 ops run instead: slower, same results within bf16 rounding.
@@ -29,6 +32,7 @@ ops run instead: slower, same results within bf16 rounding.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import logging
 import struct
@@ -57,12 +61,32 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 }
 """
 
+# Programmatic dependent launch (Hopper and later; no-ops before, and when launched without it): the
+# backbone decode step's kernels let the next kernel's blocks start once all of theirs have started
+# (`let_next_start`), and wait for the kernel before them to finish and its writes to be visible
+# (`wait_for_previous`) before they read or write anything a kernel before them touches. What comes
+# first (a product's weight loads) then overlaps the previous kernel's tail and the launch between them.
+# Every block of such a kernel waits (before any early return), so "finished" carries down the chain.
+_DEPENDENT_LAUNCH = r"""
+__device__ __forceinline__ void let_next_start() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+"""
+
+
 def _defines(values: dict[str, int]) -> str:
     """C #defines of a kernel's fixed limits, from the Python constants that are their one definition."""
     return "".join(f"#define {name} {value}\n" for name, value in values.items())
 
 
-_SHORT_CONV_SOURCE = _COMMON + r"""
+_SHORT_CONV_SOURCE = _COMMON + _DEPENDENT_LAUNCH + r"""
 // One decode position of LFM2's short convolution, per channel c:
 //   bu = b*u;  state = [state[1:], bu];  y = c * sum_j state[j] * weight[j]
 // bcu is the in-projection output [b | c | u] (3 * hidden), state and weight are (hidden, taps).
@@ -70,6 +94,8 @@ extern "C" __global__ void short_conv_step(const unsigned short* __restrict__ bc
                                            unsigned short* __restrict__ state,
                                            const unsigned short* __restrict__ weight,
                                            unsigned short* __restrict__ out, int hidden, int taps) {
+    let_next_start();
+    wait_for_previous();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= hidden) return;
     unsigned short bu = float_to_bf16(bf16_to_float(bcu[c]) * bf16_to_float(bcu[2 * hidden + c]));
@@ -693,7 +719,7 @@ __device__ __forceinline__ float block_inv_rms(float squares, float* partial, in
 }
 """
 
-_RMS_NORM_SOURCE = _COMMON + _BLOCK_INV_RMS + r"""
+_RMS_NORM_SOURCE = _COMMON + _BLOCK_INV_RMS + _DEPENDENT_LAUNCH + r"""
 // One row of n bf16 (n % 256 == 0: n / 8 threads in whole warps, one block; 16-byte aligned): out = x * w / rms(x),
 // in float and rounded once, as F.rms_norm outputs it. One 16-byte load of x and of w per thread,
 // one warp-shuffle and one shared-memory reduction: the backbone's 33 norms per decode step were
@@ -702,7 +728,10 @@ extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, co
                                         unsigned short* __restrict__ out, int n, int eps_bits) {
     __shared__ float partial[32];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = (blockDim.x + 31) >> 5;
-    const uint4 xb = reinterpret_cast<const uint4*>(x)[t], wb = reinterpret_cast<const uint4*>(weight)[t];
+    let_next_start();
+    const uint4 wb = reinterpret_cast<const uint4*>(weight)[t];  // a parameter: nothing writes it
+    wait_for_previous();
+    const uint4 xb = reinterpret_cast<const uint4*>(x)[t];
     const unsigned int xs[4] = {xb.x, xb.y, xb.z, xb.w}, ws[4] = {wb.x, wb.y, wb.z, wb.w};
     float v[8], w[8], squares = 0.0f;
     #pragma unroll
@@ -739,7 +768,7 @@ _ATTENTION_DEFINES = _defines(
     }
 )
 
-_BACKBONE_ATTENTION_SOURCE = _COMMON + _ATTENTION_DEFINES + r"""
+_BACKBONE_ATTENTION_SOURCE = _COMMON + _DEPENDENT_LAUNCH + _ATTENTION_DEFINES + r"""
 // HEAD_DIM (64): one lane holds dims d and d + 32, the pair rotate_half swaps. CHUNK: keys per block.
 // THREADS: 4 warps; warp w takes the group's heads w, w + 4, ... MAX_GROUP: query heads per kv head.
 #define KEY_WORDS 33          // a staged key row: 32 words (64 bf16) + 1, so that lane j's row is bank j
@@ -787,6 +816,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
     __shared__ float weights[THREADS / 32][CHUNK];
     __shared__ unsigned int finished;
     const int split = blockIdx.x, kv = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    let_next_start();
+    wait_for_previous();
     const int pos = (int)position[0], splits = pos / CHUNK + 1, max_splits = (max_positions + CHUNK - 1) / CHUNK;
     if (split >= splits) return;
     const int start = split * CHUNK, count = min(CHUNK, pos + 1 - start), group = heads / kv_heads;
@@ -932,7 +963,7 @@ MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
 _MATVEC_DEFINES = _defines({"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K})
 
-_MATVEC_SOURCE = _COMMON + _BLOCK_INV_RMS + _MATVEC_DEFINES + r"""
+_MATVEC_SOURCE = _COMMON + _BLOCK_INV_RMS + _DEPENDENT_LAUNCH + _MATVEC_DEFINES + r"""
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
 
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
@@ -957,10 +988,12 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
     const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
     const int per_lane = K / (256 * split), first = part * (K / 8 / split);
     const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
+    let_next_start();
     uint4 w[MATVEC_DEPTH];
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
         if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
+    wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
         const uint4 v = reinterpret_cast<const uint4*>(x)[c];
@@ -1022,6 +1055,70 @@ _CONV_THREADS = 256
 
 
 _compile_errors: dict[str, str] = {}
+
+
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte value union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_mem_bytes", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_LaunchAttribute)),
+        ("num_attrs", ctypes.c_uint),
+    ]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+_dependent_launch_failed: list[str] = []  # why it was turned off, once it was
+
+
+@functools.cache
+def _dependent_launch(device_index: int) -> Callable[..., int] | None:
+    """cuLaunchKernelEx where programmatic dependent launch exists (compute capability 9.0 and later,
+    a driver with CUDA 12), else None."""
+    if torch.cuda.get_device_capability(device_index)[0] < 9:
+        return None
+    try:
+        return torch.cuda._utils._get_cuda_library().cuLaunchKernelEx
+    except (AttributeError, OSError):
+        return None
+
+
+def launch_after_previous(kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any]) -> None:
+    """kernel<<<grid, block>>>(args) on the current stream, allowed to start before the kernel ahead of it
+    in the stream has finished (programmatic dependent launch: its blocks wait at `wait_for_previous`).
+    Only for kernels built with `_DEPENDENT_LAUNCH` that call it as that source says; a plain launch
+    where the GPU, the driver or PyTorch's kernel object cannot do it, or once a launch was refused."""
+    stream = torch.cuda.current_stream()
+    launch = _dependent_launch(stream.device.index) if not _dependent_launch_failed else None
+    function = getattr(kernel, "func", None)
+    if launch is None or function is None:
+        kernel(grid=grid, block=block, args=args)
+        return
+    values: list[Any] = []  # what the parameter pointers point at, alive until the launch is made
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            values.append(ctypes.c_void_p(arg.data_ptr()))
+        elif isinstance(arg, int):
+            values.append(ctypes.c_int(arg))
+        else:
+            raise TypeError(f"unsupported kernel argument {type(arg).__name__}")
+    parameters = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
+    attribute = _LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attribute.value[0] = 1  # programmaticStreamSerializationAllowed
+    config = _LaunchConfig(
+        grid=(ctypes.c_uint * 3)(*grid), block=(ctypes.c_uint * 3)(*block), shared_mem_bytes=0,
+        stream=ctypes.c_void_p(stream.cuda_stream), attrs=ctypes.pointer(attribute), num_attrs=1,
+    )  # fmt: skip
+    result = launch(ctypes.byref(config), function, parameters, None)
+    if result != 0:
+        _dependent_launch_failed.append(f"cuLaunchKernelEx returned {result}")
+        log.warning("programmatic dependent launch refused (CUDA error %d); plain launches from now on", result)
+        kernel(grid=grid, block=block, args=args)
 
 
 def float_bits(value: float) -> int:
@@ -1155,8 +1252,8 @@ class ShortConvStep:
         return step
 
     def __call__(self, bcu: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        self.kernel(
-            grid=self.grid, block=(_CONV_THREADS, 1, 1), args=[bcu, state, weight, self.out, self.hidden, state.shape[1]]
+        launch_after_previous(
+            self.kernel, self.grid, (_CONV_THREADS, 1, 1), [bcu, state, weight, self.out, self.hidden, state.shape[1]]
         )
         return self.out
 
@@ -1308,10 +1405,11 @@ class BackboneAttention:
     ) -> torch.Tensor:
         """qkv (1, (heads + 2 kv_heads) * 64); keys / values (1, kv_heads, max_positions, 64), written at
         `position` (a (1,) int64 device tensor); cos / sin (max_positions, 64). Returns (1, heads * 64)."""
-        self.kernel(
-            grid=(self.splits, self.kv_heads, 1),
-            block=(ATTENTION_THREADS, 1, 1),
-            args=[
+        launch_after_previous(
+            self.kernel,
+            (self.splits, self.kv_heads, 1),
+            (ATTENTION_THREADS, 1, 1),
+            [
                 qkv, q_norm, k_norm, float_bits(eps), float_bits(scale), cos, sin, position, keys, values,
                 self.partials, self.counters, self.out, self.heads, self.kv_heads, self.max_positions,
             ],
@@ -1359,10 +1457,11 @@ class Matvec:
         assert split is not None and x.is_contiguous() and weight.is_contiguous()
         out = torch.empty((1, rows), device=x.device, dtype=x.dtype)
         per_block = MATVEC_WARPS // split
-        self.kernel(
-            grid=(-(-rows // per_block), 1, 1),
-            block=(MATVEC_WARPS * 32, 1, 1),
-            args=[
+        launch_after_previous(
+            self.kernel,
+            (-(-rows // per_block), 1, 1),
+            (MATVEC_WARPS * 32, 1, 1),
+            [
                 weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),
                 int(residual is not None), residual if residual is not None else weight, out, rows, columns, split,
             ],
@@ -1401,5 +1500,5 @@ class RmsNormRow:
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """x (1, hidden) contiguous → a new (1, hidden) tensor."""
         out = torch.empty_like(x)
-        self.kernel(grid=(1, 1, 1), block=(self.hidden // 8, 1, 1), args=[x, weight, out, self.hidden, float_bits(eps)])
+        launch_after_previous(self.kernel, (1, 1, 1), (self.hidden // 8, 1, 1), [x, weight, out, self.hidden, float_bits(eps)])
         return out
