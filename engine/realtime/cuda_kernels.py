@@ -68,14 +68,20 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 # first (a product's weight loads) then overlaps the previous kernel's tail and the launch between them.
 # Every block of such a kernel waits (before any early return), so "finished" carries down the chain.
 _DEPENDENT_LAUNCH = r"""
+#ifndef DEPENDENT_TRIGGER  // probe only: 0 no trigger (implicitly at each block's exit), 2 after the wait
+#define DEPENDENT_TRIGGER 1
+#endif
 __device__ __forceinline__ void let_next_start() {
-#if __CUDA_ARCH__ >= 900
+#if __CUDA_ARCH__ >= 900 && DEPENDENT_TRIGGER == 1
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void wait_for_previous() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#if DEPENDENT_TRIGGER == 2
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #endif
 }
 """
