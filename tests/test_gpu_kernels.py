@@ -290,10 +290,10 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
 
 @torch.inference_mode()
 def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device) -> None:
-    """On Hopper the backbone's kernels start before the kernel ahead of them ends (programmatic dependent
-    launch) and wait inside for what it wrote: a chain of a PyTorch kernel, products, norms and a product
-    of a norm, each reading what the one before wrote, gives in a graph replay (10 times) what it gives
-    eagerly, and that within bf16 rounding of the plain ops."""
+    """On Hopper the backbone's kernels are programmatic dependent launches (no launch was refused) that
+    wait inside for what the kernel ahead wrote: a chain of a PyTorch kernel, products with a residual,
+    norms and a product of a norm, each reading what the one before wrote, gives in every graph replay
+    (10) what it gives eagerly, and that within bf16 rounding of the plain ops."""
     from engine.realtime import cuda_kernels, graphs
     from engine.realtime.cuda_kernels import Matvec, RmsNormRow
 
@@ -310,7 +310,7 @@ def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device
     def chain(plain: bool) -> torch.Tensor:
         h = x * 3  # a PyTorch kernel writes the first input
         for weight in weights:
-            h = F.linear(h, weight) if plain else matvec(h, weight, h[0])  # + residual: reads h twice
+            h = h + F.linear(h, weight) if plain else matvec(h, weight, h[0])  # + residual: reads h twice
             h = F.rms_norm(h, (2048,), gain, 1e-5) if plain else norm(h, gain, 1e-5)
         return F.linear(F.rms_norm(h, (2048,), gain, 1e-5), weights[0]) if plain else matvec(h, weights[0], None, gain, 1e-5)
 

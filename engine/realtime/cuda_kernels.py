@@ -61,27 +61,18 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 }
 """
 
-# Programmatic dependent launch (Hopper and later; no-ops before, and when launched without it): the
-# backbone decode step's kernels let the next kernel's blocks start once all of theirs have started
-# (`let_next_start`), and wait for the kernel before them to finish and its writes to be visible
-# (`wait_for_previous`) before they read or write anything a kernel before them touches. What comes
-# first (a product's weight loads) then overlaps the previous kernel's tail and the launch between them.
-# Every block of such a kernel waits (before any early return), so "finished" carries down the chain.
+# Programmatic dependent launch (Hopper and later; a no-op before, and when launched without it): the
+# backbone decode step's kernels are launched so that each may start as soon as every block of the
+# kernel ahead of it has exited, without the completion and launch latency between them, and wait
+# (`wait_for_previous`) for that kernel's writes before they read or write anything a kernel before
+# them touches. What comes first (a product's weight loads) overlaps the gap. Every block waits (before
+# any early return), so "finished" carries down the chain. No kernel triggers its dependents earlier:
+# on the H200 a trigger at block start let graph replays read before the kernel ahead had written
+# (scripts/probe_dependent_launch.py, bench/results/run-41-dependent-launch).
 _DEPENDENT_LAUNCH = r"""
-#ifndef DEPENDENT_TRIGGER  // probe only: 0 no trigger (implicitly at each block's exit), 2 after the wait
-#define DEPENDENT_TRIGGER 1
-#endif
-__device__ __forceinline__ void let_next_start() {
-#if __CUDA_ARCH__ >= 900 && DEPENDENT_TRIGGER == 1
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 __device__ __forceinline__ void wait_for_previous() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if DEPENDENT_TRIGGER == 2
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 #endif
 }
 """
@@ -100,7 +91,6 @@ extern "C" __global__ void short_conv_step(const unsigned short* __restrict__ bc
                                            unsigned short* __restrict__ state,
                                            const unsigned short* __restrict__ weight,
                                            unsigned short* __restrict__ out, int hidden, int taps) {
-    let_next_start();
     wait_for_previous();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= hidden) return;
@@ -734,7 +724,6 @@ extern "C" __global__ void rms_norm_row(const unsigned short* __restrict__ x, co
                                         unsigned short* __restrict__ out, int n, int eps_bits) {
     __shared__ float partial[32];
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, warps = (blockDim.x + 31) >> 5;
-    let_next_start();
     const uint4 wb = reinterpret_cast<const uint4*>(weight)[t];  // a parameter: nothing writes it
     wait_for_previous();
     const uint4 xb = reinterpret_cast<const uint4*>(x)[t];
@@ -822,7 +811,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
     __shared__ float weights[THREADS / 32][CHUNK];
     __shared__ unsigned int finished;
     const int split = blockIdx.x, kv = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    let_next_start();
     wait_for_previous();
     const int pos = (int)position[0], splits = pos / CHUNK + 1, max_splits = (max_positions + CHUNK - 1) / CHUNK;
     if (split >= splits) return;
@@ -994,7 +982,6 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
     const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
     const int per_lane = K / (256 * split), first = part * (K / 8 / split);
     const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
-    let_next_start();
     uint4 w[MATVEC_DEPTH];
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)

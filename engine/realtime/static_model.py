@@ -373,8 +373,10 @@ class StaticBackbone(StreamingState):
         On CUDA 7 or 8 kernels per layer, attention or conv: the attention (with its q|k norm, rotary and
         cache write), the conv step, the SwiGLU and each RMS norm are one kernel each, and each product
         is either cuBLAS or the matrix-vector kernel with the norm before it or the residual after it
-        inside, whichever won its start-up timing (`_product`; H200: 116 kernels, 0.85 ms per step,
-        bench/results/run-35-one-warm-up-stream).
+        inside, whichever won its start-up timing (`_product`). On Hopper and later the NVRTC kernels are
+        programmatic dependent launches, each starting as the kernel ahead of it ends (H200: 116
+        kernels, 0.85 ms per step before, 0.77 with them; bench/results/run-35-one-warm-up-stream and
+        run-42-dependent-launch).
         """
         first_attention = True
         for layer in self.layers:
