@@ -112,7 +112,6 @@ extern "C" __global__ void short_conv_step(const unsigned short* __restrict__ bc
 _SAMPLER_SOURCE = _COMMON + r"""
 #define THREADS 1024
 #define NONE 0xffffffffu
-#define BATCH 16  // logits a thread loads at once: a pass over 65536 is 4 round trips to memory, not 64
 
 // Ordered 16-bit key of a bf16 value: larger value, larger key; -0 sorts with +0 (as `<` does).
 __device__ __forceinline__ unsigned int order_key(unsigned short bits) {
@@ -170,24 +169,16 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
         for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
         if (threadIdx.x == 0) found = 0;
         __syncthreads();
-        for (int base = 0; base < n; base += THREADS * BATCH) {
-            unsigned short bits[BATCH];
-            #pragma unroll
-            for (int j = 0; j < BATCH; ++j) {
-                int i = base + j * THREADS + threadIdx.x;
-                bits[j] = i < n ? logits[i] : 0;
+        for (int base = 0; base < n; base += THREADS) {
+            int i = base + threadIdx.x;
+            unsigned int bin = NONE;
+            if (i < n) {
+                unsigned int key = order_key(logits[i]);
+                if (pass == 0) bin = key >> 8;
+                else if ((key >> 8) == high) bin = key & 255u;
             }
-            #pragma unroll
-            for (int j = 0; j < BATCH; ++j) {
-                unsigned int bin = NONE;
-                if (base + j * THREADS + threadIdx.x < n) {
-                    unsigned int key = order_key(bits[j]);
-                    if (pass == 0) bin = key >> 8;
-                    else if ((key >> 8) == high) bin = key & 255u;
-                }
-                unsigned int peers = __match_any_sync(0xffffffffu, bin);  // one shared atomic per distinct bin
-                if (bin != NONE && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
-            }
+            unsigned int peers = __match_any_sync(0xffffffffu, bin);  // one shared atomic per distinct bin
+            if (bin != NONE && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
         }
         __syncthreads();
         if (warp == 0) find_bin(hist, rank, &chosen_bin, &chosen_rank, &found);
@@ -202,20 +193,11 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
     float t = inv_temperature[0];
     float best = -__int_as_float(0x7f800000);  // -inf (no CUDA headers under NVRTC)
     int best_index = 0x7fffffff;
-    for (int base = 0; base < n; base += THREADS * BATCH) {
-        unsigned short bits[BATCH];
-        #pragma unroll
-        for (int j = 0; j < BATCH; ++j) {
-            int i = base + j * THREADS + threadIdx.x;
-            bits[j] = i < n ? logits[i] : 0;
-        }
-        #pragma unroll
-        for (int j = 0; j < BATCH; ++j) {
-            int i = base + j * THREADS + threadIdx.x;
-            if (i < n && order_key(bits[j]) >= cut) {
-                float score = fmaf(bf16_to_float(bits[j]), t, noise[i]);
-                if (better(score, i, best, best_index)) { best = score; best_index = i; }
-            }
+    for (int i = threadIdx.x; i < n; i += THREADS) {
+        unsigned short bits = logits[i];
+        if (order_key(bits) >= cut) {
+            float score = fmaf(bf16_to_float(bits), t, noise[i]);
+            if (better(score, i, best, best_index)) { best = score; best_index = i; }
         }
     }
     for (int offset = 16; offset > 0; offset >>= 1) {
