@@ -23,8 +23,8 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
 - `rms_norm_row`: the backbone decode step's 33 RMS norms, one block each with one 16-byte load per
   thread (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row).
 On Hopper and later the backbone decode step's kernels (`short_conv_step`, `backbone_attention`, `matvec`,
-`rms_norm_row`) are launched as programmatic dependent launches (`launch_after_previous`): each starts
-before the kernel ahead of it has finished and waits inside only where it reads what that kernel wrote.
+`rms_norm_row`) are launched as programmatic dependent launches (`launch_after_previous`): each may start
+as the blocks of the kernel ahead of it exit, and waits inside only where it touches what came before.
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
 random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
 ops run instead: slower, same results within bf16 rounding.
@@ -68,7 +68,7 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 # them touches. What comes first (a product's weight loads) overlaps the gap. Every block waits (before
 # any early return), so "finished" carries down the chain. No kernel triggers its dependents earlier:
 # on the H200 a trigger at block start let graph replays read before the kernel ahead had written
-# (scripts/probe_dependent_launch.py, bench/results/run-41-dependent-launch).
+# (bench/results/run-40-dependent-launch-early-trigger; scripts/probe_dependent_launch.py in run 41).
 _DEPENDENT_LAUNCH = r"""
 __device__ __forceinline__ void wait_for_previous() {
 #if __CUDA_ARCH__ >= 900
@@ -1082,8 +1082,9 @@ def _dependent_launch(device_index: int) -> Callable[..., int] | None:
 
 
 def launch_after_previous(kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any]) -> None:
-    """kernel<<<grid, block>>>(args) on the current stream, allowed to start before the kernel ahead of it
-    in the stream has finished (programmatic dependent launch: its blocks wait at `wait_for_previous`).
+    """kernel<<<grid, block>>>(args) on the current stream, allowed to start as soon as the blocks of the
+    kernel ahead of it in the stream have exited (programmatic dependent launch: its blocks wait at
+    `wait_for_previous` for that kernel's writes).
     Only for kernels built with `_DEPENDENT_LAUNCH` that call it as that source says; a plain launch
     where the GPU, the driver or PyTorch's kernel object cannot do it, or once a launch was refused."""
     stream = torch.cuda.current_stream()

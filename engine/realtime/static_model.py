@@ -374,9 +374,9 @@ class StaticBackbone(StreamingState):
         cache write), the conv step, the SwiGLU and each RMS norm are one kernel each, and each product
         is either cuBLAS or the matrix-vector kernel with the norm before it or the residual after it
         inside, whichever won its start-up timing (`_product`). On Hopper and later the NVRTC kernels are
-        programmatic dependent launches, each starting as the kernel ahead of it ends (H200: 116
-        kernels, 0.85 ms per step before, 0.77 with them; bench/results/run-35-one-warm-up-stream and
-        run-42-dependent-launch).
+        programmatic dependent launches, each starting as the blocks of the kernel ahead of it exit
+        (H200: 116 kernels, 0.85 ms per step before, 0.83 with them; bench/results/run-35-one-warm-up-stream
+        and run-42-dependent-launch).
         """
         first_attention = True
         for layer in self.layers:
@@ -538,9 +538,9 @@ class StaticDepthformer:
     codebook's input, all layers and its logits head, its blocks handing each other every phase's
     vector), then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that
     kernel is unavailable or fails its start-up check against the plain ops on the model's own
-    weights, the same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache keeps q|k|v
-    as projected (v is the value cache) and q|k normed and roped (k is the key cache). The sampling
-    noise for all codebooks is drawn once per frame.
+    weights, the same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache
+    keeps q|k|v as projected (v is the value cache) and q|k normed and roped (k is the key cache). The
+    sampling noise for all codebooks is drawn once per frame.
     """
 
     def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
@@ -699,7 +699,8 @@ class StaticDepthformer:
             return self.fused(
                 table=self._table, eps=self._eps, layers=len(self.layers), position=i,
                 dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs_row=inputs[i],
-                previous_code=previous_code, embedding=embedding, exchange=self._exchange, head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
+                previous_code=previous_code, embedding=embedding, exchange=self._exchange,
+                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
             )  # fmt: skip
         x = inputs[i : i + 1]
         if previous_code is not None:
