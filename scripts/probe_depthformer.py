@@ -28,7 +28,7 @@ SOURCE = cuda_kernels._SOURCES["depthformer_codebook"]
 # DEPTH_EARLY_RESIDUAL (the residual row loaded before its dot product) and DEPTH_SPLIT 2 / 4 (the
 # out and w2 rows over 2 / 4 warps), run 32 DEPTH_ATTEND_STAGED 0 (the attention loading each value
 # where it is used); the first two lost, the last was the old code, and all three were removed.
-# Run 36 timed DEPTH_POLL_NS 100 (a back-off between polls of the tagged words: no faster) and
+# Run 36 timed a 100 ns back-off between polls of the tagged words (no faster; removed) and
 # DEPTH_PREFETCH 0 (no L2 prefetch: 14 % slower); run 37 each warp's rows of the coming phase
 # prefetched into L1 before the wait (5 % slower: 1009 against 960 µs per frame at 66 blocks).
 VARIANTS: dict[str, dict[str, int]] = {"shipped": {}, "no_prefetch": {"DEPTH_PREFETCH": 0}}

@@ -342,9 +342,6 @@ __device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows,
 // start (bench run 32). Every phase writes its own buffer, so no word is overwritten within a launch:
 // a late block can never find a later phase's value where it waits for an earlier one.
 #define DEPTH_TAGS 65535u
-#ifndef DEPTH_POLL_NS  // probe only: back off between polls
-#define DEPTH_POLL_NS 0
-#endif
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
     unsigned int v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -365,11 +362,6 @@ __device__ __forceinline__ void add_release(unsigned int* p, unsigned int v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned int tagged(unsigned int tag, unsigned short bits) { return (tag << 16) | bits; }
-__device__ __forceinline__ void back_off() {
-#if DEPTH_POLL_NS
-    __nanosleep(DEPTH_POLL_NS);
-#endif
-}
 
 // h = the K tagged words at src, waited for (or h itself when src is 0), RMS-normed with `norm` when
 // given (rounded exactly as F.rms_norm would output it). The norm weights are loaded before the wait,
@@ -394,7 +386,6 @@ __device__ void stage(const unsigned int* src, unsigned int tag, const unsigned 
                 words[t] = load_relaxed(src + threadIdx.x + t * DEPTH_THREADS);
                 waiting = true;
             }
-        if (waiting) back_off();
     }
     __syncthreads();  // every warp of the block is done with h (the phase before reads it until its last row)
     float values[DEPTH_STAGE_MAX];
@@ -480,7 +471,6 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
             value_word = load_relaxed(value_words + threadIdx.x);
             waiting = true;
         }
-        if (waiting) back_off();
     }
     unsigned short* value_bits = reinterpret_cast<unsigned short*>(values);
     if (threadIdx.x < kv_width) value_bits[i * kv_width + threadIdx.x] = (unsigned short)(value_word & 0xffffu);
