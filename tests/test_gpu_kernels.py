@@ -255,7 +255,9 @@ def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundar
         assert _relative(got, plain) < 2e-2, position
 
 
-@pytest.mark.parametrize("rows, columns", [(2048, 2048), (3072, 2048), (16384, 2048), (2048, 8192), (1001, 256), (5000, 512), (96, 6144)])
+@pytest.mark.parametrize(
+    "rows, columns", [(2048, 2048), (3072, 2048), (16384, 2048), (2048, 8192), (1001, 256), (1006, 256), (5000, 512), (96, 6144)]
+)
 def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int) -> None:
     """The matrix-vector kernel against the float64 product, with and without the residual it adds, and
     bit for bit the same output when run again (each output is one fixed-order sum). The shapes cover
@@ -286,6 +288,18 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
             expected = normed.double() @ weight.double().t() + (0 if extra is None else extra.double())
             assert _relative(got, expected) < 1e-2, (scale, eps)
             assert torch.equal(got, matvec(xs, weight, extra, gain, eps))
+    # Gated (w1|w3 with the SwiGLU as the epilogue): the same sums as the plain product, so its gate and up
+    # are the plain kernel's bf16 outputs, and out = silu(gate) * up of them, rounded once.
+    if rows % 2:
+        return
+    assert matvec.supports(columns, gated=True)
+    for xs, norm, eps in ((x, None, 0.0), ((x.float() * 3).to(torch.bfloat16), gain, 1e-5)):
+        gate, up = matvec(xs, weight, None, norm, eps).double().chunk(2, dim=-1)
+        expected = gate / (1 + torch.exp(-gate)) * up
+        got = matvec(xs, weight, None, norm, eps, gated=True)
+        assert got.shape == (1, rows // 2) and got.dtype == torch.bfloat16
+        assert ((got.double() - expected).abs() <= expected.abs() * 2**-7).all()  # one bf16 step
+        assert torch.equal(got, matvec(xs, weight, None, norm, eps, gated=True))
 
 
 @torch.inference_mode()
@@ -332,7 +346,9 @@ def test_backbone_times_the_matvec_kernel_against_cublas_for_every_decode_produc
 
     backbone = StaticBackbone(full_size.model.lfm, max_positions=256)
     shapes = backbone._decode_products()
-    assert len(shapes) == 5  # q|k|v, conv in-projection, out-projections (+ residual), w1|w3, w2 (+ residual)
+    # q|k|v, conv in-projection, out-projections (+ residual), w1|w3, w2 (+ residual), w1|w3 with its SwiGLU
+    assert len(shapes) == 6 and [shape[-1] for shape in shapes] == [False] * 5 + [True]
     assert len(backbone.matvec_timings_us) == len(shapes)
-    assert all(t["kernel"] > 0 and t["cublas"] > 0 for t in backbone.matvec_timings_us.values())
+    for label, times in backbone.matvec_timings_us.items():
+        assert times["kernel"] > 0 and times["separate" if label.endswith("SwiGLU") else "cublas"] > 0
     assert backbone.matvec_shapes <= set(shapes)

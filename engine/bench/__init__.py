@@ -342,6 +342,9 @@ class EngineBench:
                 "blocks": self.backend.depthformer.fused.blocks if self.backend.depthformer.fused else None,
                 "timings_ms": {way: {str(k): v for k, v in t.items()} for way, t in self.backend.depthformer.grid_timings_ms.items()},
             },
+            # µs per decode product, the kernel against cuBLAS (or the separate SwiGLU), and those it won
+            "matvec_timings_us": self.backend.backbone.matvec_timings_us,
+            "matvec_products_chosen": sorted(str(shape) for shape in self.backend.backbone.matvec_shapes),
         }
         self._unseen = 0
         self.loaded = loaded

@@ -945,9 +945,12 @@ MATVEC_WARPS = 8
 MATVEC_DEPTH = 16  # 16-byte chunks of its row a lane loads at once: 4096 columns per warp
 MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
-_MATVEC_DEFINES = _defines({"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K})
+MATVEC_MIN_BLOCKS = 2  # resident blocks per SM the registers are budgeted for (__launch_bounds__)
+_MATVEC_DEFINES = _defines(
+    {"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K, "MATVEC_MIN_BLOCKS": MATVEC_MIN_BLOCKS}
+)
 
-_MATVEC_SOURCE = _COMMON + _BLOCK_INV_RMS + _DEPENDENT_LAUNCH + _MATVEC_DEFINES + r"""
+_MATVEC_BODY = r"""
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
 
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
@@ -962,14 +965,23 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
 // x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
 // at the memory's pace (the weights are read once: evict-first loads).
 // Each output is a fixed-order sum, so a replay is bitwise the eager call.
-extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
+// GATED (the kernel matvec_gated): W is a SwiGLU's gate rows [0, N/2) over its up rows [N/2, N), and
+// out (N/2) = bf16(silu(g) * u) of each bf16-rounded pair (g, u) (as the jiterator SwiGLU computes it
+// from the product's bf16 outputs): a block's first half of rows are gates, its second half their ups,
+// so the SwiGLU is the product's epilogue, not a kernel of its own. No residual.
+extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) MATVEC_NAME(
         const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
         const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
     __shared__ float partial[MATVEC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#if GATED
+    const int local = warp / split, half = MATVEC_WARPS / split / 2, part = warp % split;
+    const int out_row = blockIdx.x * half + local % half, row = out_row + (local < half ? 0 : N / 2);
+#else
     const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
+#endif
     const int per_lane = K / (256 * split), first = part * (K / 8 / split);
     const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
     uint4 w[MATVEC_DEPTH];
@@ -1016,21 +1028,39 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, 2) matvec(
     for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (lane == 0) partial[warp] = acc;
     __syncthreads();
+#if GATED
+    if (part == 0 && lane == 0 && local < half && out_row < N / 2) {
+        float gate = 0.0f, up = 0.0f;  // the up row's warps are half * split after the gate row's
+        for (int p = 0; p < split; ++p) { gate += partial[warp + p]; up += partial[warp + half * split + p]; }
+        gate = bf16_to_float(float_to_bf16(gate));
+        up = bf16_to_float(float_to_bf16(up));
+        out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
+    }
+#else
     if (part == 0 && lane == 0 && row < N) {
         float total = 0.0f;
         for (int p = 0; p < split; ++p) total += partial[warp + p];
         if (has_residual) total += bf16_to_float(residual[row]);
         out[row] = float_to_bf16(total);
     }
+#endif
 }
 """
+
+
+def _matvec_source(name: str, *, gated: bool) -> str:
+    """The matrix-vector kernel `name`, plain or with the SwiGLU epilogue (one source, two kernels)."""
+    head = _COMMON + _BLOCK_INV_RMS + _DEPENDENT_LAUNCH + _MATVEC_DEFINES
+    return head + _defines({"GATED": int(gated)}) + f"#define MATVEC_NAME {name}\n" + _MATVEC_BODY
+
 
 _SOURCES = {
     "short_conv_step": _SHORT_CONV_SOURCE,
     "top_k_gumbel_argmax": _SAMPLER_SOURCE,
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
     "backbone_attention": _BACKBONE_ATTENTION_SOURCE,
-    "matvec": _MATVEC_SOURCE,
+    "matvec": _matvec_source("matvec", gated=False),
+    "matvec_gated": _matvec_source("matvec_gated", gated=True),
     "rms_norm_row": _RMS_NORM_SOURCE,
 }
 SAMPLER_THREADS = 1024
@@ -1403,28 +1433,35 @@ class BackboneAttention:
 
 class Matvec:
     """A batch-1 matrix-vector product as one kernel: W (N, K) bf16 times x (1, K), optionally of x's RMS
-    norm and plus a residual row. The backbone decode step uses it for the weights where it beats cuBLAS on this GPU
-    (`StaticBackbone` times both at start-up)."""
+    norm and plus a residual row, or (`gated`) a SwiGLU of the product's two halves. The backbone decode
+    step uses it for the weights where it beats cuBLAS on this GPU (`StaticBackbone` times both at start-up)."""
 
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: Any, gated_kernel: Any | None, depth: int = MATVEC_DEPTH) -> None:
         self.kernel = kernel
+        self.gated_kernel = gated_kernel  # None: `gated` products unavailable
+        self.depth = depth  # the kernels' MATVEC_DEPTH
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
         kernel = _compiled("matvec")
-        return cls(kernel) if kernel is not None else None
+        return cls(kernel, _compiled("matvec_gated")) if kernel is not None else None
 
     @staticmethod
-    def split(columns: int) -> int | None:
-        """Warps per row for `columns` (each takes at most MATVEC_DEPTH chunks per lane), or None if unsupported."""
+    def split(columns: int, depth: int = MATVEC_DEPTH) -> int | None:
+        """Warps per row for `columns` (each takes at most `depth` chunks per lane), or None if unsupported."""
         split = 1
-        while columns > 256 * MATVEC_DEPTH * split:
+        while columns > 256 * depth * split:
             split *= 2
         if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (256 * split):
             return None
         return split
+
+    def supports(self, columns: int, *, gated: bool = False) -> bool:
+        """Whether products over `columns` can run here (gated: a block holds a gate row and its up row)."""
+        split = self.split(columns, self.depth)
+        return split is not None and (not gated or (self.gated_kernel is not None and MATVEC_WARPS // split >= 2))
 
     def __call__(
         self,
@@ -1433,17 +1470,25 @@ class Matvec:
         residual: torch.Tensor | None = None,
         norm: torch.Tensor | None = None,
         eps: float = 0.0,
+        gated: bool = False,
     ) -> torch.Tensor:
-        """rms_norm(x, norm, eps) (or x if norm is None) @ weight.T (+ residual) → a new (1, N).
+        """h @ weight.T (+ residual) → a new (1, N), h = rms_norm(x, norm, eps) or x if norm is None.
+        `gated` (no residual): silu(gate) * up of the product's halves (gate, up) = (:N/2, N/2:), each
+        rounded to bf16 first → a new (1, N/2), as `swiglu(*product.chunk(2, dim=-1))`.
         x (1, K), weight (N, K) and norm (K,) contiguous and 16-byte aligned; residual (N,) or None."""
         rows, columns = weight.shape
-        split = self.split(columns)
+        split = self.split(columns, self.depth)
         assert split is not None and x.is_contiguous() and weight.is_contiguous()
-        out = torch.empty((1, rows), device=x.device, dtype=x.dtype)
         per_block = MATVEC_WARPS // split
+        if gated:
+            assert self.supports(columns, gated=True) and residual is None and rows % 2 == 0
+            outputs, per_block = rows // 2, per_block // 2
+        else:
+            outputs = rows
+        out = torch.empty((1, outputs), device=x.device, dtype=x.dtype)
         launch_after_previous(
-            self.kernel,
-            (-(-rows // per_block), 1, 1),
+            self.gated_kernel if gated else self.kernel,
+            (-(-outputs // per_block), 1, 1),
             (MATVEC_WARPS * 32, 1, 1),
             [
                 weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),

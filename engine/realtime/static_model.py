@@ -170,7 +170,7 @@ class StaticBackbone(StreamingState):
         self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self.matvec = Matvec.create(device, dtype)
-        self.matvec_shapes: set[tuple[int, int, bool, bool]] = set()  # _product's cuBLAS path while timing
+        self.matvec_shapes: set[tuple[int, int, bool, bool, bool]] = set()  # _product's cuBLAS path while timing
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -208,66 +208,79 @@ class StaticBackbone(StreamingState):
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
-            gate, up = self._product(x, layer.w13, norm=layer.ffn_norm).chunk(2, dim=-1)
-            return self._product(swiglu(gate, up), layer.w2, residual=x[0])
+            return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
         gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
         return x + F.linear(swiglu(gate, up), layer.w2)
 
     def _product(
-        self, x: torch.Tensor, weight: torch.Tensor, *, residual: torch.Tensor | None = None, norm: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        *,
+        residual: torch.Tensor | None = None,
+        norm: torch.Tensor | None = None,
+        gated: bool = False,
     ) -> torch.Tensor:
-        """A decode step's h @ weight.T (+ residual (N,)), h = x (1, K) or, given `norm`, its RMS norm: the
-        matrix-vector kernel (with the norm inside) for the products where it beat cuBLAS (and the norm
-        kernel) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
+        """A decode step's h @ weight.T (+ residual (N,)), h = x (1, K) or, given `norm`, its RMS norm, and
+        with `gated` the SwiGLU of the product's halves (gate, up): the matrix-vector kernel (with the norm
+        inside, the SwiGLU as its epilogue) for the products where it beat cuBLAS (and the norm and SwiGLU
+        kernels) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
         rides on the product (addmm's bias, or the kernel's)."""
-        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None) in self.matvec_shapes:
-            return self.matvec(x, weight, residual, norm, self.eps)
+        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None, gated) in self.matvec_shapes:
+            return self.matvec(x, weight, residual, norm, self.eps, gated=gated)
+        if gated:
+            return swiglu(*self._product(x, weight, residual=residual, norm=norm).chunk(2, dim=-1))
         h = self._norm(x, norm) if norm is not None else x
         if residual is None:
             return F.linear(h, weight)
         return torch.addmm(residual, h, weight.t())
 
-    def _decode_products(self) -> dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]]:
-        """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm), with
-        one weight (and norm weight) of each."""
-        products: dict[tuple[int, int, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
-        for layer in self.layers:
-            first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
-            for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
-                products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None), (weight, norm))
+    def _decode_products(self) -> dict[tuple[int, int, bool, bool, bool], tuple[torch.Tensor, torch.Tensor | None]]:
+        """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm, gated),
+        with one weight (and norm weight) of each; the gated ones (w1|w3 with its SwiGLU) last."""
+        products: dict[tuple[int, int, bool, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
+        for gated in (False, True):
+            for layer in self.layers:
+                first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
+                for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
+                    if not gated or weight is layer.w13:
+                        products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None, gated), (weight, norm))
         return products
 
     @torch.no_grad()
-    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool, bool]]:
+    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool, bool, bool]]:
         """The products for which the matrix-vector kernel is faster than cuBLAS (with the norm kernel
         before it, where the product is of a norm) here, each timed as a CUDA graph of 20 products on the
         model's own weights (start-up, ~0.1 s), and checked against them first. At batch 1 cuBLAS runs
         5-18 µs per product; which wins depends on the shape and the GPU (H200:
-        bench/results/run-33-frame-probes/3-matvec-and-beside-timing/probe_frame.json)."""
+        bench/results/run-33-frame-probes/3-matvec-and-beside-timing/probe_frame.json). A gated product
+        (w1|w3 with the SwiGLU as the kernel's epilogue) is timed last, against what runs without it:
+        the product as just chosen, then the SwiGLU kernel."""
         self.matvec_timings_us: dict[str, dict[str, float]] = {}
+        chosen = self.matvec_shapes  # grows as products are chosen: a gated one's plain path uses them
         if self.matvec is None:
-            return set()
+            return chosen
         generator = torch.Generator(device=self.device).manual_seed(0)
-        chosen: set[tuple[int, int, bool, bool]] = set()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         # One warm-up stream for all: cuBLAS keeps a workspace (32 MB on Hopper) for every stream it
         # ever ran on, so a new stream per shape held ~170 MB of VRAM for good (H200 bench run 34).
         side = torch.cuda.Stream(self.device)
         for shape, (weight, norm) in self._decode_products().items():
-            rows, columns, with_residual, _ = shape
+            rows, columns, with_residual, _, gated = shape
             aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (weight, *([norm] if norm is not None else [])))
-            if Matvec.split(columns) is None or not aligned:
+            if not aligned or not self.matvec.supports(columns, gated=gated):
                 continue
             x = (torch.randn((1, columns), device=self.device, generator=generator) * 3).to(self.dtype)
             residual = torch.randn((rows,), device=self.device, generator=generator).to(self.dtype) if with_residual else None
-            plain = self._product(x, weight, residual=residual, norm=norm)
-            got = self.matvec(x, weight, residual, norm, self.eps)
+            plain = self._product(x, weight, residual=residual, norm=norm, gated=gated)
+            got = self.matvec(x, weight, residual, norm, self.eps, gated=gated)
             error = float((got.float() - plain.float()).norm() / plain.float().norm())
             if not error < 1e-2:
                 log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
                 continue
             times: dict[str, float] = {}
-            for name, product in (("cublas", self._product), ("kernel", functools.partial(self.matvec, eps=self.eps))):
+            kernel = functools.partial(self.matvec, eps=self.eps, gated=gated)
+            for name, product in (("separate" if gated else "cublas", functools.partial(self._product, gated=gated)), ("kernel", kernel)):
 
                 def twenty(product=product) -> None:
                     for _ in range(20):
@@ -283,9 +296,9 @@ class StaticBackbone(StreamingState):
                 end.synchronize()
                 times[name] = start.elapsed_time(end) * 1000 / 100
                 del graph
-            label = f"{'norm, ' if norm is not None else ''}{rows}x{columns}{' + residual' if with_residual else ''}"
+            label = f"{'norm, ' if norm is not None else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
             self.matvec_timings_us[label] = times
-            if times["kernel"] < times["cublas"]:
+            if times["kernel"] < times["separate" if gated else "cublas"]:
                 chosen.add(shape)
         return chosen
 

@@ -1,0 +1,106 @@
+"""How fast is each backbone decode product with the matrix-vector kernel's register budget changed, and
+with the SwiGLU as its epilogue (H200 probe)?
+
+Per variant of the kernel (MATVEC_DEPTH 16-byte loads per lane, registers budgeted for
+MATVEC_MIN_BLOCKS resident blocks per SM; the shipped one first) and per decode product at true size
+(random weights of the real shapes), the time of one product in a CUDA graph of 20 back to back, as the
+start-up timing measures it, beside cuBLAS (after the norm kernel where the product is of a norm, and
+before the SwiGLU kernel where it is gated). Each variant's outputs are checked against the shipped
+kernel's (bitwise where the sums are the same, else within bf16 rounding). Writes
+$OUT/probe_matvec.json.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from engine.realtime import cuda_kernels, graphs
+from engine.realtime.cuda_kernels import MATVEC_DEPTH, MATVEC_MIN_BLOCKS, Matvec, RmsNormRow
+
+VARIANTS = [(MATVEC_DEPTH, MATVEC_MIN_BLOCKS), (8, 2), (8, 3), (8, 4), (4, 4)]  # (depth, min blocks)
+# (rows, columns, with a residual, of a norm, gated): the decode step's products (LFM2.5-Audio-1.5B)
+SHAPES = [(6144, 2048, False, True, False), (3072, 2048, False, True, False), (2048, 2048, True, False, False),
+          (16384, 2048, False, True, False), (16384, 2048, False, True, True), (2048, 8192, True, False, False)]  # fmt: skip
+
+
+def variant(depth: int, blocks: int) -> Matvec:
+    kernels = []
+    for name in ("matvec", "matvec_gated"):
+        source = cuda_kernels._SOURCES[name]
+        for define, value in (("MATVEC_DEPTH", depth), ("MATVEC_MIN_BLOCKS", blocks)):
+            shipped = f"#define {define} {getattr(cuda_kernels, define)}\n"
+            assert source.count(shipped) == 1
+            source = source.replace(shipped, f"#define {define} {value}\n")
+        kernels.append(torch.cuda._compile_kernel(source, name))
+    return Matvec(*kernels, depth=depth)
+
+
+def per_product_us(product, start: torch.cuda.Event, end: torch.cuda.Event, device: torch.device) -> float:
+    def twenty() -> None:
+        for _ in range(20):
+            product()
+
+    graphs.warm_up(device, twenty)
+    graph, _ = graphs.capture(twenty)
+    graph.replay()
+    start.record()
+    for _ in range(10):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / 200
+
+
+@torch.inference_mode()
+def main() -> None:
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    generator = torch.Generator(device=device).manual_seed(5)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    norm_row = RmsNormRow.create(2048, device, torch.bfloat16)
+    assert norm_row is not None
+    matvecs = {f"depth {d}, {b} blocks/SM": variant(d, b) for d, b in VARIANTS}
+    results: dict[str, object] = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(device), "products": {}}
+    for rows, columns, with_residual, with_norm, gated in SHAPES:
+        weight = (torch.randn((rows, columns), device=device, generator=generator) / columns**0.5).to(torch.bfloat16)
+        x = torch.randn((1, columns), device=device, generator=generator).to(torch.bfloat16)
+        norm = torch.randn((columns,), device=device, generator=generator).to(torch.bfloat16) if with_norm else None
+        residual = torch.randn((rows,), device=device, generator=generator).to(torch.bfloat16) if with_residual else None
+
+        def cublas() -> torch.Tensor:
+            h = norm_row(x, norm, 1e-5) if norm is not None else x
+            out = torch.addmm(residual, h, weight.t()) if residual is not None else torch.mm(h, weight.t())
+            return cuda_kernels.swiglu(*out.chunk(2, dim=-1)) if gated else out
+
+        label = f"{'norm, ' if with_norm else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
+        entry: dict[str, object] = {"cublas_us": per_product_us(cublas, start, end, device)}
+        reference = None
+        for name, matvec in matvecs.items():
+            if not matvec.supports(columns, gated=gated):
+                entry[name] = "unsupported"
+                continue
+            product = functools.partial(matvec, x, weight, residual, norm, 1e-5, gated=gated)
+            got = product()
+            if reference is None:
+                reference = got
+            same_sums = Matvec.split(columns, matvec.depth) == Matvec.split(columns)
+            error = float((got.double() - reference.double()).norm() / reference.double().norm())
+            entry[name] = {
+                "us": per_product_us(product, start, end, device),
+                "bitwise_equal_to_shipped": bool(torch.equal(got, reference)),
+                "same_sums_as_shipped": same_sums,
+                "relative_error_to_shipped": error,
+                "error_to_cublas": float((got.double() - cublas().double()).norm() / cublas().double().norm()),
+            }
+        results["products"][label] = entry
+        print(label, json.dumps(entry), flush=True)
+    (Path(os.environ.get("OUT", ".")) / "probe_matvec.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
