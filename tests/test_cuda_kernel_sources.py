@@ -89,7 +89,7 @@ def test_matvec_split_is_the_fewest_warps_per_row_that_fit() -> None:
         assert Matvec.split(columns) == (fewest if usable else None), columns
 
     check()
-    assert [Matvec.split(k) for k in (256, 2048, 4096, 6144, 8192, 300, 4352, 8448)] == [1, 1, 1, 2, 2, None, None, None]
+    assert [Matvec.split(k) for k in (256, 2048, 4096, 6144, 8192, 300, 4352, 8448)] == [1, 1, 2, 4, 4, None, None, None]
 
 
 def test_the_dependent_launch_structures_have_the_driver_layout() -> None:

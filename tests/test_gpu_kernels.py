@@ -298,7 +298,7 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
         expected = gate / (1 + torch.exp(-gate)) * up
         got = matvec(xs, weight, None, norm, eps, gated=True)
         assert got.shape == (1, rows // 2) and got.dtype == torch.bfloat16
-        assert ((got.double() - expected).abs() <= expected.abs() * 2**-7).all()  # one bf16 step
+        assert ((got.double() - expected).abs() <= expected.abs() * 2**-7 + 1e-30).all()  # one bf16 step (exp(-g) = inf: 0)
         assert torch.equal(got, matvec(xs, weight, None, norm, eps, gated=True))
 
 

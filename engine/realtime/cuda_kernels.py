@@ -942,10 +942,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) backbone_attention(
 
 # The batch-1 matrix-vector kernel's fixed shape, one definition for the kernel and for Python.
 MATVEC_WARPS = 8
-MATVEC_DEPTH = 16  # 16-byte chunks of its row a lane loads at once: 4096 columns per warp
+# 16-byte chunks of its row a lane loads at once (2048 columns per warp), and the resident blocks per SM
+# the registers are budgeted for (__launch_bounds__: 64 registers a thread). H200, one product of a
+# graph of 20 (bench/results/run-44-gated-matvec/probe_matvec.json): 16 loads and 2 blocks (104
+# registers) against these, normed 6144x2048 8.45 / 7.68 µs, 3072x2048 5.56 / 4.62, 2048x2048 3.33 /
+# 3.24, 16384x2048 21.81 / 19.69 (cuBLAS 20.33), 2048x8192 8.20 / 7.63: more loads in flight per SM.
+MATVEC_DEPTH = 8
 MATVEC_MAX_K = 8192
 MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
-MATVEC_MIN_BLOCKS = 2  # resident blocks per SM the registers are budgeted for (__launch_bounds__)
+MATVEC_MIN_BLOCKS = 4
 _MATVEC_DEFINES = _defines(
     {"MATVEC_WARPS": MATVEC_WARPS, "MATVEC_DEPTH": MATVEC_DEPTH, "MATVEC_MAX_K": MATVEC_MAX_K, "MATVEC_MIN_BLOCKS": MATVEC_MIN_BLOCKS}
 )
