@@ -25,12 +25,11 @@ RUNGS = [101, 201, 401]  # 1, 2 and 4 s takes
 
 
 def test_ladder_steps_and_reach() -> None:
-    assert ladder(150) == [101, 201]
+    assert ladder(150) == [201] and ladder(202) == [201, 401]
     rungs = ladder(6001)  # a 60 s take
-    assert rungs[:10] == [100 * i + 1 for i in range(1, 11)]
-    assert rungs[10:15] == [1201, 1401, 1601, 1801, 2001]
-    assert rungs[15:] == [2501, 3001, 3501, 4001, 4501, 5001, 5501, 6001]
-    assert len(rungs) == 23 and ladder(6002)[-1] == 6501 and ladder(101) == [101]
+    assert rungs[:10] == [200 * i + 1 for i in range(1, 11)]
+    assert rungs[10:] == [2501, 3001, 4001, 5001, 6001]
+    assert len(rungs) == 15 and ladder(6002)[-1] == 7001 and ladder(1) == [201]
 
 
 def _wave(samples: int, seed: int) -> np.ndarray:

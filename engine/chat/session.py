@@ -679,7 +679,7 @@ def _sync(device: torch.device) -> None:
 
 
 # Takes up to this long replay a captured encoder graph; longer ones are encoded eagerly. The ladder
-# reaches the longest take the app accepts (every 5 s past 20 s: 23 rungs in all).
+# reaches the longest take the app accepts (every 10 s past 30 s: 15 rungs in all).
 ENCODER_GRAPH_SECONDS = DEFAULT_MAX_TAKE_SECONDS
 
 

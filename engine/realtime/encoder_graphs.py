@@ -41,12 +41,18 @@ MEL_FRAMES_PER_SECOND = 100  # the preprocessor's 10 ms hop
 
 def ladder(max_frames: int) -> list[int]:
     """Padded lengths (mel frames), each that of a whole-second take (the preprocessor makes 100 frames
-    a second, plus one): every 1 s up to 10 s, every 2 s up to 20 s, then every 5 s, up to the first
-    rung that holds `max_frames`."""
+    a second, plus one): every 2 s up to 20 s, every 5 s up to 30 s, then every 10 s, up to the first
+    rung that holds `max_frames` (15 rungs for a 60 s take).
+
+    Each rung costs its capture at start-up whatever its length (~0.06-0.15 s on the H200's host, an
+    eager run and a capture of ~600 kernels), and a take pays for the frames its rung pads: ~0.08 ms a
+    second of the encoder on the H200 (bench/results/run-42-dependent-launch, `encoded ms` against take
+    length). The 23 rungs of 1 s steps to 10 s, then 2 s to 20 s and 5 s to 60 s took 2.0-3.1 s of a
+    3.6-5.1 s start-up (runs 44 and 45) to save at most 0.4 ms of a turn."""
     rungs: list[int] = []
     seconds = 0
     while not rungs or rungs[-1] < max_frames:
-        seconds += 1 if seconds < 10 else 2 if seconds < 20 else 5
+        seconds += 2 if seconds < 20 else 5 if seconds < 30 else 10
         rungs.append(seconds * MEL_FRAMES_PER_SECOND + 1)
     return rungs
 

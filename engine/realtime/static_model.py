@@ -383,13 +383,15 @@ class StaticBackbone(StreamingState):
     def decode_step(self, x: torch.Tensor) -> torch.Tensor:
         """One position: x (1, hidden) → final-normed hidden (1, hidden); advances `position`.
 
-        On CUDA 7 or 8 kernels per layer, attention or conv: the attention (with its q|k norm, rotary and
-        cache write), the conv step, the SwiGLU and each RMS norm are one kernel each, and each product
-        is either cuBLAS or the matrix-vector kernel with the norm before it or the residual after it
-        inside, whichever won its start-up timing (`_product`). On Hopper and later the NVRTC kernels are
-        programmatic dependent launches, each starting as the blocks of the kernel ahead of it exit
-        (H200: 116 kernels, 0.85 ms per step before, 0.83 with them; bench/results/run-35-one-warm-up-stream
-        and run-42-dependent-launch).
+        On CUDA 5 kernels per layer, attention or conv, where the matrix-vector kernel wins every start-up
+        timing (`_product`): the q|k|v or conv in-projection of the RMS norm, the attention (with its q|k
+        norm, rotary and cache write) or the conv step, the out-projection plus the residual, the w1|w3
+        product of the FFN's norm with the SwiGLU as its epilogue, and w2 plus the residual; a product that
+        loses to cuBLAS runs there, after the norm kernel or before the SwiGLU kernel. On Hopper and later
+        the NVRTC kernels are programmatic dependent launches, each starting as the blocks of the kernel
+        ahead of it exit. H200: 116 kernels and 0.83 ms per step with cuBLAS for w1|w3 (bench/results/
+        run-42-dependent-launch), 84 kernels and 0.75 ms with the 64-register products and the SwiGLU
+        epilogue (run-45-matvec-registers).
         """
         first_attention = True
         for layer in self.layers:
