@@ -40,8 +40,8 @@ class DeviceSampling:
 
     def _fused_agrees(self, device: torch.device) -> bool:
         """Start-up check: the fused kernel picks the plain ops' index (greedy, and sampled with k = 1..64),
-        over an audio codebook's 2049 logits (the streaming kernel) and the text vocabulary's 65,536 (the
-        resident one)."""
+        over an audio codebook's 2049 logits (the kernel for any row) and the text vocabulary's 65,536 (the
+        wide one)."""
         generator = torch.Generator(device=device).manual_seed(0)
         fused, reference = torch.empty(1, dtype=torch.long, device=device), torch.empty(1, dtype=torch.long, device=device)
         agrees = True
