@@ -23,16 +23,12 @@ def device() -> torch.device:
     return torch.device("cuda")
 
 
-@pytest.mark.parametrize("vocab", [2049, 65536, 2048, 65528])
+@pytest.mark.parametrize("vocab", [2049, 65536])
 def test_fused_sampler_chooses_exactly_what_the_plain_ops_choose(device, vocab: int) -> None:
-    """Both sampler kernels: the one for any row (2049: an audio codebook) and the wide one (whole 16-byte
-    chunks: the text vocabulary, and a row that leaves its last chunks to some threads only). The ties
-    and the signed zeros put more keys than it gathers at its bound, so its radix passes run too."""
     from engine.realtime.sampling import DeviceSampling
 
     sampling = DeviceSampling(device)
     assert sampling.fused is not None, "the fused sampler did not compile on this GPU"
-    assert sampling.fused.takes_wide(torch.empty(vocab, device=device, dtype=torch.bfloat16)) == (vocab % 8 == 0)
     generator = torch.Generator(device=device).manual_seed(vocab)
     noise = torch.empty(vocab, device=device, dtype=torch.float32)
     fused_out = torch.empty(1, dtype=torch.long, device=device)

@@ -109,7 +109,8 @@ extern "C" __global__ void short_conv_step(const unsigned short* __restrict__ bc
 }
 """
 
-_SAMPLER_BODY = r"""
+SAMPLER_THREADS = 1024  # the sampler's one block
+_SAMPLER_SOURCE = _COMMON + _defines({"THREADS": SAMPLER_THREADS}) + r"""
 #define NONE 0xffffffffu
 
 // Ordered 16-bit key of a bf16 value: larger value, larger key; -0 sorts with +0 (as `<` does).
@@ -148,76 +149,9 @@ __device__ void find_bin(const unsigned int* hist, unsigned int k, unsigned int*
     }
 }
 
-#if WIDE
-// The wide kernel reads its row as 16-byte chunks: thread t takes chunks t, t + THREADS, ... (WIDE_CHUNKS
-// at most), each load of a pass issued before any is used. Chunk c holds logits 8c .. 8c + 7.
-#define CANDIDATES (2 * THREADS)  // keys it gathers at most (two per thread)
-
-__device__ __forceinline__ void load_chunks(const unsigned short* logits, int n, uint4 (&chunks)[WIDE_CHUNKS]) {
-    #pragma unroll
-    for (int j = 0; j < WIDE_CHUNKS; ++j) {
-        const int c = threadIdx.x + j * THREADS;
-        chunks[j] = c < n / 8 ? reinterpret_cast<const uint4*>(logits)[c] : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-// The bf16 bits of logit e (0..7) of a chunk.
-__device__ __forceinline__ unsigned short chunk_bits(const uint4& chunk, int e) {
-    const unsigned int word = e < 2 ? chunk.x : e < 4 ? chunk.y : e < 6 ? chunk.z : chunk.w;
-    return (unsigned short)(word >> (16 * (e & 1)));
-}
-
-// Adds a key's bin (NONE: none) to the shared histogram: one atomic per distinct bin of the warp.
-__device__ __forceinline__ void count_bin(unsigned int bin, unsigned int* hist, int lane) {
-    unsigned int peers = __match_any_sync(0xffffffffu, bin);
-    if (bin != NONE && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
-}
-
-// The rank-th largest of the block's keys, at most two per thread (NONE: no key), by the kernel's two
-// radix passes; NONE if the block holds fewer than `rank` keys. Every thread calls it and gets the
-// result; the shared histogram and results are free again when it returns.
-__device__ __forceinline__ unsigned int kth_largest(unsigned int first, unsigned int second, unsigned int rank,
-                                                    unsigned int* hist, unsigned int* chosen_bin,
-                                                    unsigned int* chosen_rank, unsigned int* found) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    unsigned int high = 0;
-    for (int pass = 0; pass < 2; ++pass) {
-        for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
-        if (threadIdx.x == 0) *found = 0;
-        __syncthreads();
-        count_bin(first == NONE ? NONE : pass == 0 ? first >> 8 : (first >> 8) == high ? first & 255u : NONE, hist, lane);
-        count_bin(second == NONE ? NONE : pass == 0 ? second >> 8 : (second >> 8) == high ? second & 255u : NONE, hist, lane);
-        __syncthreads();
-        if (warp == 0) find_bin(hist, rank, chosen_bin, chosen_rank, found);
-        __syncthreads();
-        const bool ok = *found != 0;
-        const unsigned int bin = *chosen_bin, rank_in_bin = *chosen_rank;
-        __syncthreads();  // everyone has read the results before they are reset
-        if (!ok) return NONE;
-        if (pass == 1) return (high << 8) | bin;
-        high = bin;
-        rank = rank_in_bin;
-    }
-    return NONE;
-}
-#endif
-
 // One block of THREADS threads. out[0] = argmax over {i : logits[i] >= k-th largest logit} of
 // noise[i] + logits[i] * inv_temperature (first index on ties), k = top_k_index[0] + 1.
-// WIDE (the kernel top_k_gumbel_argmax_wide; n % 8 == 0, n <= 8 * WIDE_CHUNKS * THREADS, logits 16-byte
-// aligned: the text vocabulary): the radix passes over all 65,536 text logits cost a warp match per
-// logit and pass, 41 us on the H200 (bench run 42; 38 with the logits held in registers, run 46). This
-// kernel finds the k-th largest key from a few candidates instead: the k-th largest of the threads' own
-// largest keys is a lower bound (k keys are at or above it), the keys at or above it (a few times k)
-// are gathered, and the k-th largest of those is the k-th largest of all. Where ties put more than
-// CANDIDATES keys at or above the bound, the radix passes run over the whole row as in the other
-// kernel. Both kernels choose the same: the same k-th largest key, and `better` is a total order.
-#if WIDE
-#define SAMPLER_BOUNDS __launch_bounds__(THREADS)  // at most 64 registers a thread: 1024 threads fit an SM
-#else
-#define SAMPLER_BOUNDS
-#endif
-extern "C" __global__ void SAMPLER_BOUNDS SAMPLER_NAME(const unsigned short* __restrict__ logits,
+extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict__ logits,
                                                const float* __restrict__ noise,
                                                const float* __restrict__ inv_temperature,
                                                const long long* __restrict__ top_k_index,
@@ -231,57 +165,6 @@ extern "C" __global__ void SAMPLER_BOUNDS SAMPLER_NAME(const unsigned short* __r
     // Two radix passes find the threshold key: the high byte of the k-th largest key, then its
     // low byte among the keys with that high byte. If k > n every element is kept (cut 0).
     unsigned int rank = (unsigned int)(top_k_index[0] + 1), high = 0, cut = 0;
-#if WIDE
-    __shared__ unsigned short candidates[CANDIDATES];
-    __shared__ unsigned int gathered;
-    uint4 chunks[WIDE_CHUNKS];
-    load_chunks(logits, n, chunks);
-    unsigned int largest = NONE;  // this thread's largest key
-    #pragma unroll
-    for (int j = 0; j < WIDE_CHUNKS; ++j)
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const unsigned int key = order_key(chunk_bits(chunks[j], e));
-            if (threadIdx.x + j * THREADS < n / 8 && (largest == NONE || key > largest)) largest = key;
-        }
-    unsigned int bound = kth_largest(largest, NONE, rank, hist, &chosen_bin, &chosen_rank, &found);
-    if (bound == NONE) bound = 0;  // fewer than k threads hold logits: every key is a candidate
-    if (threadIdx.x == 0) gathered = 0;
-    __syncthreads();
-    load_chunks(logits, n, chunks);
-    int mine = 0;
-    #pragma unroll
-    for (int j = 0; j < WIDE_CHUNKS; ++j)
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) mine += threadIdx.x + j * THREADS < n / 8 && order_key(chunk_bits(chunks[j], e)) >= bound;
-    int before = mine;  // this warp's candidates up to this lane: one shared atomic per warp
-    for (int offset = 1; offset < 32; offset <<= 1) {
-        const int other = __shfl_up_sync(0xffffffffu, before, offset);
-        if (lane >= offset) before += other;
-    }
-    unsigned int at = 0;
-    if (lane == 31) at = atomicAdd(&gathered, (unsigned int)before);
-    at = __shfl_sync(0xffffffffu, at, 31) + (unsigned int)(before - mine);
-    #pragma unroll
-    for (int j = 0; j < WIDE_CHUNKS; ++j)
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const unsigned int key = order_key(chunk_bits(chunks[j], e));
-            if (threadIdx.x + j * THREADS < n / 8 && key >= bound) {
-                if (at < CANDIDATES) candidates[at] = (unsigned short)key;
-                ++at;
-            }
-        }
-    __syncthreads();
-    const unsigned int total = gathered;
-    if (total <= CANDIDATES) {
-        const unsigned int t = threadIdx.x;
-        cut = kth_largest(t < total ? candidates[t] : NONE, t + THREADS < total ? candidates[t + THREADS] : NONE, rank,
-                          hist, &chosen_bin, &chosen_rank, &found);
-        if (cut == NONE) cut = 0;  // k > n: every element is kept
-    }
-    if (total > CANDIDATES)
-#endif
     for (int pass = 0; pass < 2; ++pass) {
         for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
         if (threadIdx.x == 0) found = 0;
@@ -310,20 +193,6 @@ extern "C" __global__ void SAMPLER_BOUNDS SAMPLER_NAME(const unsigned short* __r
     float t = inv_temperature[0];
     float best = -__int_as_float(0x7f800000);  // -inf (no CUDA headers under NVRTC)
     int best_index = 0x7fffffff;
-#if WIDE
-    load_chunks(logits, n, chunks);
-    #pragma unroll
-    for (int j = 0; j < WIDE_CHUNKS; ++j)
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-            const int i = 8 * (threadIdx.x + j * THREADS) + e;
-            const unsigned short bits = chunk_bits(chunks[j], e);
-            if (i < n && order_key(bits) >= cut) {
-                float score = fmaf(bf16_to_float(bits), t, noise[i]);
-                if (better(score, i, best, best_index)) { best = score; best_index = i; }
-            }
-        }
-#else
     for (int i = threadIdx.x; i < n; i += THREADS) {
         unsigned short bits = logits[i];
         if (order_key(bits) >= cut) {
@@ -331,7 +200,6 @@ extern "C" __global__ void SAMPLER_BOUNDS SAMPLER_NAME(const unsigned short* __r
             if (better(score, i, best, best_index)) { best = score; best_index = i; }
         }
     }
-#endif
     for (int offset = 16; offset > 0; offset >>= 1) {
         float other = __shfl_down_sync(0xffffffffu, best, offset);
         int other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
@@ -1185,16 +1053,6 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
 """
 
 
-SAMPLER_THREADS = 1024  # the sampler's one block
-SAMPLER_WIDE_CHUNKS = 8  # 16-byte chunks of logits a thread of the wide sampler takes: 65,536 logits
-
-
-def _sampler_source(name: str, *, wide: bool) -> str:
-    """The sampler kernel `name`, for any row or for wide rows of whole chunks (one source, two kernels)."""
-    defines = _defines({"THREADS": SAMPLER_THREADS, "WIDE": int(wide), "WIDE_CHUNKS": SAMPLER_WIDE_CHUNKS})
-    return _COMMON + defines + f"#define SAMPLER_NAME {name}\n" + _SAMPLER_BODY
-
-
 def _matvec_source(name: str, *, gated: bool) -> str:
     """The matrix-vector kernel `name`, plain or with the SwiGLU epilogue (one source, two kernels)."""
     head = _COMMON + _BLOCK_INV_RMS + _DEPENDENT_LAUNCH + _MATVEC_DEFINES
@@ -1203,8 +1061,7 @@ def _matvec_source(name: str, *, gated: bool) -> str:
 
 _SOURCES = {
     "short_conv_step": _SHORT_CONV_SOURCE,
-    "top_k_gumbel_argmax": _sampler_source("top_k_gumbel_argmax", wide=False),
-    "top_k_gumbel_argmax_wide": _sampler_source("top_k_gumbel_argmax_wide", wide=True),
+    "top_k_gumbel_argmax": _SAMPLER_SOURCE,
     "depthformer_codebook": _DEPTHFORMER_SOURCE,
     "backbone_attention": _BACKBONE_ATTENTION_SOURCE,
     "matvec": _matvec_source("matvec", gated=False),
@@ -1420,31 +1277,22 @@ class ShortConvStep:
 
 
 class TopKGumbelArgmax:
-    """`DeviceSampling.choose` over one row of bf16 logits as one kernel (one block): the wide kernel
-    (the k-th largest from a few candidates) for rows of whole 16-byte chunks such as the text
-    vocabulary, the other for any row (an audio codebook's 2049)."""
+    """`DeviceSampling.choose` over one row of bf16 logits as one kernel (one block)."""
 
-    def __init__(self, kernel: Any, wide_kernel: Any | None) -> None:
+    def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
-        self.wide_kernel = wide_kernel
 
     @classmethod
     def create(cls, device: torch.device) -> "TopKGumbelArgmax | None":
         if device.type != "cuda":
             return None
         kernel = _compiled("top_k_gumbel_argmax")
-        return cls(kernel, _compiled("top_k_gumbel_argmax_wide")) if kernel is not None else None
-
-    def takes_wide(self, logits: torch.Tensor) -> bool:
-        """Whether the wide kernel takes this row (whole 16-byte chunks, as many as its threads take)."""
-        n = logits.shape[-1]
-        fits = n % 8 == 0 and n <= 8 * SAMPLER_WIDE_CHUNKS * SAMPLER_THREADS and logits.data_ptr() % 16 == 0
-        return self.wide_kernel is not None and fits
+        return cls(kernel) if kernel is not None else None
 
     def __call__(
         self, logits: torch.Tensor, noise: torch.Tensor, inv_temperature: torch.Tensor, top_k_index: torch.Tensor, out: torch.Tensor
     ) -> torch.Tensor:
-        (self.wide_kernel if self.takes_wide(logits) else self.kernel)(
+        self.kernel(
             grid=(1, 1, 1),
             block=(SAMPLER_THREADS, 1, 1),
             args=[logits, noise, inv_temperature, top_k_index, out, logits.shape[-1]],
