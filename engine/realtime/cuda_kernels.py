@@ -17,13 +17,14 @@ costs its launch and latency more than its bytes, so each of these replaces a ru
   the attention over the positions so far, split over the keys) as one kernel instead of ~13, whose
   work follows the context's length instead of the cache's 4096 slots;
 - `matvec`: a batch-1 matrix-vector product, optionally of its input's RMS norm and plus a residual
-  row, with a whole row part's loads in flight per warp; the backbone decode step uses it for the
-  products where it beats cuBLAS (and the norm kernel) in a start-up timing (H200: q|k|v, the conv
-  in-projection, the out-projections and w2; cuBLAS keeps w1|w3);
-- `rms_norm_row`: the backbone decode step's 33 RMS norms, one block each with one 16-byte load per
+  row, with a whole row part's loads in flight per warp; `matvec_gated`, the same with the SwiGLU of
+  the product's halves as its epilogue (w1|w3); the backbone decode step uses them for the products
+  where they beat cuBLAS (and the norm and SwiGLU kernels) in a start-up timing (H200: all of them);
+- `rms_norm_row`: the backbone decode step's RMS norms where no product takes the norm inside (the
+  final norm, and those before a product that cuBLAS runs), one block each with one 16-byte load per
   thread (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row).
 On Hopper and later the backbone decode step's kernels (`short_conv_step`, `backbone_attention`, `matvec`,
-`rms_norm_row`) are launched as programmatic dependent launches (`launch_after_previous`): each may start
+`matvec_gated`, `rms_norm_row`) are launched as programmatic dependent launches (`launch_after_previous`): each may start
 as the blocks of the kernel ahead of it exit, and waits inside only where it touches what came before.
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
 random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
