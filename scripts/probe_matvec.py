@@ -21,6 +21,7 @@ import torch
 
 from engine.realtime import cuda_kernels, graphs
 from engine.realtime.cuda_kernels import MATVEC_DEPTH, MATVEC_MIN_BLOCKS, Matvec, RmsNormRow
+from engine.realtime.static_model import product_label
 
 # (depth, min blocks), the shipped one first. Run 44 shipped 16 and 2 (104 registers), and chose 8 and 4 from it.
 VARIANTS = list(dict.fromkeys([(MATVEC_DEPTH, MATVEC_MIN_BLOCKS), (16, 2), (8, 2), (8, 3), (8, 4), (4, 4)]))
@@ -41,28 +42,11 @@ def variant(depth: int, blocks: int) -> Matvec:
     return Matvec(*kernels, depth=depth)
 
 
-def per_product_us(product, start: torch.cuda.Event, end: torch.cuda.Event, device: torch.device) -> float:
-    def twenty() -> None:
-        for _ in range(20):
-            product()
-
-    graphs.warm_up(device, twenty)
-    graph, _ = graphs.capture(twenty)
-    graph.replay()
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / 200
-
-
 @torch.inference_mode()
 def main() -> None:
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
     generator = torch.Generator(device=device).manual_seed(5)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     norm_row = RmsNormRow.create(2048, device, torch.bfloat16)
     assert norm_row is not None
     matvecs = {f"depth {d}, {b} blocks/SM": variant(d, b) for d, b in VARIANTS}
@@ -78,8 +62,8 @@ def main() -> None:
             out = torch.addmm(residual, h, weight.t()) if residual is not None else torch.mm(h, weight.t())
             return cuda_kernels.swiglu(*out.chunk(2, dim=-1)) if gated else out
 
-        label = f"{'norm, ' if with_norm else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
-        entry: dict[str, object] = {"cublas_us": per_product_us(cublas, start, end, device)}
+        label = product_label((rows, columns, with_residual, with_norm, gated))
+        entry: dict[str, object] = {"cublas_us": graphs.per_call_us(device, cublas, replays=10)}
         reference = None
         for name, matvec in matvecs.items():
             if not matvec.supports(columns, gated=gated):
@@ -92,7 +76,7 @@ def main() -> None:
             same_sums = Matvec.split(columns, matvec.depth) == Matvec.split(columns)
             error = float((got.double() - reference.double()).norm() / reference.double().norm())
             entry[name] = {
-                "us": per_product_us(product, start, end, device),
+                "us": graphs.per_call_us(device, product, replays=10),
                 "bitwise_equal_to_shipped": bool(torch.equal(got, reference)),
                 "same_sums_as_shipped": same_sums,
                 "relative_error_to_shipped": error,

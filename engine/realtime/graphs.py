@@ -46,3 +46,24 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
         result = step()
     return graph, result
 
+
+def per_call_us(device: torch.device, run: Callable[[], object], *, calls: int = 20, replays: int = 5,
+                side: torch.cuda.Stream | None = None) -> float:
+    """Device time per call of `run`, in µs: `calls` calls warmed up (on `side`), captured back to back in
+    one graph (a private pool, freed on return), replayed once untimed and then `replays` times timed.
+    Back to back in a graph is how the decode step runs them (start-up timings, probes)."""
+
+    def back_to_back() -> None:
+        for _ in range(calls):
+            run()
+
+    warm_up(device, back_to_back, side=side)
+    graph, _ = capture(back_to_back)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / (calls * replays)

@@ -92,6 +92,12 @@ class _ConvLayer:
     w2: torch.Tensor
 
 
+def product_label(shape: tuple[int, int, bool, bool, bool]) -> str:
+    """A decode product's name in `matvec_timings_us`, from its `_decode_products` key, e.g. "norm, 16384x2048, SwiGLU"."""
+    rows, columns, with_residual, with_norm, gated = shape
+    return f"{'norm, ' if with_norm else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
+
+
 class StaticBackbone(StreamingState):
     """transformers' Lfm2Model as a fixed-buffer decoder: prefill spans and single decode steps."""
 
@@ -170,7 +176,9 @@ class StaticBackbone(StreamingState):
         self.attention_step = self._fused_attention()
         self.row_norm = RmsNormRow.create(self.hidden, device, dtype)
         self.matvec = Matvec.create(device, dtype)
-        self.matvec_shapes: set[tuple[int, int, bool, bool, bool]] = set()  # _product's cuBLAS path while timing
+        # The products the kernel runs, by `_decode_products` key: empty as the timing starts (every product
+        # on cuBLAS), filled as it chooses, so that a gated product is timed against its plain product's choice.
+        self.matvec_shapes: set[tuple[int, int, bool, bool, bool]] = set()
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -239,12 +247,12 @@ class StaticBackbone(StreamingState):
         """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm, gated),
         with one weight (and norm weight) of each; the gated ones (w1|w3 with its SwiGLU) last."""
         products: dict[tuple[int, int, bool, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
-        for gated in (False, True):
-            for layer in self.layers:
-                first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
-                for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
-                    if not gated or weight is layer.w13:
-                        products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None, gated), (weight, norm))
+        for layer in self.layers:
+            first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
+            for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
+                products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None, False), (weight, norm))
+        for layer in self.layers:
+            products.setdefault((layer.w13.shape[0], layer.w13.shape[1], False, True, True), (layer.w13, layer.ffn_norm))
         return products
 
     @torch.no_grad()
@@ -261,7 +269,6 @@ class StaticBackbone(StreamingState):
         if self.matvec is None:
             return chosen
         generator = torch.Generator(device=self.device).manual_seed(0)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         # One warm-up stream for all: cuBLAS keeps a workspace (32 MB on Hopper) for every stream it
         # ever ran on, so a new stream per shape held ~170 MB of VRAM for good (H200 bench run 34).
         side = torch.cuda.Stream(self.device)
@@ -278,27 +285,13 @@ class StaticBackbone(StreamingState):
             if not error < 1e-2:
                 log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
                 continue
-            times: dict[str, float] = {}
-            kernel = functools.partial(self.matvec, eps=self.eps, gated=gated)
-            for name, product in (("separate" if gated else "cublas", functools.partial(self._product, gated=gated)), ("kernel", kernel)):
-
-                def twenty(product=product) -> None:
-                    for _ in range(20):
-                        product(x, weight, residual=residual, norm=norm)
-
-                graphs.warm_up(self.device, twenty, side=side)
-                graph, _ = graphs.capture(twenty)
-                graph.replay()
-                start.record()
-                for _ in range(5):
-                    graph.replay()
-                end.record()
-                end.synchronize()
-                times[name] = start.elapsed_time(end) * 1000 / 100
-                del graph
-            label = f"{'norm, ' if norm is not None else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
-            self.matvec_timings_us[label] = times
-            if times["kernel"] < times["separate" if gated else "cublas"]:
+            baseline = "separate" if gated else "cublas"  # what runs without the kernel
+            times = {
+                name: graphs.per_call_us(self.device, functools.partial(product, x, weight, residual=residual, norm=norm), side=side)
+                for name, product in ((baseline, functools.partial(self._product, gated=gated)), ("kernel", functools.partial(self.matvec, eps=self.eps, gated=gated)))
+            }  # fmt: skip
+            self.matvec_timings_us[product_label(shape)] = times
+            if times["kernel"] < times[baseline]:
                 chosen.add(shape)
         return chosen
 
