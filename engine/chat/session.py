@@ -36,6 +36,7 @@ from engine.chat.generation import (
 )
 from engine.model.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
 from engine.model.lora import VoiceSwitcher, load_voice
+from engine.model.memory import check_room, free_bytes, model_need
 from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.cuda_kernels import compile_in_background
@@ -211,7 +212,7 @@ class ChatSession:
         self.backend = backend
         self.decoder = decoder
         self.context_capacity = context_tokens
-        self.voices = VoiceSwitcher(loaded.model, model_id=model_id)
+        self.voices = VoiceSwitcher(loaded.model, model_id=model_id, checkpoint=loaded.weights)
         self.schedule = Schedule(loaded.interleaved_n_text, loaded.interleaved_n_audio)
         self.system_prompt = DEFAULT_SYSTEM_PROMPT
         self.conversation = self._new_conversation()
@@ -249,6 +250,8 @@ class ChatSession:
         if torch_device.type == "cuda":
             use_expandable_cuda_segments()
             compile_in_background(torch_device)  # the fused kernels compile while the weights load
+        if torch_device.type == "cuda":
+            check_room(folder, torch_device, context_tokens=context_tokens)  # before a minute of loading, not after
         report(Progress("load_weights", None, str(folder)))
         loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
         fallback_reason: str | None = None
@@ -416,6 +419,8 @@ class ChatSession:
         with self._exclusive("switch_voice"):
             voice = load_voice(lora) if lora else None
             self.voices.apply(voice)
+            if self.loaded.device.type == "cuda":
+                torch.cuda.empty_cache()  # the merge's chunks: the card holds what it held before the switch
             refresh = getattr(self.backend, "refresh_weights", None)
             if refresh is not None:
                 refresh()
@@ -716,9 +721,14 @@ def _graphed_backend_or_fallback(
         report(Progress("capture_graphs", None))
         return GraphedBackend(loaded, context_tokens=context_tokens), None
     except torch.OutOfMemoryError as error:
+        # Not a silent fallback: eager steps are ~50x slower than real time. The user is told what is needed.
         torch.cuda.empty_cache()
-        return EagerBackend(loaded.model), Message("CUDA graph capture ran out of GPU memory ({error}); running eagerly.",
-                                                   error=error)
+        need = model_need(loaded.folder, context_tokens=context_tokens)
+        raise GpuMemoryError.of(
+            "The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, "
+            "{free} GB are still free). Close programs that use the GPU, or use a GPU with more memory.",
+            needed=f"{need.total / 1e9:.1f}", free=f"{free_bytes(loaded.device) / 1e9:.1f}",
+        ) from error
     except (ImportError, RuntimeError) as error:
         return EagerBackend(loaded.model), Message("CUDA graph capture failed ({error}); running eagerly on the GPU.",
                                                    error=error)

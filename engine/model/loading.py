@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from engine.errors import GpuMemoryError, ModelFilesError, Problem
-from engine.model.store import check_model_folder
+from engine.model.checkpoint import CheckpointTensors, MissingWeights, fill_from_checkpoint
+from engine.model.store import build_model_from_config, check_model_folder
 
 if TYPE_CHECKING:
     from liquid_audio import LFM2AudioModel, LFM2AudioProcessor
@@ -41,6 +42,9 @@ class LoadedModel:
     interleaved_n_text: int
     interleaved_n_audio: int
     codebooks: int
+    # The memory-mapped checkpoint the weights were loaded from: where a voice switch reads the pristine
+    # weights back. None for a model built in memory (the benchmark's random model).
+    weights: CheckpointTensors | None = None
 
     @property
     def uses_mimi(self) -> bool:
@@ -106,7 +110,7 @@ def load_model(
     Raises ModelFilesError naming what is missing or broken, and GpuMemoryError when the GPU is
     too small; the caller keeps running in both cases.
     """
-    from liquid_audio import LFM2AudioModel, LFM2AudioProcessor
+    from liquid_audio import LFM2AudioProcessor
 
     folder = Path(folder)
     device = torch.device(device) if device is not None else default_device()
@@ -116,8 +120,7 @@ def load_model(
         raise ModelFilesError(folder, problems)
 
     try:
-        # Path (not str): liquid-audio treats a str as a Hub repo id and would try to download it.
-        model = LFM2AudioModel.from_pretrained(folder, dtype=dtype, device=device).eval()
+        model, weights = _build_and_fill(folder, device=device, dtype=dtype)
         try:
             processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
         except torch.OutOfMemoryError:
@@ -138,6 +141,9 @@ def load_model(
         ) from error
     except ModelFilesError:
         raise
+    except MissingWeights as error:
+        raise ModelFilesError(folder, [Problem("{file} lacks {count} tensors (e.g. {names})", file="model.safetensors",
+                                               count=len(error.names), names=", ".join(error.names[:3]))]) from error
     except Exception as error:  # the folder passed the check, so whatever fails here is a broken file
         raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error
 
@@ -153,7 +159,24 @@ def load_model(
         interleaved_n_text=int(config["interleaved_n_text"]),
         interleaved_n_audio=int(config["interleaved_n_audio"]),
         codebooks=int(config["codebooks"]),
+        weights=weights,
     )
+
+
+def _build_and_fill(folder: Path, *, device: torch.device, dtype: torch.dtype) -> tuple[LFM2AudioModel, CheckpointTensors]:
+    """liquid-audio's `LFM2AudioModel.from_pretrained`, less its float32 copy of the model: built as it
+    builds it (buffers computed on the device), but with every parameter allocated once, in `dtype`, and
+    filled straight from the memory-mapped checkpoint (engine/model/checkpoint.py)."""
+    from liquid_audio.utils import module_exists
+
+    with (folder / "config.json").open() as f:
+        config = json.load(f)
+    model = build_model_from_config(config, device=device, dtype=dtype, empty_parameters=True)
+    # As from_pretrained chooses it.
+    model.lfm.set_attn_implementation("flash_attention_2" if module_exists("flash_attn") else "sdpa")
+    weights = CheckpointTensors(folder / "model.safetensors")
+    fill_from_checkpoint(model, weights)
+    return model.eval(), weights
 
 
 def _tokenizer_problem(folder: Path, error: Exception) -> Problem:

@@ -2,9 +2,9 @@
 
 A voice is a PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
 `PeftModel.save_pretrained` writes it for LFM2AudioModel). Merging it into the weights costs
-nothing per step. Switching voices rewrites the SAME weight tensors in place from a pristine copy
-of every weight a voice has touched, so the tensors' storage never moves and CUDA graphs captured
-at start-up stay valid across voice switches.
+nothing per step. Switching voices rewrites the SAME weight tensors in place from the pristine
+weights (read back from the memory-mapped checkpoint, never copied on the GPU), so the tensors'
+storage never moves and CUDA graphs captured at start-up stay valid across voice switches.
 
 An adapter is checked completely before any weight is written; if it does not fit, nothing
 changes and the previous voice stays.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from engine.errors import LoraError
+from engine.model.checkpoint import CheckpointTensors
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -203,14 +205,56 @@ def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, defa
     return default
 
 
-class VoiceSwitcher:
-    """Owns the merged state of one model's weights."""
+class PristineWeights:
+    """Where a voice switch finds the weights as the model had them before any voice: the memory-mapped
+    checkpoint they were loaded from (exact, and nothing kept anywhere), or, for a model built in memory,
+    copies in host memory made the first time a voice touches a weight. Never a copy on the GPU."""
 
-    def __init__(self, model: nn.Module, *, model_id: str | None = None) -> None:
+    def __init__(self, model: nn.Module, checkpoint: CheckpointTensors | None = None) -> None:
+        self._weights = {name: module.weight for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+        self._checkpoint = checkpoint
+        self._host: dict[str, torch.Tensor] = {}
+
+    def remember(self, module: str) -> None:
+        """Call before the first write to `module`'s weight."""
+        if module in self._host or self._in_checkpoint(module):
+            return
+        self._host[module] = self._weights[module].detach().to("cpu", copy=True)
+
+    def rows(self, module: str, start: int, stop: int) -> torch.Tensor:
+        """Rows start:stop of the pristine weight, on the host (in the checkpoint's dtype)."""
+        if self._in_checkpoint(module):
+            return self._checkpoint.rows(f"{module}.weight", start, stop)  # type: ignore[union-attr]
+        return self._host[module][start:stop]
+
+    def _in_checkpoint(self, module: str) -> bool:
+        return self._checkpoint is not None and f"{module}.weight" in self._checkpoint
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._host.values())
+
+
+# Rows merged at once: the merge's float32 temporaries on the GPU stay a few MB whatever the matrix.
+MERGE_CHUNK_ELEMENTS = 1 << 22
+
+
+class VoiceSwitcher:
+    """Owns the merged state of one model's weights.
+
+    The device holds the merged weights and nothing else: a switch streams the pristine rows of each
+    weight it rewrites from the host (PristineWeights), adds the voice's B @ A in float32 a chunk of rows
+    at a time, and rounds once into the weight, in place. So switching any voice in or out leaves the
+    device's memory where it was, and a weight's value depends only on the voice, never on the voices
+    merged before it.
+    """
+
+    def __init__(self, model: nn.Module, *, model_id: str | None = None, checkpoint: CheckpointTensors | None = None) -> None:
         self.model = model
         self.model_id = model_id
         self.voice: LoraVoice | None = None
-        self._pristine: dict[str, torch.Tensor] = {}  # module name -> original weight (same device)
+        self.pristine = PristineWeights(model, checkpoint)
+        self._merged: set[str] = set()  # modules whose weight differs from the pristine one
 
     @property
     def voice_name(self) -> str | None:
@@ -248,25 +292,48 @@ class VoiceSwitcher:
             planned.append((module, delta))
         return planned
 
-    @torch.no_grad()
     def apply(self, voice: LoraVoice | None) -> None:
-        """Make `voice` (or none) the merged voice. On LoraError nothing has changed."""
+        """Make `voice` (or none) the merged voice. On LoraError nothing has changed: a voice the GPU has no
+        room to merge is undone again, and the previous voice merged back."""
         planned = self._check(voice) if voice is not None else []
+        try:
+            self._merge(planned)
+        except torch.OutOfMemoryError as error:
+            self._merge(self._check(self.voice) if self.voice is not None else [])
+            raise LoraError.of(
+                "The GPU has no room to merge the voice {voice}; the previous voice stays. "
+                "Close other programs that use the GPU and try again.",
+                voice=voice.name if voice else "",
+            ) from error
+        self.voice = voice
+
+    @torch.no_grad()
+    def _merge(self, planned: list[tuple[nn.Linear, LoraDelta]]) -> None:
         modules = dict(self.model.named_modules())
         touched = {delta.module for _, delta in planned}
-        # Restore what the previous voice changed and the new one does not overwrite anyway.
-        for name, original in self._pristine.items():
-            if name not in touched:
-                modules[name].weight.copy_(original)
+        for name in sorted(self._merged - touched):  # what the previous voice changed and this one does not
+            weight = modules[name].weight
+            for start, stop in _row_chunks(weight):
+                weight[start:stop].copy_(self.pristine.rows(name, start, stop))
+            self._merged.discard(name)
         for module, delta in planned:
-            pristine = self._pristine.get(delta.module)
-            if pristine is None:
-                pristine = module.weight.detach().clone()
-                self._pristine[delta.module] = pristine
-            # Merge in float32, then round once into the weight's dtype, in place.
-            update = delta.b.to(device=pristine.device, dtype=torch.float32) @ delta.a.to(device=pristine.device, dtype=torch.float32)
-            module.weight.copy_((pristine.float() + delta.scale * update).to(module.weight.dtype))
-        self.voice = voice
+            weight = module.weight
+            self.pristine.remember(delta.module)
+            self._merged.add(delta.module)
+            a = delta.a.to(device=weight.device, dtype=torch.float32)
+            b = delta.b.to(device=weight.device, dtype=torch.float32)
+            for start, stop in _row_chunks(weight):
+                # In float32, then rounded once into the weight's dtype, in place (the graphs keep their storage).
+                rows = self.pristine.rows(delta.module, start, stop).to(device=weight.device, dtype=torch.float32, copy=True)
+                rows.addmm_(b[start:stop], a, alpha=delta.scale)
+                weight[start:stop].copy_(rows)
+
+
+def _row_chunks(weight: torch.Tensor) -> Iterator[tuple[int, int]]:
+    rows, columns = weight.shape
+    step = max(1, MERGE_CHUNK_ELEMENTS // max(1, columns))
+    for start in range(0, rows, step):
+        yield start, min(rows, start + step)
 
 
 def _same_base(adapter_base: str, model_id: str) -> bool:

@@ -221,8 +221,11 @@ def _expected_detokenizer_shapes(config: dict[str, Any], problems: list[Problem]
     return shapes
 
 
-def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any = None) -> Any:
-    """Construct `LFM2AudioModel` from a config.json dict exactly as liquid-audio's from_pretrained does."""
+def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any = None, empty_parameters: bool = False) -> Any:
+    """Construct `LFM2AudioModel` from a config.json dict exactly as liquid-audio's from_pretrained does.
+
+    With `empty_parameters` the parameters are allocated once, uninitialised, in `dtype` (the caller fills
+    them from a checkpoint) instead of initialised in float32 and cast: the buffers are the same."""
     import copy
 
     import torch
@@ -240,6 +243,21 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
         **raw,
     )
     device = torch.device(device)
+    if empty_parameters:
+        from engine.model.checkpoint import materialize_parameters, parameters_on_meta
+
+        with init_on_device(device, include_buffers=True), parameters_on_meta():
+            model = LFM2AudioModel(conf)
+        materialize_parameters(model, device=device, dtype=dtype or torch.float32)
+        # The conformer computes its positional encodings on its parameters' device (meta above): again, now
+        # that they are real (float32 then cast, as from_pretrained gets them).
+        del model.conformer.pos_enc.pe  # (extend_pe keeps an encoding that is long enough, real or not)
+        model.conformer.set_max_audio_length(model.conformer.pos_emb_max_len)
+        unset = [name for name, buffer in model.named_buffers() if buffer.is_meta]
+        if unset:
+            raise RuntimeError(f"buffers computed from the parameters' device were left on meta: {unset}")
+        # The buffers, as from_pretrained moves and casts them; the parameters are already in place.
+        return model.to(device=device, dtype=dtype)
     # On the meta device only parameters go there: liquid-audio computes some buffers with .item().
     with init_on_device(device, include_buffers=device.type != "meta"):
         model = LFM2AudioModel(conf)

@@ -124,7 +124,7 @@ def write_tokenizer(folder: Path) -> None:
     fast.save_pretrained(str(folder))
 
 
-def _save_module(module: torch.nn.Module, path: Path) -> None:
+def save_module(module: torch.nn.Module, path: Path) -> None:
     from safetensors.torch import save_file
 
     # Tied weights are stored once, under their first name, as in the Hub checkpoints; accelerate's
@@ -185,7 +185,7 @@ def write_tiny_checkpoint(
                 layer.feed_forward.w2.weight.mul_(layer_output_scale)
             for embedding in model.depth_embeddings:
                 embedding.to_logits.weight.mul_(logit_scale)
-        _save_module(model, folder / "model.safetensors")
+        save_module(model, folder / "model.safetensors")
 
         detok_folder = folder / "audio_detokenizer"
         detok_folder.mkdir(exist_ok=True)
@@ -194,7 +194,7 @@ def write_tiny_checkpoint(
         # liquid-audio renames llama.cpp's "sliding_attention" before building the module; so do we.
         detok_config.layer_types = ["full_attention" if t == "sliding_attention" else t for t in detok_config.layer_types]
         detokenizer = LFM2AudioDetokenizer(detok_config).eval()
-        _save_module(detokenizer, detok_folder / "model.safetensors")
+        save_module(detokenizer, detok_folder / "model.safetensors")
     finally:
         torch.random.set_rng_state(generator_state)
 

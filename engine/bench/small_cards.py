@@ -1,0 +1,290 @@
+"""The benchmark's `small_cards` section: the app's own open path, from a full-size checkpoint on disk,
+under allocator caps that stand for the GeForce cards users own.
+
+Each measurement is its own process, as a user's launch is: a fresh CUDA context, torch's allocator
+capped with `set_per_process_memory_fraction`, and device memory read as the driver counts it
+(`torch.cuda.mem_get_info`: total − free, this process being the only one on the lent GPU) beside the
+allocator's own figures. The parent never touches CUDA, so it holds nothing on the card.
+
+The cap for a card: its memory, less what a Windows desktop holds on it (DESKTOP_GB: the compositor
+and a browser with hardware acceleration take 0.3-1 GB), less what this process holds outside torch's
+allocator (OUTSIDE_ALLOCATOR_GB: the CUDA context, cuBLAS/cuDNN kernels and workspaces, NVRTC
+modules, measured on the H200 where the context alone is ~0.55 GB; a consumer card's is smaller, so
+the cap errs on the safe side).
+
+Steps, per card: ChatSession.open (each phase's time and memory, the peak allocated while the weights
+load), a 48-turn conversation at the 4096-token context with takes up to 60 s, then an attention+MLP
+voice (r=16 on q,k,v,out_proj,w1,w2,w3, the shape of community adapters) and an all-linear one switched
+in and out, a turn after each switch.
+
+`python -m engine.bench.small_cards --out DIR` (GPU): writes DIR/small_cards.json and returns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GB = 1e9
+GIB = 2**30
+DESKTOP_GB = 0.6
+OUTSIDE_ALLOCATOR_GB = 0.9
+CONTEXT = 4096
+TURNS = 48
+# (label, card memory as sold in GiB, launch): the first launch of a card after the checkpoint is written,
+# then a second one that finds what the first left on disk (compiled kernels, the page cache).
+CARDS = (("6 GB", 6, "first"), ("6 GB", 6, "second"), ("8 GB", 8, "first"))
+VOICE_TARGETS = {
+    "attention_mlp": ("q_proj", "k_proj", "v_proj", "out_proj", "w1", "w2", "w3"),
+    "all_linear": None,  # every linear layer but the tied output heads
+}
+VOICE_SEQUENCE = ("attention_mlp", None, "all_linear", None, "attention_mlp", "all_linear", None)
+LORA_RANK = 16
+# Where the app's limits stand (issue 25).
+LOADING_PEAK_OVER_WEIGHTS = 1.1
+STEADY_STATE_DRIVER_GB = 4.6
+
+
+def allocator_cap_bytes(card_gib: float) -> int:
+    return int((card_gib * GIB) - (DESKTOP_GB + OUTSIDE_ALLOCATOR_GB) * GB)
+
+
+# --------------------------------------------------------------------------- the checkpoint
+
+
+def write_full_size_checkpoint(folder: Path) -> dict[str, Any]:
+    """The full-size random model (bench/…config.json) in the Hub layout, plus two LoRA voices beside it."""
+    import torch
+    from torch import nn
+
+    from engine.bench.random_model import REFERENCE_CONFIG, random_full_size_model
+    from engine.model.tiny_checkpoint import save_module, write_tokenizer
+
+    loaded = random_full_size_model()
+    config = json.loads(REFERENCE_CONFIG.read_text())
+    detokenizer_config = config.pop("audio_detokenizer")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    save_module(loaded.model, folder / "model.safetensors")
+    (folder / "audio_detokenizer").mkdir(exist_ok=True)
+    (folder / "audio_detokenizer" / "config.json").write_text(json.dumps({"model_type": "lfm2", **detokenizer_config}, indent=2))
+    save_module(loaded.processor.audio_detokenizer, folder / "audio_detokenizer" / "model.safetensors")
+    write_tokenizer(folder)
+
+    voices: dict[str, Any] = {}
+    generator = torch.Generator().manual_seed(25)
+    linears = {name: m for name, m in loaded.model.named_modules() if isinstance(m, nn.Linear) and not name.endswith("to_logits")}
+    for voice, suffixes in VOICE_TARGETS.items():
+        targets = sorted(n for n in linears if suffixes is None or n.rsplit(".", 1)[-1] in suffixes)
+        write_lora_voice(folder.parent / f"voice-{voice}", {n: tuple(linears[n].weight.shape) for n in targets}, generator)
+        voices[voice] = {
+            "modules": len(targets),
+            "rows_touched_gb": sum(linears[n].weight.numel() * 2 for n in targets) / GB,
+        }
+    return {"model_safetensors_gb": (folder / "model.safetensors").stat().st_size / GB, "voices": voices}
+
+
+def write_lora_voice(folder: Path, shapes: dict[str, tuple[int, int]], generator: Any) -> None:
+    """A LoRA adapter as PEFT's `save_pretrained` writes it (keys, config), with small random weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for module, (rows, columns) in shapes.items():
+        tensors[f"base_model.model.{module}.lora_A.weight"] = (0.01 * torch.randn(LORA_RANK, columns, generator=generator)).to(torch.bfloat16)
+        tensors[f"base_model.model.{module}.lora_B.weight"] = (0.01 * torch.randn(rows, LORA_RANK, generator=generator)).to(torch.bfloat16)
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    targets = sorted({module.rsplit(".", 1)[-1] for module in shapes})
+    config = {"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": LORA_RANK, "target_modules": targets, "base_model_name_or_path": None}
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+
+
+# --------------------------------------------------------------------------- one launch (child process)
+
+
+def _memory(torch: Any) -> dict[str, float]:
+    free, total = torch.cuda.mem_get_info()
+    return {
+        "driver_used_gb": (total - free) / GB,
+        "reserved_gb": torch.cuda.memory_reserved() / GB,
+        "allocated_gb": torch.cuda.memory_allocated() / GB,
+    }
+
+
+def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from engine.chat.session import ChatSession, TurnDone
+    from engine.model.memory import model_need
+    from engine.protocol import SamplingSettings
+
+    torch.cuda.init()
+    total = torch.cuda.mem_get_info()[1]
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total))
+    result: dict[str, Any] = {"cap_gb": cap_bytes / GB, "after_cuda_init": _memory(torch)}
+    phases: list[dict[str, Any]] = []
+    opened = time.perf_counter()
+
+    def progress(p: Any) -> None:
+        if phases and phases[-1]["phase"] == p.phase:
+            return
+        torch.cuda.synchronize()
+        if phases:  # the peak of the phase that just ended
+            phases[-1]["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / GB
+            phases[-1]["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / GB
+        torch.cuda.reset_peak_memory_stats()
+        phases.append({"phase": p.phase, "at_s": time.perf_counter() - opened, **_memory(torch)})
+
+    try:
+        session = ChatSession.open(str(folder), context_tokens=CONTEXT, progress=progress)
+    except Exception as error:  # what the user would see instead of a ready window
+        result.update(opened=False, error=f"{type(error).__name__}: {error}", phases=phases)
+        return result
+    result["open_s"] = time.perf_counter() - opened
+    result["process_start_to_ready_s"] = time.time() - spawned_at
+    result["phases"] = phases
+    result["graphs_ready"] = session.info.graphs_ready
+    result["fallback_reason"] = session.info.fallback_reason
+    need = model_need(folder, context_tokens=CONTEXT)
+    result["weights_gb"] = need.weights / GB
+    result["estimated_need_gb"] = need.total / GB
+    loading = next((p for p in phases if p["phase"] == "load_weights"), None)
+    result["loading_peak_allocated_gb"] = loading.get("peak_allocated_gb") if loading else None
+    result["ready"] = _memory(torch)
+
+    sampling = SamplingSettings(False, 1.0, 4, 1.0, 4)
+    max_new_tokens = 12 * (session.schedule.n_text + session.schedule.n_audio)
+    rng = np.random.default_rng(25)
+
+    def turn(seconds: float) -> dict[str, Any]:
+        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        stats = None
+        for output in session.respond(wave, sampling, max_new_tokens=max_new_tokens, max_take_seconds=60):
+            if isinstance(output, TurnDone):
+                stats = output.stats
+        torch.cuda.synchronize()
+        return {"take_s": seconds, "ttfa_ms": stats.first_pcm_s * 1e3, "frames": stats.frames, **_memory(torch)}
+
+    long_takes = {5: 25.0, 11: 45.0, 17: 59.0, 23: 60.0, 29: 33.0, 35: 52.0, 41: 60.0, 46: 21.0}
+    torch.cuda.reset_peak_memory_stats()
+    turns = [turn(long_takes.get(i, float(rng.uniform(0.6, 17.5)))) for i in range(TURNS)]
+    result["conversation"] = {
+        "turns": turns,
+        "ttfa_ms_max": max(t["ttfa_ms"] for t in turns),
+        "ttfa_ms_median": float(np.median([t["ttfa_ms"] for t in turns])),
+        "driver_used_gb_max": max(t["driver_used_gb"] for t in turns),
+        "peak_reserved_gb": torch.cuda.max_memory_reserved() / GB,
+        "peak_allocated_gb": torch.cuda.max_memory_allocated() / GB,
+    }
+    session.reset()
+
+    switches = []
+    for voice in VOICE_SEQUENCE:
+        before = _memory(torch)
+        started = time.perf_counter()
+        entry: dict[str, Any] = {"voice": voice or "none", "before": before}
+        try:
+            session.switch_voice(str(folder.parent / f"voice-{voice}") if voice else None)
+            entry["switch_s"] = time.perf_counter() - started
+            entry["after"] = _memory(torch)
+            entry["turn"] = turn(3.0)
+        except Exception as error:
+            entry["error"] = f"{type(error).__name__}: {error}"
+        entry["voice_now"] = session.voices.voice_name
+        switches.append(entry)
+    result["voices"] = switches
+    result["end"] = _memory(torch)
+    session.close()
+    return result
+
+
+# --------------------------------------------------------------------------- the section (parent)
+
+
+def _child(args: list[str], timeout: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+        path = Path(out.name)
+    command = [sys.executable, "-m", "engine.bench.small_cards", "--child-out", str(path), *args]
+    completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True)
+    if completed.returncode != 0 or not path.stat().st_size:
+        return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
+    return json.loads(path.read_text())
+
+
+def _verdicts(run: dict[str, Any]) -> dict[str, Any]:
+    """The issue's limits, checked on one launch's figures."""
+    if not run.get("graphs_ready"):
+        return {"opened_with_graphs": False}
+    voices_ok = all("error" not in s and abs(s["after"]["driver_used_gb"] - s["before"]["driver_used_gb"]) < 0.1 for s in run["voices"])
+    return {
+        "opened_with_graphs": True,
+        "loading_peak_within_1.1x_weights": run["loading_peak_allocated_gb"] <= LOADING_PEAK_OVER_WEIGHTS * run["weights_gb"],
+        "all_turns_full_length": all(t["frames"] == run["conversation"]["turns"][0]["frames"] for t in run["conversation"]["turns"]),
+        "voice_switches_keep_memory": voices_ok,
+        "driver_used_gb_after_conversation": run["conversation"]["turns"][-1]["driver_used_gb"],
+        f"steady_state_driver_at_most_{STEADY_STATE_DRIVER_GB}_gb": run["conversation"]["driver_used_gb_max"] <= STEADY_STATE_DRIVER_GB,
+    }
+
+
+def run_small_cards(out: Path) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="voicechat-small-cards-"))
+    folder = work / "LFM2.5-Audio-1.5B-JP"
+    started = time.perf_counter()
+    section: dict[str, Any] = {
+        "method": {
+            "desktop_gb": DESKTOP_GB,
+            "outside_allocator_gb": OUTSIDE_ALLOCATOR_GB,
+            "cap": "card GiB − desktop − outside-allocator memory, as torch.cuda.set_per_process_memory_fraction",
+            "driver_count": "torch.cuda.mem_get_info: total − free (the only process on the GPU)",
+            "context_tokens": CONTEXT,
+            "turns": TURNS,
+        },
+        "checkpoint": _child(["--write", str(folder)], timeout=600),
+    }
+    section["checkpoint"]["write_s"] = time.perf_counter() - started
+    runs = []
+    for label, gib, launch in CARDS:
+        cap = allocator_cap_bytes(gib)
+        run = _child(["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time())], timeout=900)
+        run.update(card=label, card_gib=gib, launch=launch, verdicts=_verdicts(run) if "error" not in run else {})
+        runs.append(run)
+        print(json.dumps({k: run.get(k) for k in ("card", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
+    section["runs"] = runs
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "small_cards.json").write_text(json.dumps(section, indent=1))
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--child-out", type=Path)
+    parser.add_argument("--write", type=Path)
+    parser.add_argument("--measure", type=Path)
+    parser.add_argument("--cap-bytes", type=int)
+    parser.add_argument("--spawned-at", type=float)
+    args = parser.parse_args(argv)
+    if args.write or args.measure:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from engine.tools.reply import quiet_library_logs
+
+        quiet_library_logs()
+        result = write_full_size_checkpoint(args.write) if args.write else measure_launch(args.measure, args.cap_bytes, args.spawned_at)
+        args.child_out.write_text(json.dumps(result))
+        return 0
+    section = run_small_cards(args.out)
+    print(json.dumps({"runs": [{k: r.get(k) for k in ("card", "launch", "verdicts")} for r in section["runs"]]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

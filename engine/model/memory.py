@@ -1,0 +1,92 @@
+"""What a model needs on the GPU, checked against what the card has free before anything is loaded.
+
+A card that is too small must be told to the user before a minute of loading ends in an out-of-memory
+error or a 50x slower fallback: the weights' size is read from the safetensors headers (the loader
+casts floating tensors to bf16; liquid-audio keeps the audio detokenizer in float32), the rest is what
+the real-time engine adds on top, measured on the H200 at the app's 4096-token context
+(bench/results: `small_cards`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import GpuMemoryError
+
+GB = 1e9
+# Measured through ChatSession.open on the H200 (full-size checkpoint, 4096-token context): what the
+# allocator holds beyond the weights after start-up (static cache, graph pools, encoder ladder, decoder
+# buffers: reserved 4.24 GB against 3.33 GB of weights) plus what the process maps beside the
+# allocator once running (cuBLAS and cuDNN kernels and workspaces, NVRTC modules: ~0.3 GB beyond the
+# CUDA context, which `mem_get_info`'s free memory already excludes).
+RUNTIME_BYTES = int(1.2 * GB)
+# The attention layers' keys and values per context position (6 layers x 8 heads x 64 x k,v x bf16),
+# for contexts other than the 4096 the figure above was measured at.
+CACHE_BYTES_PER_POSITION = 6 * 8 * 64 * 2 * 2
+MEASURED_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    weights: int
+    runtime: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.runtime
+
+
+def model_need(folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.bfloat16) -> MemoryNeed:
+    """Bytes the model will hold on the GPU: its weights (from the file headers) and the engine's runtime."""
+    weights = _tensor_bytes(folder / "model.safetensors", torch.empty((), dtype=dtype).element_size())
+    detokenizer = folder / "audio_detokenizer" / "model.safetensors"
+    if detokenizer.is_file():
+        weights += _tensor_bytes(detokenizer, 4)
+    runtime = RUNTIME_BYTES + (context_tokens - MEASURED_CONTEXT) * CACHE_BYTES_PER_POSITION
+    return MemoryNeed(weights=weights, runtime=max(runtime, 0))
+
+
+def free_bytes(device: torch.device) -> int:
+    """What this process can still allocate: the driver's free memory, or less where the allocator is capped."""
+    free, total = torch.cuda.mem_get_info(device)
+    fraction = torch.cuda.get_per_process_memory_fraction(device)
+    if fraction < 1.0:
+        free = min(free, int(fraction * total) - torch.cuda.memory_reserved(device))
+    return max(free, 0)
+
+
+def check_room(folder: Path, device: torch.device, *, context_tokens: int) -> MemoryNeed:
+    """Raise GpuMemoryError (with needed vs free and what to do) when the model cannot fit on this card."""
+    need = model_need(folder, context_tokens=context_tokens)
+    free = free_bytes(device)
+    if need.total > free:
+        raise GpuMemoryError.of(
+            "The GPU does not have enough free memory for the model: it needs about {needed} GB "
+            "({weights} GB of weights and {runtime} GB to run), but only {free} GB of {total} GB are free. "
+            "Close programs that use the GPU (games, video, browsers with hardware acceleration), "
+            "or use a GPU with more memory.",
+            needed=f"{need.total / GB:.1f}", weights=f"{need.weights / GB:.1f}", runtime=f"{need.runtime / GB:.1f}",
+            free=f"{free / GB:.1f}", total=f"{torch.cuda.mem_get_info(device)[1] / GB:.1f}",
+        )
+    return need
+
+
+def _tensor_bytes(path: Path, floating_element_size: int) -> int:
+    """Bytes of a safetensors file's tensors once loaded, floating ones at `floating_element_size`."""
+    with path.open("rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    total = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        count = 1
+        for size in entry["shape"]:
+            count *= int(size)
+        stored = entry["data_offsets"][1] - entry["data_offsets"][0]
+        floating = entry["dtype"] in ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")
+        total += count * floating_element_size if floating else stored
+    return total
