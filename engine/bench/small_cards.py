@@ -59,16 +59,18 @@ def allocator_cap_bytes(card_gib: float) -> int:
 # --------------------------------------------------------------------------- the checkpoint
 
 
-def write_full_size_checkpoint(folder: Path) -> dict[str, Any]:
-    """The full-size random model (bench/…config.json) in the Hub layout, plus two LoRA voices beside it."""
+def write_full_size_checkpoint(folder: Path, *, config_path: Path | None = None, device: str = "cuda") -> dict[str, Any]:
+    """The random model of `config_path` (default: the full-size reference config) in the Hub layout, with
+    two LoRA voices beside it (`voice-attention_mlp`, `voice-all_linear`)."""
     import torch
     from torch import nn
 
     from engine.bench.random_model import REFERENCE_CONFIG, random_full_size_model
     from engine.model.tiny_checkpoint import save_module, write_tokenizer
 
-    loaded = random_full_size_model()
-    config = json.loads(REFERENCE_CONFIG.read_text())
+    config_path = config_path or REFERENCE_CONFIG
+    loaded = random_full_size_model(config_path, device=device)
+    config = json.loads(config_path.read_text())
     detokenizer_config = config.pop("audio_detokenizer")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2))

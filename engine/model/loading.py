@@ -120,7 +120,7 @@ def load_model(
         raise ModelFilesError(folder, problems)
 
     try:
-        model, weights = _build_and_fill(folder, device=device, dtype=dtype)
+        model, weights = load_weights(folder, device=device, dtype=dtype)
         try:
             processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
         except torch.OutOfMemoryError:
@@ -163,7 +163,7 @@ def load_model(
     )
 
 
-def _build_and_fill(folder: Path, *, device: torch.device, dtype: torch.dtype) -> tuple[LFM2AudioModel, CheckpointTensors]:
+def load_weights(folder: Path, *, device: torch.device, dtype: torch.dtype) -> tuple[LFM2AudioModel, CheckpointTensors]:
     """liquid-audio's `LFM2AudioModel.from_pretrained`, less its float32 copy of the model: built as it
     builds it (buffers computed on the device), but with every parameter allocated once, in `dtype`, and
     filled straight from the memory-mapped checkpoint (engine/model/checkpoint.py)."""
