@@ -162,6 +162,13 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str,
     loading = next((p for p in phases if p["phase"] == "load_weights"), None)
     result["loading_peak_allocated_gb"] = loading.get("peak_allocated_gb") if loading else None
     result["ready"] = _memory(torch)
+    pools: dict[str, dict[str, float]] = {}
+    for segment in torch.cuda.memory_snapshot():
+        pool = "default" if tuple(segment.get("segment_pool_id", (0, 0))) == (0, 0) else "graph pools"
+        entry = pools.setdefault(pool, {"reserved_gb": 0.0, "allocated_gb": 0.0})
+        entry["reserved_gb"] += segment["total_size"] / GB
+        entry["allocated_gb"] += segment["allocated_size"] / GB
+    result["ready_pools"] = pools
 
     sampling = SamplingSettings(False, 1.0, 4, 1.0, 4)
     max_new_tokens = 12 * (session.schedule.n_text + session.schedule.n_audio)
