@@ -62,6 +62,12 @@ def hub_xet_cache_dir() -> Path:
     return data_dir() / "hf-xet"
 
 
+def kernel_cache_dir() -> Path:
+    """The engine's NVRTC kernels as compiled for this GPU (engine/realtime/kernels/runtime.py): a cache,
+    rebuilt whenever it is missing or does not match."""
+    return data_dir() / "kernel-cache"
+
+
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 

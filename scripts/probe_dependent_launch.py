@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.realtime import cuda_kernels, graphs
-from engine.realtime.cuda_kernels import Matvec, RmsNormRow
+from engine.realtime import graphs
+from engine.realtime.kernels import Matvec, RmsNormRow, runtime, sources
 
 ARCH_SOURCE = 'extern "C" __global__ void arch(int* out) { out[0] = __CUDA_ARCH__; }'
 
@@ -31,7 +31,7 @@ VARIANTS = {"shipped": WAIT, "trigger_before_the_wait": TRIGGER + WAIT, "trigger
 
 
 def compiled(name: str, wait: str):
-    source = cuda_kernels._SOURCES[name]
+    source = sources.source(name)
     assert source.count(WAIT) == 1
     return torch.cuda._compile_kernel(source.replace(WAIT, wait), name)
 
@@ -43,7 +43,7 @@ def main() -> None:
     arch = torch.zeros((1,), dtype=torch.int32, device=device)
     torch.cuda._compile_kernel(ARCH_SOURCE, "arch")(grid=(1, 1, 1), block=(1, 1, 1), args=[arch])
     results["cuda_arch_seen_by_the_build"] = int(arch.item())
-    results["dependent_launch_available"] = cuda_kernels._dependent_launch(torch.cuda.current_device()) is not None
+    results["dependent_launch_available"] = runtime._dependent_launch(torch.cuda.current_device()) is not None
     matvec = Matvec.create(device, torch.bfloat16)
     norm = RmsNormRow.create(2048, device, torch.bfloat16)
     generator = torch.Generator(device=device).manual_seed(11)
@@ -58,13 +58,13 @@ def main() -> None:
             h = norm(h, gain, 1e-5)
         return matvec(h, weights[0], None, gain, 1e-5)
 
-    cuda_kernels._dependent_launch_failed.append("plain reference")
+    runtime._dependent_launch_failed.append("plain reference")
     reference = chain().clone()
-    cuda_kernels._dependent_launch_failed.clear()
+    runtime._dependent_launch_failed.clear()
     shipped = (matvec.kernel, norm.kernel)
     for name, wait in VARIANTS.items():
         if name == "plain_launches":
-            cuda_kernels._dependent_launch_failed.append("plain launches")
+            runtime._dependent_launch_failed.append("plain launches")
         matvec.kernel, norm.kernel = compiled("matvec", wait), compiled("rms_norm_row", wait)
         eager_equal = all(torch.equal(chain(), reference) for _ in range(20))
         graphs.warm_up(device, chain)
@@ -84,7 +84,7 @@ def main() -> None:
                          "replay_us": start.elapsed_time(end) * 1000 / 50}  # fmt: skip
         print(name, results[name], flush=True)
         del graph, out
-        cuda_kernels._dependent_launch_failed.clear()
+        runtime._dependent_launch_failed.clear()
     matvec.kernel, norm.kernel = shipped
     print(json.dumps(results, indent=1))
     (Path(os.environ.get("OUT", ".")) / "probe_dependent_launch.json").write_text(json.dumps(results, indent=1))

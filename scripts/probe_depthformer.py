@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from engine.bench.random_model import random_full_size_model
-from engine.realtime import cuda_kernels
+from engine.realtime.kernels import sources
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticDepthformer
 
-SOURCE = cuda_kernels._SOURCES["depthformer_codebook"]
+SOURCE = sources.source("depthformer_codebook")
 # Compile-time variants to time beside the shipped kernel, as {name: {define: value}}. Run 31 timed
 # DEPTH_EARLY_RESIDUAL (the residual row loaded before its dot product) and DEPTH_SPLIT 2 / 4 (the
 # out and w2 rows over 2 / 4 warps), run 32 DEPTH_ATTEND_STAGED 0 (the attention loading each value

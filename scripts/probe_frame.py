@@ -25,7 +25,7 @@ from engine.bench.random_model import random_full_size_model
 from engine.chat.decoding import SamplingSettings
 from engine.model.loading import use_expandable_cuda_segments
 from engine.realtime import graphs
-from engine.realtime.cuda_kernels import compile_in_background
+from engine.realtime.kernels import compile_in_background
 
 SAMPLED = SamplingSettings(False, 1.0, 4, 1.0, 4)
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from engine.realtime import cuda_kernels, graphs
-from engine.realtime.cuda_kernels import MATVEC_DEPTH, MATVEC_MIN_BLOCKS, Matvec, RmsNormRow
+from engine.realtime import graphs
+from engine.realtime.kernels import Matvec, RmsNormRow, sources, swiglu
+from engine.realtime.kernels.sources import MATVEC_DEPTH, MATVEC_MIN_BLOCKS
 from engine.realtime.static_model import product_label
 
 # (depth, min blocks), the shipped one first. Run 44 shipped 16 and 2 (104 registers), and chose 8 and 4 from it.
@@ -33,9 +34,9 @@ SHAPES = [(6144, 2048, False, True, False), (3072, 2048, False, True, False), (2
 def variant(depth: int, blocks: int) -> Matvec:
     kernels = []
     for name in ("matvec", "matvec_gated"):
-        source = cuda_kernels._SOURCES[name]
+        source = sources.source(name)
         for define, value in (("MATVEC_DEPTH", depth), ("MATVEC_MIN_BLOCKS", blocks)):
-            shipped = f"#define {define} {getattr(cuda_kernels, define)}\n"
+            shipped = f"#define {define} {getattr(sources, define)}\n"
             assert source.count(shipped) == 1
             source = source.replace(shipped, f"#define {define} {value}\n")
         kernels.append(torch.cuda._compile_kernel(source, name))
@@ -60,7 +61,7 @@ def main() -> None:
         def cublas() -> torch.Tensor:
             h = norm_row(x, norm, 1e-5) if norm is not None else x
             out = torch.addmm(residual, h, weight.t()) if residual is not None else torch.mm(h, weight.t())
-            return cuda_kernels.swiglu(*out.chunk(2, dim=-1)) if gated else out
+            return swiglu(*out.chunk(2, dim=-1)) if gated else out
 
         label = product_label((rows, columns, with_residual, with_norm, gated))
         entry: dict[str, object] = {"cublas_us": graphs.per_call_us(device, cublas, replays=10)}

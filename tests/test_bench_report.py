@@ -85,7 +85,7 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     import engine.bench as bench
     import engine.bench.random_model as random_model
     import engine.model.loading as loading
-    import engine.realtime.cuda_kernels as cuda_kernels
+    import engine.realtime.kernels as kernels
 
     measured = json.loads((RUN.parents[1] / "run-32-staged-attention" / "bench.json").read_text())
 
@@ -103,7 +103,7 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     monkeypatch.setattr(reply, "quiet_library_logs", lambda: None)  # process-wide settings: not in a test
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loading, "use_expandable_cuda_segments", lambda: True)
-    monkeypatch.setattr(cuda_kernels, "compile_in_background", lambda device: None)
+    monkeypatch.setattr(kernels, "compile_in_background", lambda device: None)
     monkeypatch.setattr(random_model, "random_full_size_model", lambda: object())
     monkeypatch.setattr(bench, "make_workload", lambda loaded: bench.Workload([1, 2], [], 6, 9))
     monkeypatch.setattr(bench, "_copy_bandwidth_gbs", lambda: measured["copy_bandwidth_gbs"])

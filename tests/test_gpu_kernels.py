@@ -1,4 +1,4 @@
-"""The NVRTC-compiled kernels (engine.realtime.cuda_kernels) against the plain PyTorch ops they replace.
+"""The NVRTC-compiled kernels (engine/realtime/kernels/) against the plain PyTorch ops they replace.
 
 Exact where the math is exact: the sampler must choose the very same index as the plain ops for the
 same logits and noise (greedy and sampled, k from 1 to 64, with ties at the threshold and signed
@@ -73,7 +73,7 @@ def test_fused_sampler_draws_from_the_top_k_only(device) -> None:
 
 
 def test_fused_short_conv_step_equals_the_plain_ops(device) -> None:
-    from engine.realtime.cuda_kernels import ShortConvStep, short_conv_step_reference
+    from engine.realtime.kernels import ShortConvStep, short_conv_step_reference
 
     hidden, taps = 2048, 3
     step = ShortConvStep.create(hidden, taps, device, torch.bfloat16)
@@ -92,7 +92,7 @@ def test_fused_short_conv_step_equals_the_plain_ops(device) -> None:
 
 
 def test_fused_swiglu_equals_silu_times_up(device) -> None:
-    from engine.realtime.cuda_kernels import swiglu
+    from engine.realtime.kernels import swiglu
 
     generator = torch.Generator(device=device).manual_seed(2)
     gate_up = (torch.randn((1, 2 * 5632), device=device, generator=generator) * 4).to(torch.bfloat16)
@@ -105,7 +105,7 @@ def test_fused_swiglu_equals_silu_times_up(device) -> None:
 def test_fused_rms_norm_row_matches_f_rms_norm(device, hidden: int) -> None:
     """Rows of many scales (tiny to large, with zeros): at most one bf16 rounding step from F.rms_norm
     (only the order of the float sum differs), and nearly always the very same bits."""
-    from engine.realtime.cuda_kernels import RmsNormRow
+    from engine.realtime.kernels import RmsNormRow
 
     norm = RmsNormRow.create(hidden, device, torch.bfloat16)
     assert norm is not None
@@ -128,21 +128,21 @@ def test_fused_rms_norm_row_matches_f_rms_norm(device, hidden: int) -> None:
 
 def test_kernels_compiled_in_background_are_the_ones_used(device) -> None:
     """ChatSession.open's path in a fresh process: every kernel compiles in its background thread, and
-    `_compiled` hands out those very kernels (none is compiled twice, none falls back)."""
+    `compiled` hands out those very kernels (none is compiled twice, none falls back)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    from engine.realtime.cuda_kernels import _SOURCES
+    from engine.realtime.kernels.sources import KERNELS
 
     script = (
         "import torch\n"
-        "from engine.realtime import cuda_kernels as k\n"
+        "from engine.realtime.kernels import runtime as k\n"
         "k.compile_in_background(torch.device('cuda'))\n"
         "futures = {name: f.result() for name, f in k._compiling.items()}\n"
-        "assert set(futures) == set(k._SOURCES), futures\n"
-        "assert all(k._compiled(name) is futures[name] for name in k._SOURCES)\n"
+        "assert set(futures) == set(k.KERNELS), futures\n"
+        "assert all(k.compiled(name) is futures[name] for name in k.KERNELS)\n"
         "assert not k._compile_errors, k._compile_errors\n"
         "print('ok', len(futures))\n"
     )
@@ -150,7 +150,7 @@ def test_kernels_compiled_in_background_are_the_ones_used(device) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == f"ok {len(_SOURCES)}"
+    assert result.stdout.strip().splitlines()[-1] == f"ok {len(KERNELS)}"
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_fused_backbone_attention_matches_exact_attention_at_every_split_boundar
     `position` (k within one bf16 rounding of the plain ops, v exactly), gives bit for bit the same
     output when run again (the merge of the splits does not depend on which block finishes last),
     and leaves its counters at 0 for the next launch."""
-    from engine.realtime.cuda_kernels import ATTENTION_CHUNK
+    from engine.realtime.kernels.sources import ATTENTION_CHUNK
     from engine.realtime.static_model import StaticBackbone, _AttentionLayer
 
     slots = 4096
@@ -262,7 +262,7 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
     """The matrix-vector kernel against the float64 product, with and without the residual it adds, and
     bit for bit the same output when run again (each output is one fixed-order sum). The shapes cover
     one and several warps per row, and row counts that leave the last block part-empty."""
-    from engine.realtime.cuda_kernels import Matvec
+    from engine.realtime.kernels import Matvec
 
     matvec = Matvec.create(device, torch.bfloat16)
     assert matvec is not None and Matvec.split(columns) is not None
@@ -308,14 +308,14 @@ def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device
     wait inside for what the kernel ahead wrote: a chain of a PyTorch kernel, products with a residual,
     norms and a product of a norm, each reading what the one before wrote, gives in every graph replay
     (10) what it gives eagerly, and that within bf16 rounding of the plain ops."""
-    from engine.realtime import cuda_kernels, graphs
-    from engine.realtime.cuda_kernels import Matvec, RmsNormRow
+    from engine.realtime import graphs
+    from engine.realtime.kernels import Matvec, RmsNormRow, runtime
 
     matvec = Matvec.create(device, torch.bfloat16)
     norm = RmsNormRow.create(2048, device, torch.bfloat16)
     assert matvec is not None and norm is not None
     if torch.cuda.get_device_capability(device)[0] >= 9:
-        assert cuda_kernels._dependent_launch(torch.cuda.current_device()) is not None
+        assert runtime._dependent_launch(torch.cuda.current_device()) is not None
     generator = torch.Generator(device=device).manual_seed(11)
     x = torch.randn((1, 2048), device=device, generator=generator).to(torch.bfloat16)
     weights = [(torch.randn((2048, 2048), device=device, generator=generator) / 45).to(torch.bfloat16) for _ in range(3)]
@@ -337,7 +337,7 @@ def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device
         assert torch.equal(out, eager)
     expected = chain(plain=True).double()
     assert _relative(eager, expected) < 5e-2  # bf16 roundings through 7 kernels
-    assert not cuda_kernels._dependent_launch_failed
+    assert not runtime._dependent_launch_failed
 
 
 @torch.inference_mode()

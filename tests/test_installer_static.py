@@ -288,7 +288,7 @@ def test_entry_imports_torch_before_qt_and_the_app() -> None:
 
 def test_spec_runs_with_real_pyinstaller_hooks(spec: SpecFacts, monkeypatch: pytest.MonkeyPatch) -> None:
     """Execute the spec with PyInstaller's hook helpers but stubbed build steps: the data it
-    collects must include the translations, the assets and every required dist-info."""
+    collects must include the translations, the engine's CUDA files, the assets and every required dist-info."""
     pytest.importorskip("PyInstaller.utils.hooks")
     captured: dict[str, Any] = {}
 
@@ -325,6 +325,14 @@ def test_spec_runs_with_real_pyinstaller_hooks(spec: SpecFacts, monkeypatch: pyt
     qm = [src for src, dest in datas if dest == "app/translations"]
     assert qm and all(src.endswith(".qm") and Path(src).is_file() for src in qm)
     assert "assets" in destinations
+    # The CUDA files land where engine/realtime/kernels/sources.py looks for them: next to its module.
+    from engine.realtime.kernels import sources
+
+    kernels_folder = Path(*sources.FOLDER.relative_to(ROOT).parts).as_posix()
+    cuda = {Path(src).resolve() for src, dest in datas if Path(dest).as_posix() == kernels_folder}
+    assert kernels_folder == "engine/realtime/kernels"
+    assert cuda == set(sources.files()) and {path.suffix for path in cuda} == {".cu", ".cuh"}
+    assert {sources.FOLDER / kernel.file for kernel in sources.KERNELS.values()} <= cuda
     for package in spec.metadata:
         wanted = package.replace("-", "_").lower()
         assert any(

@@ -69,8 +69,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine.settings": FOUNDATION,
     "engine.model": FOUNDATION,
     "engine.audio": FOUNDATION,
-    # The GPU code: the app's constants, the decoding settings, and the loaded model it runs (a type only).
-    "engine.realtime": {"engine.constants", "engine.chat.decoding", "engine.model.loading"},
+    # The GPU code: the app's constants, the decoding settings, and the loaded model it runs (a type only);
+    # the compiled-kernel cache's folder and atomic write (engine/realtime/kernels/runtime.py).
+    "engine.realtime": {"engine.constants", "engine.chat.decoding", "engine.model.loading", "engine.paths", "engine.files"},
     # The chat core runs the model on the real-time engine; a saved conversation is restored through
     # engine.history.context. It never reaches up into the engine thread or the tools.
     "engine.chat": FOUNDATION | {"engine.model", "engine.realtime", "engine.history.context"},

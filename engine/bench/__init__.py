@@ -864,7 +864,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from engine.model.loading import use_expandable_cuda_segments
 
     expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
-    from engine.realtime.cuda_kernels import compile_in_background
+    from engine.realtime.kernels import compile_in_background
 
     compile_in_background(torch.device("cuda"))  # as ChatSession.open does: while the weights load
     if args.model:

@@ -39,7 +39,7 @@ from engine.model.lora import VoiceSwitcher, load_voice
 from engine.model.memory import check_room, free_bytes, model_need
 from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
-from engine.realtime.cuda_kernels import compile_in_background
+from engine.realtime.kernels import compile_in_background
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits

@@ -19,7 +19,7 @@ import logging
 import torch
 
 from engine.chat.decoding import MAX_TOP_K
-from engine.realtime.cuda_kernels import TopKGumbelArgmax
+from engine.realtime.kernels import TopKGumbelArgmax
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from engine.realtime.cuda_kernels import (
+from engine.realtime.kernels import (
     DEPTH_TABLE_FIELDS,
     BackboneAttention,
     DepthformerCodebookStep,
@@ -542,7 +542,7 @@ class StaticBackbone(StreamingState):
 class StaticDepthformer:
     """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
 
-    On CUDA each codebook is ONE kernel (`engine.realtime.cuda_kernels.DepthformerCodebookStep`: the
+    On CUDA each codebook is ONE kernel (`engine.realtime.kernels.DepthformerCodebookStep`: the
     codebook's input, all layers and its logits head, its blocks handing each other every phase's
     vector), then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that
     kernel is unavailable or fails its start-up check against the plain ops on the model's own

@@ -291,7 +291,7 @@ def _probe_torch() -> dict[str, Any]:
     if gpus and all(gpu["supported_by_torch_build"] for gpu in gpus):
         # The engine's NVRTC kernels: without them it runs plain PyTorch ops, correct but slower.
         try:
-            from engine.realtime.cuda_kernels import kernel_status
+            from engine.realtime.kernels import kernel_status
 
             info["fused_kernels"] = kernel_status()
         except Exception as exc:  # noqa: BLE001

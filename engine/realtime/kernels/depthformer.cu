@@ -1,0 +1,451 @@
+// depthformer_codebook: a whole depthformer codebook step (6 layers and the logits head, 43 kernels
+// before) as one launch whose blocks hand each other each phase's vector as tagged words (no grid-wide
+// barrier): a persistent kernel in the manner of Hazy Research's "no bubbles" megakernels, at the scale
+// of one codebook (wrapper: depthformer.py).
+
+#include "common.cuh"
+
+// One depthformer codebook step in ONE launch: all layers and the codebook's logits. The blocks
+// (at most one per SM, all resident) wait for the whole vector the phase before produced (see the
+// tagged words below); a phase's matrix rows are spread over every warp of the grid, one warp per
+// row, so each weight is read once per step at close to full bandwidth. 27 kernels per codebook
+// (7 per layer, norm, head) become one: at batch 1 the step was bound by launches, not bytes.
+// bf16 values are raw 16 bits; activations written in this launch are read through L2, weights
+// through the read-only path. Every output is computed by one warp in a fixed order, so
+// the result is deterministic (a graph replay equals the eager launch bit for bit).
+// DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM,
+// DEPTH_MAX_KV_WIDTH and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
+#ifndef DEPTH_PREFETCH
+#define DEPTH_PREFETCH 1
+#endif
+#ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
+#define DEPTH_TIMING 0
+#endif
+#if DEPTH_TIMING
+__device__ __forceinline__ void stamp(unsigned int* sync, int n) {
+    if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {
+        long long t = clock64();
+        unsigned int* slot = sync + 4 + (blockIdx.x == 0 ? 0 : 256) + 2 * n;
+        slot[0] = (unsigned int)t;
+        slot[1] = (unsigned int)(t >> 32);
+        if (blockIdx.x == 0 && (n == 0 || n == 127)) {
+            unsigned long long g;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+            sync[2 + 512 + 4 + (n ? 2 : 0)] = (unsigned int)g;
+            sync[2 + 512 + 5 + (n ? 2 : 0)] = (unsigned int)(g >> 32);
+        }
+    }
+}
+#define STAMP(n) stamp(sync, (n))
+#else
+#define STAMP(n)
+#endif
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // two bf16 products
+    return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
+}
+
+// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
+__device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
+    const uint4* weights = reinterpret_cast<const uint4*>(row);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    float acc = 0.0f;
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 w = __ldg(weights + c);
+        uint4 v = inputs[c];
+        acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
+    }
+    return warp_sum(acc);
+}
+
+// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
+__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
+                                         const unsigned short* h, int K, float* a, float* b) {
+    const uint4* wa = reinterpret_cast<const uint4*>(row_a);
+    const uint4* wb = reinterpret_cast<const uint4*>(row_b);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    float acc_a = 0.0f, acc_b = 0.0f;
+    #pragma unroll 4
+    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
+        uint4 v = inputs[c];
+        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
+        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
+    }
+    *a = warp_sum(acc_a);
+    *b = warp_sum(acc_b);
+}
+
+// Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
+// HBM while the grid works on, or waits for the vector of, an earlier phase. Weights never depend
+// on the activations, so they can be fetched before the vector they multiply exists.
+__device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows, int K, int first_row, int row_step) {
+#if DEPTH_PREFETCH
+    const int lane = threadIdx.x & 31, lines = (K + 63) / 64;  // 128-byte lines per row
+    for (int r = first_row; r < rows; r += row_step)
+        for (int c = lane; c < lines; c += 32)
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(W + (long long)r * K + c * 64));
+#endif
+}
+
+// Blocks hand each other vectors through global memory as tagged words: a bf16 value in the low 16
+// bits, the launch's tag in the high 16 (1..65535: the launch counter in `sync[0]` plus one, so the
+// zeroed buffers and the previous launch's words never match). A block that needs a vector polls its
+// words until every one carries this launch's tag: the wait and the load are the same round trip to
+// L2, where a grid-wide barrier cost ~1.6 µs (4 dependent atomics and loads) before the load could
+// start (bench run 32). Every phase writes its own buffer, so no word is overwritten within a launch:
+// a late block can never find a later phase's value where it waits for an earlier one.
+#define DEPTH_TAGS 65535u
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned int load_relaxed(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void store_relaxed(unsigned int* p, unsigned int v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_release(unsigned int* p, unsigned int v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void add_release(unsigned int* p, unsigned int v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int tagged(unsigned int tag, unsigned short bits) { return (tag << 16) | bits; }
+
+// h = the K tagged words at src, waited for (or h itself when src is 0), RMS-normed with `norm` when
+// given (rounded exactly as F.rms_norm would output it). The norm weights are loaded before the wait,
+// and h is written only once every warp of the block has left the phase before (nothing else
+// separates the phases now).
+#define DEPTH_STAGE_MAX (DEPTH_MAX_K / DEPTH_THREADS)
+__device__ void stage(const unsigned int* src, unsigned int tag, const unsigned short* __restrict__ norm, float eps, int K,
+                      unsigned short* h, float* partial) {
+    float weights[DEPTH_STAGE_MAX];
+    unsigned int words[DEPTH_STAGE_MAX];
+    #pragma unroll
+    for (int t = 0; t < DEPTH_STAGE_MAX; ++t) {
+        int k = threadIdx.x + t * DEPTH_THREADS;
+        weights[t] = (norm != 0 && k < K) ? bf16_to_float(norm[k]) : 0.0f;
+        words[t] = k >= K ? tagged(tag, 0) : src != 0 ? load_relaxed(src + k) : tagged(tag, h[k]);
+    }
+    for (bool waiting = true; waiting;) {
+        waiting = false;
+        #pragma unroll
+        for (int t = 0; t < DEPTH_STAGE_MAX; ++t)
+            if ((words[t] >> 16) != tag) {
+                words[t] = load_relaxed(src + threadIdx.x + t * DEPTH_THREADS);
+                waiting = true;
+            }
+    }
+    __syncthreads();  // every warp of the block is done with h (the phase before reads it until its last row)
+    float values[DEPTH_STAGE_MAX];
+    float squares = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < DEPTH_STAGE_MAX; ++t) {
+        int k = threadIdx.x + t * DEPTH_THREADS;
+        values[t] = bf16_to_float((unsigned short)(words[t] & 0xffffu));
+        if (k < K) h[k] = (unsigned short)(words[t] & 0xffffu);
+        squares += values[t] * values[t];
+    }
+    if (norm != 0) {
+        squares = warp_sum(squares);
+        if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = squares;
+        __syncthreads();
+        float total = 0.0f;
+        for (int w = 0; w < DEPTH_WARPS; ++w) total += partial[w];
+        float inv_rms = rsqrtf(total / (float)K + eps);
+        #pragma unroll
+        for (int t = 0; t < DEPTH_STAGE_MAX; ++t) {
+            int k = threadIdx.x + t * DEPTH_THREADS;
+            if (k < K) h[k] = float_to_bf16(values[t] * inv_rms * weights[t]);
+        }
+    }
+    __syncthreads();
+}
+
+// Position i's attention over positions 0..i into h (dim = heads * 32), every block on its own:
+// RMS-norm each q|k head of position i, rotate it (the rope matrix of position i, norm weight folded
+// in), then softmax(q.k / sqrt(32)) over the keys of positions 0..i and the weighted values.
+// Block 0 stores position i's normed, roped q|k row: later positions read their keys from it.
+// What earlier launches wrote is loaded first, before the wait: the rope entries of position i into
+// registers, the keys and values of positions 0..i-1 into shared memory (`keys`, `values`: kv_heads
+// * 32 bf16 per position). Then position i's q|k heads and values, as the tagged words `qkv_now`
+// (this launch's q|k|v row) arrive. The rest runs from registers and shared memory: loaded where
+// used, the dependent round trips to L2 took ~8 µs per layer (bench run 31).
+#define DEPTH_HEADS_PER_WARP (DEPTH_MAX_QK_HEADS / DEPTH_WARPS)
+__device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned int* qkv_now, unsigned int tag,
+                       const unsigned short* qkv_rows, unsigned short* qk_rows, const unsigned short* __restrict__ rope,
+                       float qk_eps, unsigned short* h, float* qk, float* scores, uint4* keys, uint4* values) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
+    const int kv_width = kv_heads * DEPTH_HEAD_DIM, chunks = kv_width / 8;  // 16-byte chunks per position
+    const int even = lane & ~1;  // the rotation mixes the pair (2p, 2p + 1) only
+    float m_even[DEPTH_HEADS_PER_WARP], m_odd[DEPTH_HEADS_PER_WARP];
+    unsigned int words[DEPTH_HEADS_PER_WARP];
+    #pragma unroll
+    for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        m_even[t] = m_odd[t] = 0.0f;
+        if (head < qk_heads) {
+            const unsigned short* m = rope + ((long long)i * qk_heads + head) * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM;
+            m_even[t] = bf16_to_float(m[even * DEPTH_HEAD_DIM + lane]);
+            m_odd[t] = bf16_to_float(m[(even + 1) * DEPTH_HEAD_DIM + lane]);
+        }
+    }
+    for (int c = threadIdx.x; c < 2 * i * chunks; c += DEPTH_THREADS) {
+        if (c < i * chunks) {  // keys of positions 0..i-1: the k heads of their q|k rows
+            int j = c / chunks;
+            keys[c] = __ldcg(reinterpret_cast<const uint4*>(qk_rows + ((long long)j * qk_heads + heads) * DEPTH_HEAD_DIM) + c % chunks);
+        } else {  // values of positions 0..i-1: the v part of their q|k|v rows
+            int e = c - i * chunks, j = e / chunks;
+            values[e] = __ldcg(reinterpret_cast<const uint4*>(qkv_rows + (long long)j * qkv_width + qk_heads * DEPTH_HEAD_DIM) + e % chunks);
+        }
+    }
+    // Position i: one q|k head element per lane per head of this warp, one value element per thread.
+    #pragma unroll
+    for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        words[t] = head < qk_heads ? load_relaxed(qkv_now + head * DEPTH_HEAD_DIM + lane) : tagged(tag, 0);
+    }
+    const unsigned int* value_words = qkv_now + qk_heads * DEPTH_HEAD_DIM;
+    unsigned int value_word = threadIdx.x < kv_width ? load_relaxed(value_words + threadIdx.x) : tagged(tag, 0);
+    for (bool waiting = true; waiting;) {
+        waiting = false;
+        #pragma unroll
+        for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t)
+            if ((words[t] >> 16) != tag) {
+                words[t] = load_relaxed(qkv_now + (warp + t * DEPTH_WARPS) * DEPTH_HEAD_DIM + lane);
+                waiting = true;
+            }
+        if ((value_word >> 16) != tag) {
+            value_word = load_relaxed(value_words + threadIdx.x);
+            waiting = true;
+        }
+    }
+    unsigned short* value_bits = reinterpret_cast<unsigned short*>(values);
+    if (threadIdx.x < kv_width) value_bits[i * kv_width + threadIdx.x] = (unsigned short)(value_word & 0xffffu);
+    #pragma unroll
+    for (int t = 0; t < DEPTH_HEADS_PER_WARP; ++t) {
+        int head = warp + t * DEPTH_WARPS;
+        if (head >= qk_heads) break;  // the same for the whole warp
+        float v = bf16_to_float((unsigned short)(words[t] & 0xffffu));
+        float squares = warp_sum(v * v);
+        float n = bf16_to_float(float_to_bf16(v * rsqrtf(squares / (float)DEPTH_HEAD_DIM + qk_eps)));
+        float partner = __shfl_xor_sync(0xffffffffu, n, 1);
+        float n_even = (lane & 1) ? partner : n, n_odd = (lane & 1) ? n : partner;
+        unsigned short out = float_to_bf16(n_even * m_even[t] + n_odd * m_odd[t]);
+        qk[head * DEPTH_HEAD_DIM + lane] = bf16_to_float(out);
+        if (blockIdx.x == 0) qk_rows[((long long)i * qk_heads + head) * DEPTH_HEAD_DIM + lane] = out;
+    }
+    __syncthreads();
+    const unsigned short* key_bits = reinterpret_cast<const unsigned short*>(keys);
+    const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
+    for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
+        int head = t / positions, j = t % positions, kv = head / group;
+        const float* q = qk + head * DEPTH_HEAD_DIM;
+        float dot = 0.0f;
+        if (j == i) {
+            const float* k = qk + (heads + kv) * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
+        } else {
+            const unsigned short* k = key_bits + j * kv_width + kv * DEPTH_HEAD_DIM;
+            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(k[d]);
+        }
+        scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
+    }
+    __syncthreads();
+    for (int head = threadIdx.x; head < heads; head += DEPTH_THREADS) {
+        float* s = scores + head * DEPTH_MAX_POSITIONS;
+        float top = s[0];
+        for (int j = 1; j < positions; ++j) top = fmaxf(top, s[j]);
+        float total = 0.0f;
+        for (int j = 0; j < positions; ++j) { s[j] = expf(s[j] - top); total += s[j]; }
+        for (int j = 0; j < positions; ++j) s[j] /= total;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
+        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
+        const unsigned short* vv = value_bits + (head / group) * DEPTH_HEAD_DIM + d;
+        const float* p = scores + head * DEPTH_MAX_POSITIONS;
+        float out = 0.0f;
+        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(vv[j * kv_width]);
+        h[e] = float_to_bf16(out);
+    }
+    __syncthreads();
+}
+
+// next[r] = previous[r] + W[r] . h, tagged, for every row r of W (rows x K) that this warp owns (the
+// same warp owns row r of every residual phase, so previous[r] is its own earlier word).
+__device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
+                                              const unsigned int* previous, unsigned int* next, unsigned int tag,
+                                              int first_row, int row_step) {
+    for (int r = first_row; r < rows; r += row_step) {
+        float acc = row_dot(W + (long long)r * K, h, K);
+        if ((threadIdx.x & 31) == 0)
+            store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
+    }
+}
+
+// Prefetches this warp's rows of phase q's weights (see depthformer_codebook), and the norm weights
+// and rope entries that phase's stage and attention read; nothing past the last phase.
+__device__ __forceinline__ void prefetch_phase(int q, int i, const long long* table, int layers, int dim, int heads, int kv_heads,
+                                               int ff, const unsigned short* head_norm, const unsigned short* to_logits, int vocab,
+                                               int first_row, int row_step) {
+    if (q >= 4 * layers + 1) return;
+    if (q == 4 * layers) {
+        prefetch_rows(head_norm, 1, dim, first_row, row_step);
+        prefetch_rows(to_logits, vocab, dim, first_row, row_step);
+        return;
+    }
+    const long long* p = table + (long long)(q / 4) * DEPTH_TABLE;
+    const int qk_heads = heads + kv_heads;
+    switch (q % 4) {
+        case 0:
+            prefetch_rows((const unsigned short*)p[0], 1, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[1], dim + 2 * kv_heads * DEPTH_HEAD_DIM, dim, first_row, row_step);
+            break;
+        case 1:  // position i's rope entries (one row of 32 x 32 per q|k head; none when i < 0)
+            if (i >= 0)
+                prefetch_rows((const unsigned short*)p[2] + (long long)i * qk_heads * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM, qk_heads,
+                              DEPTH_HEAD_DIM * DEPTH_HEAD_DIM, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[3], dim, dim, first_row, row_step);
+            break;
+        case 2:  // w1 and w3 rows r and r + ff belong to the same warp
+            prefetch_rows((const unsigned short*)p[4], 1, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[5], ff, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[5] + (long long)ff * dim, ff, dim, first_row, row_step);
+            break;
+        default: prefetch_rows((const unsigned short*)p[6], dim, ff, first_row, row_step); break;
+    }
+}
+
+// Codebook i: x = inputs_row (+ embedding[previous_code[0]] when has_previous), then every layer
+//   x += out(attention(qkv(norm(x))));  x += w2(swiglu(w13(ffn_norm(x))))
+// and logits = to_logits(head_norm(x)). `exchange` holds the tagged words the blocks hand each other:
+// x as it enters (dim), then per layer q|k|v of position i (qkv width), x after the attention (dim),
+// the SwiGLU output (ff) and x after the feed-forward (dim); each warp writes its rows of them.
+// `sync` is two zeroed words: the launch counter and the blocks that have read it.
+extern "C" __global__ void __launch_bounds__(DEPTH_THREADS, 1)
+depthformer_codebook(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int i,
+                     int dim, int heads, int kv_heads, int ff,
+                     const unsigned short* __restrict__ inputs_row, int has_previous,
+                     const long long* __restrict__ previous_code, const unsigned short* __restrict__ embedding,
+                     unsigned int* exchange, const unsigned short* __restrict__ head_norm, int head_eps_bits,
+                     const unsigned short* __restrict__ to_logits, unsigned short* logits, int vocab,
+                     unsigned int* sync) {
+    __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
+    __shared__ float partial[DEPTH_WARPS];
+    __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
+    __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
+    __shared__ uint4 keys[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8], values[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8];
+    STAMP(0);
+    const int lane = threadIdx.x & 31;
+    const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
+    const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM, layer_words = qkv_width + 2 * dim + ff;
+    // This launch's tag. Block 0 advances the counter at the end, once every block has read it.
+    const unsigned int launch = load_acquire(sync);
+    const unsigned int tag = launch + 1;
+    if (threadIdx.x == 0) add_release(sync + 1, 1u);
+
+    long long code = has_previous ? previous_code[0] : 0;
+    for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
+        unsigned short bits = inputs_row[k];
+        if (has_previous) bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(embedding[code * dim + k]));
+        h[k] = bits;
+    }
+    __syncthreads();
+    for (int r = first_row; r < dim; r += row_step)
+        if (lane == 0) store_relaxed(exchange + r, tagged(tag, h[r]));  // the warp that owns row r in the residual phases below
+
+    // Phase 4l + 0..3 multiplies by layer l's qkv, out, w13, w2; phase 4 * layers by the head. At the
+    // end of phase q each warp prefetches its rows of phase q + 2.
+    const int phases = 4 * layers + 1;
+    for (int q = 0; q < 2 && q < phases; ++q)
+        prefetch_phase(q, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+
+    const unsigned int* x = exchange;  // x as it enters the layer
+    for (int l = 0; l < layers; ++l) {
+        const long long* p = table + (long long)l * DEPTH_TABLE;
+        const unsigned short* norm = (const unsigned short*)p[0];
+        const unsigned short* qkv = (const unsigned short*)p[1];
+        const unsigned short* rope = (const unsigned short*)p[2];
+        const unsigned short* out = (const unsigned short*)p[3];
+        const unsigned short* ffn_norm = (const unsigned short*)p[4];
+        const unsigned short* w13 = (const unsigned short*)p[5];
+        const unsigned short* w2 = (const unsigned short*)p[6];
+        unsigned short* qkv_rows = (unsigned short*)p[7];
+        unsigned short* qk_rows = (unsigned short*)p[8];
+        unsigned int* qkv_now = exchange + dim + (long long)l * layer_words;
+        unsigned int* x_mid = qkv_now + qkv_width;
+        unsigned int* act = x_mid + dim;
+        unsigned int* x_out = act + ff;
+
+        stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
+        STAMP(64 + 3 * l + 0);
+        for (int r = first_row; r < qkv_width; r += row_step) {
+            unsigned short bits = float_to_bf16(row_dot(qkv + (long long)r * dim, h, dim));
+            if (lane == 0) {
+                qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
+                store_relaxed(qkv_now + r, tagged(tag, bits));
+            }
+        }
+        prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 1);
+        STAMP(9 * l + 2);
+        attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
+        STAMP(9 * l + 3);
+        residual_rows(out, dim, dim, h, x, x_mid, tag, first_row, row_step);
+        prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 4);
+        STAMP(9 * l + 5);
+
+        stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
+        STAMP(64 + 3 * l + 1);
+        for (int r = first_row; r < ff; r += row_step) {
+            float gate, up;
+            row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
+            gate = bf16_to_float(float_to_bf16(gate));
+            up = bf16_to_float(float_to_bf16(up));
+            if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
+        }
+        prefetch_phase(4 * l + 4, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 6);
+        STAMP(9 * l + 7);
+
+        stage(act, tag, 0, 0.0f, ff, h, partial);
+        STAMP(64 + 3 * l + 2);
+        residual_rows(w2, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
+        prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+        STAMP(9 * l + 8);
+        STAMP(9 * l + 9);
+        x = x_out;
+    }
+
+    stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
+    for (int r = first_row; r < vocab; r += row_step) {
+        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
+        if (lane == 0) logits[r] = float_to_bf16(acc);
+    }
+    STAMP(126);
+    // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now
+    // (not its rope entries: which position comes next is the caller's).
+    for (int q = 0; q < 2 && q < phases; ++q)
+        prefetch_phase(q, -1, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        // Every block reads the counter first thing; wait until all have before the next launch's.
+        while (load_acquire(sync + 1) != gridDim.x) { }
+        store_relaxed(sync + 1, 0u);
+        store_release(sync, tag == DEPTH_TAGS ? 0u : tag);
+    }
+    STAMP(127);
+}

@@ -1,0 +1,102 @@
+// matvec and matvec_gated: the batch-1 matrix-vector product, optionally of its input's RMS norm and plus
+// a residual row, or with the SwiGLU of the product's halves as its epilogue (wrapper: matvec.py). One
+// source, two kernels: sources.py defines MATVEC_NAME and GATED (0 or 1) for each, and MATVEC_WARPS,
+// MATVEC_DEPTH, MATVEC_MAX_K and MATVEC_MIN_BLOCKS from the Python constants of the same names.
+// Programmatic dependent launches in the backbone decode step (common.cuh).
+
+#include "common.cuh"
+
+#define MATVEC_THREADS (MATVEC_WARPS * 32)
+
+__device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
+    return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
+}
+
+// out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split;
+// h = x, or with has_norm h = bf16(x * rsqrt(mean(x^2) + eps) * norm) as F.rms_norm outputs it (each
+// block normalizes its own copy of x: one launch instead of the norm's and the product's).
+// Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
+// part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
+// x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
+// at the memory's pace (the weights are read once: evict-first loads).
+// Each output is a fixed-order sum, so a replay is bitwise the eager call.
+// GATED (the kernel matvec_gated): W is a SwiGLU's gate rows [0, N/2) over its up rows [N/2, N), and
+// out (N/2) = bf16(silu(g) * u) of each bf16-rounded pair (g, u) (as the jiterator SwiGLU computes it
+// from the product's bf16 outputs): a block's first half of rows are gates, its second half their ups,
+// so the SwiGLU is the product's epilogue, not a kernel of its own. No residual.
+extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) MATVEC_NAME(
+        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
+        const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
+        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
+    __shared__ uint4 xs[MATVEC_MAX_K / 8];
+    __shared__ float partial[MATVEC_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#if GATED
+    const int local = warp / split, half = MATVEC_WARPS / split / 2, part = warp % split;
+    const int out_row = blockIdx.x * half + local % half, row = out_row + (local < half ? 0 : N / 2);
+#else
+    const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
+#endif
+    const int per_lane = K / (256 * split), first = part * (K / 8 / split);
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
+    uint4 w[MATVEC_DEPTH];
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t)
+        if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
+    wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
+    float squares = 0.0f;
+    for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
+        const uint4 v = reinterpret_cast<const uint4*>(x)[c];
+        xs[c] = v;
+        const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
+            squares += lo * lo + hi * hi;
+        }
+    }
+    if (has_norm) {
+        const float inv_rms = block_inv_rms(squares, partial, lane, warp, MATVEC_WARPS, K, eps_bits);
+        for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
+            const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(norm)[c];
+            const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
+            unsigned int packed[4];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float lo = __uint_as_float(words[j] << 16) * inv_rms * __uint_as_float(gains[j] << 16);
+                const float hi = __uint_as_float(words[j] & 0xffff0000u) * inv_rms * __uint_as_float(gains[j] & 0xffff0000u);
+                packed[j] = (unsigned int)float_to_bf16(lo) | ((unsigned int)float_to_bf16(hi) << 16);
+            }
+            xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        }
+        __syncthreads();  // partial[] is reused below
+    }
+    __syncthreads();
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t) {
+        if (t < per_lane) {
+            const uint4 h = xs[first + lane + 32 * t];
+            acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+#if GATED
+    if (part == 0 && lane == 0 && local < half && out_row < N / 2) {
+        float gate = 0.0f, up = 0.0f;  // the up row's warps are half * split after the gate row's
+        for (int p = 0; p < split; ++p) { gate += partial[warp + p]; up += partial[warp + half * split + p]; }
+        gate = bf16_to_float(float_to_bf16(gate));
+        up = bf16_to_float(float_to_bf16(up));
+        out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
+    }
+#else
+    if (part == 0 && lane == 0 && row < N) {
+        float total = 0.0f;
+        for (int p = 0; p < split; ++p) total += partial[warp + p];
+        if (has_residual) total += bf16_to_float(residual[row]);
+        out[row] = float_to_bf16(total);
+    }
+#endif
+}

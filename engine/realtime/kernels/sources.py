@@ -1,0 +1,134 @@
+"""What NVRTC compiles: every kernel's `.cu` file and its `#define`s, from the Python constants here.
+
+The CUDA lives in this folder as `.cu` files (one per kernel family) and `common.cuh` (the shared device
+helpers), shipped as package data beside this module. A kernel's NVRTC input is one string: its
+`#define`s, generated here from the constants below (their one definition: the wrappers check a model
+against the same names), then its `.cu` file with `#include "common.cuh"` replaced by that file's text.
+`source(name)` is that string, exactly what NVRTC gets and what the disk cache is keyed by; no CUDA
+headers and no include path are needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FOLDER = Path(__file__).resolve().parent  # the .cu files, next to this module (also in the PyInstaller bundle)
+
+# The sampler's one block.
+SAMPLER_THREADS = 1024
+
+# The one-launch depthformer step's fixed limits.
+DEPTH_WARPS = 16
+DEPTH_THREADS = DEPTH_WARPS * 32
+DEPTH_MAX_K = 4096  # the longest vector a phase stages (dim, ff)
+DEPTH_MAX_QK_HEADS = 64
+DEPTH_MAX_POSITIONS = 16  # codebooks
+DEPTH_HEAD_DIM = 32  # one lane per element of a head
+DEPTH_MAX_KV_WIDTH = 256  # kv_heads * head_dim: the keys and values of a position the attention stages
+# The per-layer pointer table, in the order the kernel reads it.
+DEPTH_TABLE_FIELDS = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
+
+# The fused backbone attention's fixed shape.
+ATTENTION_HEAD_DIM = 64
+ATTENTION_CHUNK = 64  # keys per block
+ATTENTION_THREADS = 128
+ATTENTION_MAX_GROUP = 8
+ATTENTION_PARTIAL = 2 + ATTENTION_HEAD_DIM  # floats per (split, head): the kernel's PARTIAL
+
+# The batch-1 matrix-vector kernel's fixed shape.
+MATVEC_WARPS = 8
+# 16-byte chunks of its row a lane loads at once (2048 columns per warp), and the resident blocks per SM
+# the registers are budgeted for (__launch_bounds__: 64 registers a thread). H200, one product of a
+# graph of 20 (bench/results/run-44-gated-matvec/probe_matvec.json): 16 loads and 2 blocks (104
+# registers) against these, normed 6144x2048 8.45 / 7.68 µs, 3072x2048 5.56 / 4.62, 2048x2048 3.33 /
+# 3.24, 16384x2048 21.81 / 19.69 (cuBLAS 20.33), 2048x8192 8.20 / 7.63: more loads in flight per SM.
+MATVEC_DEPTH = 8
+MATVEC_MAX_K = 8192
+MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
+MATVEC_MIN_BLOCKS = 4
+
+_DEPTHFORMER_DEFINES = {
+    "DEPTH_WARPS": DEPTH_WARPS,
+    "DEPTH_THREADS": DEPTH_THREADS,
+    "DEPTH_MAX_K": DEPTH_MAX_K,
+    "DEPTH_MAX_QK_HEADS": DEPTH_MAX_QK_HEADS,
+    "DEPTH_MAX_POSITIONS": DEPTH_MAX_POSITIONS,
+    "DEPTH_HEAD_DIM": DEPTH_HEAD_DIM,
+    "DEPTH_MAX_KV_WIDTH": DEPTH_MAX_KV_WIDTH,
+    "DEPTH_TABLE": len(DEPTH_TABLE_FIELDS),
+}
+_ATTENTION_DEFINES = {
+    "HEAD_DIM": ATTENTION_HEAD_DIM,
+    "CHUNK": ATTENTION_CHUNK,
+    "THREADS": ATTENTION_THREADS,
+    "MAX_GROUP": ATTENTION_MAX_GROUP,
+}
+_MATVEC_DEFINES = {
+    "MATVEC_WARPS": MATVEC_WARPS,
+    "MATVEC_DEPTH": MATVEC_DEPTH,
+    "MATVEC_MAX_K": MATVEC_MAX_K,
+    "MATVEC_MIN_BLOCKS": MATVEC_MIN_BLOCKS,
+}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One NVRTC kernel: its `extern "C"` name, the file that holds it, and the #defines it is built with."""
+
+    name: str
+    file: str
+    defines: dict[str, int | str] = field(default_factory=dict)
+
+
+# Every kernel the engine compiles with NVRTC (the jiterator's swiglu.cu is PyTorch's to compile: swiglu.py).
+KERNELS: dict[str, Kernel] = {
+    kernel.name: kernel
+    for kernel in (
+        Kernel("short_conv_step", "short_conv.cu"),
+        Kernel("top_k_gumbel_argmax", "sampler.cu", {"THREADS": SAMPLER_THREADS}),
+        Kernel("depthformer_codebook", "depthformer.cu", _DEPTHFORMER_DEFINES),
+        Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
+        Kernel("matvec", "matvec.cu", {**_MATVEC_DEFINES, "GATED": 0, "MATVEC_NAME": "matvec"}),
+        Kernel("matvec_gated", "matvec.cu", {**_MATVEC_DEFINES, "GATED": 1, "MATVEC_NAME": "matvec_gated"}),
+        Kernel("rms_norm_row", "rms_norm.cu"),
+    )
+}
+
+_INCLUDE = re.compile(r'^#include "([\w.]+)"[ \t]*\n', re.MULTILINE)
+
+
+def defines(values: dict[str, int | str]) -> str:
+    """C #defines of a kernel's fixed limits, from the Python constants that are their one definition."""
+    return "".join(f"#define {name} {value}\n" for name, value in values.items())
+
+
+def read(file: str) -> str:
+    """A file of this folder with each `#include "x.cuh"` line replaced by that file's text (once each)."""
+    seen: set[str] = set()
+
+    def expand(text: str) -> str:
+        def include(match: re.Match[str]) -> str:
+            header = match.group(1)
+            if header in seen:
+                return ""
+            seen.add(header)
+            return expand((FOLDER / header).read_text(encoding="utf-8"))
+
+        return _INCLUDE.sub(include, text)
+
+    return expand((FOLDER / file).read_text(encoding="utf-8"))
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The exact text NVRTC compiles for kernel `name`: its #defines, then its file with the header inlined."""
+    kernel = KERNELS[name]
+    return defines(kernel.defines) + read(kernel.file)
+
+
+def files() -> list[Path]:
+    """Every CUDA file this folder ships (the PyInstaller spec and its test collect these)."""
+    return sorted([*FOLDER.glob("*.cu"), *FOLDER.glob("*.cuh")])
