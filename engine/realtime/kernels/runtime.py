@@ -64,7 +64,8 @@ def cache_key(text: str, arch: str, nvrtc: str, torch_version: str | None = None
 
 class KernelCache:
     """Compiled kernels on disk, one file each: a one-line JSON header (key, kernel name and the
-    compiled code's name, size, SHA-256), then the bytes NVRTC produced."""
+    compiled code's name, size, SHA-256), then the bytes NVRTC produced. A file is used only when its
+    header is byte for byte the one its key, name and content give: any change to it is a miss."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -74,8 +75,9 @@ class KernelCache:
 
     @staticmethod
     def _header(name: str, key: str, mangled: str, binary: bytes) -> bytes:
-        fields = {"format": CACHE_FORMAT, "key": key, "name": name, "mangled": mangled, "size": len(binary),
-                  "sha256": hashlib.sha256(binary).hexdigest()}
+        """The header a file for exactly this content has; the SHA-256 covers the code and its name."""
+        digest = hashlib.sha256(mangled.encode("utf-8") + b"\0" + binary).hexdigest()
+        fields = {"format": CACHE_FORMAT, "key": key, "name": name, "mangled": mangled, "size": len(binary), "sha256": digest}
         return json.dumps(fields, separators=(",", ":"), sort_keys=True).encode("ascii") + b"\n"
 
     def load(self, name: str, key: str) -> tuple[bytes, str] | None:
