@@ -1,7 +1,8 @@
 """Dependencies point one way: app -> engine, and inside the engine from the engine thread down to the foundation.
 
-The dynamic checks import in a fresh interpreter and read sys.modules; the static check reads every import
-statement of engine/ (also those inside functions, which a dynamic check never runs) against the layer table.
+The dynamic checks import in a fresh interpreter and read sys.modules; the static checks read every import
+statement of engine/ (also those inside functions, which a dynamic check never runs) against the layer table,
+and look for import circles between modules (two modules that import each other, however indirectly).
 """
 
 from __future__ import annotations
@@ -77,8 +78,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine.chat": FOUNDATION | {"engine.model", "engine.realtime", "engine.history.context"},
     # The command-line tools drive the chat core directly, without the engine thread.
     "engine.tools": FOUNDATION | {"engine.settings", "engine.model", "engine.chat", "engine.realtime", "engine.audio"},
-    # The engine thread and its services (history) use everything below them.
-    "engine.history": FOUNDATION | {"engine.chat", "engine.worker"},
+    # The engine thread uses everything below it, its history included; the history never imports the
+    # engine thread (engine/history/engine_commands.py gets the worker as an argument, and the record of a
+    # turn, TurnRecord, is the history's value type).
+    "engine.history": FOUNDATION | {"engine.chat"},
     "engine.worker": FOUNDATION | {"engine.model", "engine.chat", "engine.audio", "engine.history"},
     "engine.bench": FOUNDATION | {"engine.model", "engine.chat", "engine.realtime", "engine.tools"},
 }
@@ -140,3 +143,99 @@ def test_the_chat_core_and_the_model_layer_never_reach_up_to_the_engine_thread()
     reaching_up = {f"{path.relative_to(ROOT)}: {target}" for path in files for target in _engine_imports(path)
                    if _allowed(target, above)}
     assert reaching_up == set()
+
+
+def _module_name(root: Path, path: Path) -> str:
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def import_graph(root: Path, package: str = "engine") -> dict[str, set[str]]:
+    """Module -> the modules of `package` it imports, wherever the import statement stands. `from x import y`
+    points at module x.y where that is a module, else at x (whose __init__ defines y). A package's __init__
+    running before its submodules is not counted as an import of it: only what the code names."""
+    paths = {_module_name(root, path): path for path in sorted((root / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in paths else node.module
+                            for alias in node.names}
+        graph[module] = {target for target in targets if target in paths and target != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that reach each other through imports (Tarjan's strongly connected
+    components of more than one module), each as one circle through it, e.g. [a, b, a]."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+
+    def circle_through(group: list[str]) -> list[str]:  # a shortest way from the group's first module back to it
+        start, members = group[0], set(group)
+        paths = {start: [start]}
+        frontier = [start]
+        while frontier:
+            following = []
+            for module in frontier:
+                for target in sorted(graph[module] & members):
+                    if target == start:
+                        return paths[module] + [start]
+                    if target not in paths:
+                        paths[target] = paths[module] + [target]
+                        following.append(target)
+            frontier = following
+        raise AssertionError(group)
+
+    return [circle_through(group) for group in groups]
+
+
+def test_no_import_circle_inside_the_engine() -> None:
+    graph = import_graph(ROOT)
+    assert "engine.worker.thread" in graph and "engine.history.engine_commands" in graph["engine.worker.thread"]
+    assert import_circles(graph) == []
+
+
+def test_the_circle_check_finds_a_planted_circle(tmp_path: Path) -> None:
+    """Three modules that reach each other only through a package __init__ and an import inside a function."""
+    package = tmp_path / "engine"
+    (package / "worker").mkdir(parents=True)
+    (package / "history").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "history" / "__init__.py").write_text("")
+    (package / "worker" / "__init__.py").write_text("from engine.worker.thread import Worker\n")
+    (package / "worker" / "thread.py").write_text("from engine.history import commands\nclass Worker: pass\n")
+    (package / "history" / "commands.py").write_text("def later():\n    from engine.worker import Worker\n")
+    (package / "history" / "store.py").write_text("import engine.history.commands\n")  # reaches the circle, not in it
+    circles = import_circles(import_graph(tmp_path))
+    assert circles == [["engine.history.commands", "engine.worker", "engine.worker.thread", "engine.history.commands"]]

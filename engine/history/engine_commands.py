@@ -14,6 +14,7 @@ import numpy as np
 from engine import protocol as p
 from engine.history.service import views_with_ids
 from engine.history.store import HistoryError, SavedConversation
+from engine.history.turn_record import TurnRecord
 
 
 def list_history(worker: Any, command: p.ListHistory) -> None:
@@ -71,10 +72,8 @@ def export_history(worker: Any, command: p.ExportHistory) -> None:
     worker._export(records_of(saved, lambda: next(counter)), command.wav_path)  # as Export writes the live one
 
 
-def records_of(saved: SavedConversation, new_id: Any) -> list[Any]:
-    """The worker's TurnRecords for a saved conversation (a turn without audio gets an empty one)."""
-    from engine.worker import TurnRecord
-
+def records_of(saved: SavedConversation, new_id: Any) -> list[TurnRecord]:
+    """The TurnRecords the worker keeps for a saved conversation (a turn without audio gets an empty one)."""
     records = []
     for turn in saved.turns:
         metrics = None

@@ -4,7 +4,8 @@
 - `table`: what each command does in each phase (the one table every loop reads);
 - `takes`: the recorder, its own channel to the engine, the take in progress;
 - `turn`: one answer's streaming to the player and the window, and its latency metrics;
-- `records`: the kept conversation (`TurnRecord`, `RecordBook` with the turn-finished seam) and export.
+- `records`: the kept conversation (`RecordBook` of `TurnRecord`s, the history's value type from
+  engine/history/turn_record.py, with the turn-finished seam) and export.
 """
 
 from engine.worker.records import ANSWER_RATE, EXPORT_GAP_S, USER_RATE, RecordBook, TurnRecord, export_conversation

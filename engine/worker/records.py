@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,37 +24,13 @@ import numpy as np
 from engine import protocol as p
 from engine.errors import UserFacingError
 from engine.files import write_atomically
+from engine.history.turn_record import TurnRecord  # the history's value type: the worker keeps its turns as it
 from engine.constants import ANSWER_SAMPLE_RATE as ANSWER_RATE
 from engine.constants import USER_SAMPLE_RATE as USER_RATE
 
 log = logging.getLogger(__name__)
 
 EXPORT_GAP_S = 0.4  # silence between turns in the exported WAV, so the turns are audible as turns
-
-
-@dataclass
-class TurnRecord:
-    """One item of the conversation as kept by the engine (for replay, export and history)."""
-
-    turn_id: int
-    role: str  # "user" | "assistant"
-    pcm: np.ndarray  # float32 mono
-    sample_rate: int
-    text: str = ""
-    cancelled: bool = False
-    metrics: p.TurnMetrics | None = None
-    greedy: bool | None = None
-    started_at: float = field(default_factory=time.time)  # wall clock, for the exported timings
-    conversation: int = 0  # which conversation (RecordBook.conversation) the turn belongs to
-    # An answer, for the history (engine/history): what the model generated (AssistantTokens, to continue
-    # from), how much was heard when it was cut (None: all of it), and how it was sampled.
-    tokens: Any = None
-    heard_samples: int | None = None
-    sampling: p.SamplingSettings | None = None
-
-    @property
-    def duration_s(self) -> float:
-        return len(self.pcm) / self.sample_rate
 
 
 RecordListener = Callable[[TurnRecord], None]
