@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from engine.bench import EngineBench, _median_ms, make_workload
+from engine.bench import EngineBench, make_workload
+from engine.bench.workload import median_ms as _median_ms
 from engine.bench.random_model import random_full_size_model
 from engine.chat.decoding import SamplingSettings
 from engine.model.loading import use_expandable_cuda_segments

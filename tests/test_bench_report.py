@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import CARDS, _markdown, estimate_cards
+from engine.bench import CARDS, estimate_cards
+from engine.bench.report import markdown as _markdown
 
 RUN = Path(__file__).resolve().parents[1] / "bench" / "results" / "run-22-long-conversation" / "bench.json"
 SAMPLED = "sampled (top_k=4, temperature 1.0)"
@@ -58,7 +59,7 @@ def test_the_markdown_has_every_long_conversation_turn_and_the_estimate(results:
 def test_a_call_cut_short_keeps_what_it_measured_and_says_so(tmp_path: Path) -> None:
     """After each mode the bench writes bench.json and bench.md from the modes measured so far (run 32's
     engine-and-recipe run, cut back to the engine alone with two modes still to come)."""
-    from engine.bench import _write_results
+    from engine.bench.report import write_results as _write_results
 
     results = json.loads((RUN.parents[1] / "run-32-staged-attention" / "bench.json").read_text())
     for runs in results["modes"].values():
@@ -76,21 +77,18 @@ def test_a_call_cut_short_keeps_what_it_measured_and_says_so(tmp_path: Path) -> 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md"]  # no .part left over
 
 
-def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_bench's own loop, with the GPU parts replaced by run 32's measured recipe data: the process
-    dies inside the eager mode (as a device call past its time limit does), and bench.json already
-    holds both samplings of the recipe mode and says that eager was still to come."""
-    import argparse
-
-    import engine.bench as bench
+@pytest.fixture
+def bench_without_gpu(monkeypatch: pytest.MonkeyPatch):
+    """engine.bench.run with its GPU parts replaced by run 32's measured data: the recipe mode gives its
+    numbers, the eager mode dies inside (as a device call past its time limit does)."""
     import engine.bench.random_model as random_model
+    import engine.bench.run as bench
     import engine.model.loading as loading
     import engine.realtime.kernels as kernels
+    import engine.tools.reply as reply
+    from engine.bench.workload import Workload
 
     measured = json.loads((RUN.parents[1] / "run-32-staged-attention" / "bench.json").read_text())
-
-    class Killed(BaseException):
-        pass
 
     def recipe(loaded, workload, sampling):
         return measured["modes"]["greedy" if sampling.greedy else SAMPLED]["recipe"]
@@ -98,28 +96,63 @@ def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path:
     def eager(loaded, workload, sampling):
         raise Killed
 
-    import engine.tools.reply as reply
-
     monkeypatch.setattr(reply, "quiet_library_logs", lambda: None)  # process-wide settings: not in a test
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(loading, "use_expandable_cuda_segments", lambda: True)
     monkeypatch.setattr(kernels, "compile_in_background", lambda device: None)
     monkeypatch.setattr(random_model, "random_full_size_model", lambda: object())
-    monkeypatch.setattr(bench, "make_workload", lambda loaded: bench.Workload([1, 2], [], 6, 9))
-    monkeypatch.setattr(bench, "_copy_bandwidth_gbs", lambda: measured["copy_bandwidth_gbs"])
-    monkeypatch.setattr(bench, "_stage_bytes", lambda loaded: measured["stage_bytes"])
-    monkeypatch.setattr(bench, "_environment", lambda: measured["environment"])
+    monkeypatch.setattr(bench, "make_workload", lambda loaded: Workload([1, 2], [], 6, 9))
+    monkeypatch.setattr(bench, "copy_bandwidth_gbs", lambda: measured["copy_bandwidth_gbs"])
+    monkeypatch.setattr(bench, "stage_bytes", lambda loaded: measured["stage_bytes"])
+    monkeypatch.setattr(bench, "environment", lambda: measured["environment"])
     monkeypatch.setattr(bench, "run_recipe", recipe)
     monkeypatch.setattr(bench, "run_eager", eager)
     matmul = bench.torch.backends.cuda.matmul
     allow_tf32 = matmul.allow_tf32  # run_bench sets it for the process
-    try:
-        with pytest.raises(Killed):
-            bench.run_bench(argparse.Namespace(modes="recipe,eager", model=None, out=str(tmp_path), long_turns=0))
-    finally:
-        matmul.allow_tf32 = allow_tf32
+    yield bench, measured
+    matmul.allow_tf32 = allow_tf32
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_a_run_killed_in_a_later_mode_leaves_the_earlier_modes_on_disk(tmp_path: Path, bench_without_gpu) -> None:
+    """run_bench's own loop: the process dies inside the eager mode, and bench.json already holds both
+    samplings of the recipe mode and says that eager was still to come."""
+    import argparse
+
+    bench, measured = bench_without_gpu
+    with pytest.raises(Killed):
+        bench.run_bench(argparse.Namespace(modes="recipe,eager", model=None, out=str(tmp_path), long_turns=0))
     written = json.loads((tmp_path / "bench.json").read_text())
     assert written["modes_not_run_yet"] == ["eager"]
     assert {label: list(modes) for label, modes in written["summary"].items()} == {SAMPLED: ["recipe"], "greedy": ["recipe"]}
     assert written["summary"]["greedy"]["recipe"] == measured["summary"]["greedy"]["recipe"]
     assert "**Partial results**: written before these modes ran: eager." in (tmp_path / "bench.md").read_text()
+
+
+def test_sections_hooked_into_the_main_flow_land_in_bench_json(
+    tmp_path: Path, bench_without_gpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SECTIONS (where engine/bench/small_cards.py hooks in) run after the modes, each under its own key;
+    one that fails records its error and loses nothing else."""
+    import argparse
+
+    bench, measured = bench_without_gpu
+    seen = []
+
+    def works(args: argparse.Namespace) -> dict:
+        seen.append(args.out)
+        return {"caps_gb": [4.9, 6.9]}
+
+    def fails(args: argparse.Namespace) -> dict:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(bench, "SECTIONS", {"small_cards": works, "broken": fails})
+    assert bench.run_bench(argparse.Namespace(modes="recipe", model=None, out=str(tmp_path), long_turns=0)) == 0
+    written = json.loads((tmp_path / "bench.json").read_text())
+    assert seen == [str(tmp_path)]
+    assert written["small_cards"] == {"caps_gb": [4.9, 6.9]}
+    assert written["broken"] == {"error": "RuntimeError: out of memory"}
+    assert written["summary"]["greedy"]["recipe"] == measured["summary"]["greedy"]["recipe"]

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from engine import protocol as p
 from engine.errors import UserFacingError
 from engine.files import write_atomically
 from engine.history.turn_record import TurnRecord  # the history's value type: the worker keeps its turns as it

@@ -1,0 +1,152 @@
+"""`voicechat bench`: eager vs recipe vs engine, side by side, in one run, on the full-size model.
+
+The main flow: load (or make) the model as the app does, then mode by mode (engine first, as in the app's
+own process), each in both samplings (top_k=4 at temperature 1.0, and greedy); the engine's long
+conversation after its mode; the engine's kernel profile and the card estimates last; then the sections
+in SECTIONS. bench.json and bench.md are rewritten after every mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.bench.baselines import run_eager, run_recipe
+from engine.bench.cards import estimate_cards
+from engine.bench.engine_mode import EngineBench
+from engine.bench.long_conversation import long_conversation
+from engine.bench.report import environment, markdown, summaries, summary, write_results
+from engine.bench.workload import FRAME_SECONDS, TURNS, copy_bandwidth_gbs, make_workload, stage_bytes
+from engine.protocol import SamplingSettings
+
+# Sections measured after the modes, each under its own key of bench.json: name -> a function of the bench's
+# arguments that returns the section's results (run in this order; one that raises records its error there
+# and loses nothing else). Issue 25's `small_cards` (engine/bench/small_cards.py) is meant to be added here:
+#     from engine.bench.small_cards import small_cards
+#     SECTIONS = {"small_cards": small_cards}
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {}
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from engine.bench.random_model import random_full_size_model
+    from engine.tools.reply import quiet_library_logs
+
+    quiet_library_logs()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - {"eager", "recipe", "engine"})
+    if unknown or not modes:
+        print(f"error: unknown benchmark mode(s) {', '.join(unknown) or '(none given)'}; choose from engine, recipe, eager")
+        return 2
+    if not torch.cuda.is_available():
+        print("error: the benchmark needs a CUDA GPU")
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    from engine.model.loading import use_expandable_cuda_segments
+
+    expandable_segments = use_expandable_cuda_segments()  # as ChatSession.open does, before any weight
+    from engine.realtime.kernels import compile_in_background
+
+    compile_in_background(torch.device("cuda"))  # as ChatSession.open does: while the weights load
+    if args.model:
+        from engine.model.loading import load_model
+        from engine.bench.random_model import suppress_stop_tokens
+
+        loaded = load_model(args.model, device="cuda")
+        suppress_stop_tokens(loaded.model)
+    else:
+        loaded = random_full_size_model()
+    workload = make_workload(loaded)
+    bandwidth = copy_bandwidth_gbs()
+    bytes_per_stage = stage_bytes(loaded)
+    floors = {k: v / (bandwidth * 1e9) * 1e3 for k, v in bytes_per_stage.items()}
+    n_text, n_audio = workload.n_text, workload.n_audio
+    block = n_text * (floors["backbone_step"] + floors["text_head"]) + n_audio * (
+        floors["backbone_step"] + floors["depthformer_frame"] + floors["decoder_frame"]
+    )
+    floors["frame"] = block / n_audio
+    floors["rtf"] = block / (n_audio * FRAME_SECONDS * 1e3)
+    results: dict[str, Any] = {
+        "environment": environment(),
+        "workload": {"schedule": f"{n_text}:{n_audio}", "frames": workload.frames, "turns": TURNS, "max_new_tokens": workload.max_new_tokens},
+        "copy_bandwidth_gbs": bandwidth,
+        "allocator": {"expandable_segments": expandable_segments},
+        "stage_bytes": bytes_per_stage,
+        "floors_ms": floors,
+        "modes": {},
+        "summary": {},
+        "notes": [],
+    }
+    samplings = {
+        "sampled (top_k=4, temperature 1.0)": SamplingSettings(False, 1.0, 4, 1.0, 4),
+        "greedy": SamplingSettings(greedy=True),
+    }
+    engine = EngineBench(loaded) if "engine" in modes else None
+    for label in samplings:
+        results["modes"][label] = {}
+    out = Path(args.out)
+    # Mode by mode, both samplings each: the engine (first, as in the app's own process) is then
+    # measured before any baseline has run, and no mode's leftovers land between another mode's runs.
+    for done, mode in enumerate(modes):
+        for label, sampling in samplings.items():
+            print(f"[bench] {label}: {mode}", flush=True)
+            try:
+                if mode == "engine":
+                    data = engine.run(workload, sampling)
+                elif mode == "recipe":
+                    data = run_recipe(loaded, workload, sampling)
+                else:
+                    data = run_eager(loaded, workload, sampling)
+            except Exception as error:  # one broken mode must not lose the others' numbers
+                import traceback
+
+                traceback.print_exc()
+                results["notes"].append(f"{mode} ({label}) failed: {type(error).__name__}: {error}")
+                torch.cuda.synchronize()
+                continue
+            results["modes"][label][mode] = data
+            print(json.dumps(summary(data)), flush=True)
+        if mode == "engine" and engine is not None:
+            results["engine_startup"] = engine.startup
+            if getattr(args, "long_turns", 0):
+                print(f"[bench] long conversation: {args.long_turns} turns", flush=True)
+                try:
+                    long = long_conversation(engine, workload, next(iter(samplings.values())), args.long_turns)
+                except Exception as error:
+                    import traceback
+
+                    traceback.print_exc()
+                    long = {"error": f"{type(error).__name__}: {error}"}
+                results["long_conversation"] = long
+                print(json.dumps({k: v for k, v in long.items() if k != "turns"}), flush=True)
+        results["modes_not_run_yet"] = modes[done + 1 :]
+        write_results(results, out)  # after every mode: what a call cut short by a time limit measured is kept
+    if engine is not None:
+        # Last: a profiler can leave its hooks behind, which would slow the baselines' launches.
+        results["engine_kernels"] = engine.kernel_profile()
+        results["summary"] = summaries(results)
+        first = next(iter(samplings))
+        if "engine" in results["summary"].get(first, {}):
+            results["card_estimates"] = estimate_cards(results, first)
+    for name, section in SECTIONS.items():  # the hook for further sections (see SECTIONS above)
+        print(f"[bench] {name}", flush=True)
+        try:
+            results[name] = section(args)
+        except Exception as error:  # a section must not lose the modes' numbers
+            import traceback
+
+            traceback.print_exc()
+            results[name] = {"error": f"{type(error).__name__}: {error}"}
+        write_results(results, out)
+    recipe_error = next(
+        (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
+    )
+    if recipe_error:
+        results["notes"].append(f"recipe: the backbone graph over StaticCache could not be captured ({recipe_error}); it ran eagerly.")
+    write_results(results, out)
+    print(markdown(results))
+    return 0
