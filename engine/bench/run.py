@@ -9,6 +9,7 @@ in SECTIONS. bench.json and bench.md are rewritten after every mode.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -26,9 +27,10 @@ from engine.protocol import SamplingSettings
 
 # Sections measured after the modes, each under its own key of bench.json: name -> a function of the bench's
 # arguments that returns the section's results (run in this order; one that raises records its error there
-# and loses nothing else). Issue 25's `small_cards` (engine/bench/small_cards.py) is meant to be added here:
-#     from engine.bench.small_cards import small_cards
-#     SECTIONS = {"small_cards": small_cards}
+# and loses nothing else). They run after the bench has let go of its model and graphs (the device as a fresh
+# process finds it, but for this process's CUDA context). Issue 25's small_cards hooks in here:
+#     from engine.bench.small_cards import run_small_cards
+#     SECTIONS = {"small_cards": lambda args: run_small_cards(Path(args.out))}
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {}
 
 
@@ -132,6 +134,10 @@ def run_bench(args: argparse.Namespace) -> int:
         first = next(iter(samplings))
         if "engine" in results["summary"].get(first, {}):
             results["card_estimates"] = estimate_cards(results, first)
+    if SECTIONS:
+        engine = loaded = None  # the model, the graphs and their pools: nothing of the modes stays on the device
+        gc.collect()
+        torch.cuda.empty_cache()
     for name, section in SECTIONS.items():  # the hook for further sections (see SECTIONS above)
         print(f"[bench] {name}", flush=True)
         try:
