@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -171,6 +172,8 @@ def test_too_small_a_card_is_told_before_loading(tiny_model_dir: Path, monkeypat
     monkeypatch.setattr("engine.chat.session.default_device", lambda: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(1.0e9), int(6.4e9)))
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 1.0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=int(6.4e9)))
     monkeypatch.setattr("engine.chat.session.use_expandable_cuda_segments", lambda: False)
     monkeypatch.setattr("engine.chat.session.compile_in_background", lambda device: None)
     loads = []

@@ -28,10 +28,16 @@ from engine.protocol import SamplingSettings
 # Sections measured after the modes, each under its own key of bench.json: name -> a function of the bench's
 # arguments that returns the section's results (run in this order; one that raises records its error there
 # and loses nothing else). They run after the bench has let go of its model and graphs (the device as a fresh
-# process finds it, but for this process's CUDA context). Issue 25's small_cards hooks in here:
-#     from engine.bench.small_cards import run_small_cards
-#     SECTIONS = {"small_cards": lambda args: run_small_cards(Path(args.out))}
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {}
+# process finds it, but for this process's CUDA context).
+
+
+def _small_cards(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.bench.small_cards import run_small_cards
+
+    return run_small_cards(Path(args.out)) if getattr(args, "small_cards", True) else {"skipped": "--no-small-cards"}
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"small_cards": _small_cards}
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -112,10 +112,26 @@ def write_lora_voice(folder: Path, shapes: dict[str, tuple[int, int]], generator
 # --------------------------------------------------------------------------- one launch (child process)
 
 
-def _memory(torch: Any) -> dict[str, float]:
+def _process_used_bytes(torch: Any) -> int:
+    """Device memory of this process as the driver counts it: NVML's per-process figure where the driver
+    reports it, else the device's total − free (this process being the only one on the lent GPU)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == os.getpid() and process.usedGpuMemory:
+                return int(process.usedGpuMemory)
+    except Exception:  # no NVML, or a driver that does not report processes (containers)
+        pass
     free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def _memory(torch: Any) -> dict[str, float]:
     return {
-        "driver_used_gb": (total - free) / GB,
+        "driver_used_gb": _process_used_bytes(torch) / GB,
         "reserved_gb": torch.cuda.memory_reserved() / GB,
         "allocated_gb": torch.cuda.memory_allocated() / GB,
     }
@@ -244,6 +260,26 @@ def _verdicts(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# Consumer cards: memory as sold (GiB). The bench's speed estimates per card are `card_estimates`.
+CONSUMER_CARDS = {"RTX 3060 12 GB": 12, "RTX 4060 8 GB": 8, "RTX 4060 Laptop 8 GB": 8, "RTX 4050 Laptop 6 GB": 6}
+
+
+def _card_memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether each consumer card holds the app with a desktop on it (an estimate from the H200's counts:
+    the most the process held, by the driver's count, over the conversation and the voice switches)."""
+    measured = [r for r in runs if r.get("graphs_ready")]
+    if not measured:
+        return {}
+    held = max(
+        max([r["conversation"]["driver_used_gb_max"]] + [s["after"]["driver_used_gb"] for s in r["voices"] if "after" in s])
+        for r in measured
+    )
+    return {
+        name: {"card_gb": gib * GIB / GB, "app_gb": held, "desktop_gb": DESKTOP_GB, "headroom_gb": gib * GIB / GB - DESKTOP_GB - held}
+        for name, gib in CONSUMER_CARDS.items()
+    }
+
+
 def run_small_cards(out: Path) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="voicechat-small-cards-"))
     folder = work / "LFM2.5-Audio-1.5B-JP"
@@ -253,7 +289,7 @@ def run_small_cards(out: Path) -> dict[str, Any]:
             "desktop_gb": DESKTOP_GB,
             "outside_allocator_gb": OUTSIDE_ALLOCATOR_GB,
             "cap": "card GiB − desktop − outside-allocator memory, as torch.cuda.set_per_process_memory_fraction",
-            "driver_count": "torch.cuda.mem_get_info: total − free (the only process on the GPU)",
+            "driver_count": "NVML's per-process used memory where reported, else torch.cuda.mem_get_info's total − free",
             "context_tokens": CONTEXT,
             "turns": TURNS,
         },
@@ -268,6 +304,7 @@ def run_small_cards(out: Path) -> dict[str, Any]:
         runs.append(run)
         print(json.dumps({k: run.get(k) for k in ("card", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
     section["runs"] = runs
+    section["cards"] = _card_memory(runs)
     out.mkdir(parents=True, exist_ok=True)
     (out / "small_cards.json").write_text(json.dumps(section, indent=1))
     return section

@@ -52,10 +52,11 @@ def model_need(folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.
 
 def free_bytes(device: torch.device) -> int:
     """What this process can still allocate: the driver's free memory, or less where the allocator is capped."""
-    free, total = torch.cuda.mem_get_info(device)
-    fraction = torch.cuda.get_per_process_memory_fraction(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    free, total = torch.cuda.mem_get_info(index)
+    fraction = torch.cuda.get_per_process_memory_fraction(index)
     if fraction < 1.0:
-        free = min(free, int(fraction * total) - torch.cuda.memory_reserved(device))
+        free = min(free, int(fraction * total) - torch.cuda.memory_reserved(index))
     return max(free, 0)
 
 
@@ -70,7 +71,7 @@ def check_room(folder: Path, device: torch.device, *, context_tokens: int) -> Me
             "Close programs that use the GPU (games, video, browsers with hardware acceleration), "
             "or use a GPU with more memory.",
             needed=f"{need.total / GB:.1f}", weights=f"{need.weights / GB:.1f}", runtime=f"{need.runtime / GB:.1f}",
-            free=f"{free / GB:.1f}", total=f"{torch.cuda.mem_get_info(device)[1] / GB:.1f}",
+            free=f"{free / GB:.1f}", total=f"{torch.cuda.get_device_properties(device).total_memory / GB:.1f}",
         )
     return need
 
