@@ -153,14 +153,14 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str,
     opened = time.perf_counter()
 
     def progress(p: Any) -> None:
-        if phases and phases[-1]["phase"] == p.phase:
+        if phases and phases[-1]["phase"] == p.stage:
             return
         torch.cuda.synchronize()
         if phases:  # the peak of the phase that just ended
             phases[-1]["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / GB
             phases[-1]["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / GB
         torch.cuda.reset_peak_memory_stats()
-        phases.append({"phase": p.phase, "at_s": time.perf_counter() - opened, **_memory(torch)})
+        phases.append({"phase": p.stage, "at_s": time.perf_counter() - opened, **_memory(torch)})
 
     try:
         session = ChatSession.open(str(folder), context_tokens=CONTEXT, progress=progress)
