@@ -35,7 +35,7 @@ class EngineBench:
         sync()
         self.capture_s = time.perf_counter() - started  # the step and prefill graphs, and the decoder's
         memory["decoder_graph"] = memory_gb()
-        self.encoder_graphs = _encoder_graphs_or_none(loaded)
+        self.encoder_graphs = _encoder_graphs_or_none(loaded, pool=self.backend.graph_pool)  # as ChatSession.open does
         sync()
         self.encoder_capture_s = time.perf_counter() - started - self.capture_s
         memory["encoder_graphs"] = memory_gb()

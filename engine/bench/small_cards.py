@@ -69,7 +69,7 @@ def write_full_size_checkpoint(folder: Path, *, config_path: Path | None = None,
     from engine.model.tiny_checkpoint import save_module, write_tokenizer
 
     config_path = config_path or REFERENCE_CONFIG
-    loaded = random_full_size_model(config_path, device=device)
+    loaded = random_full_size_model(config_path, device=device, keep_unused_token_table=True)
     config = json.loads(config_path.read_text())
     detokenizer_config = config.pop("audio_detokenizer")
     folder.mkdir(parents=True, exist_ok=True)

@@ -53,6 +53,9 @@ MATMUL_ATTENTION_MAX_ROWS = 128
 class GraphedBackend(StreamingState):
     """Implements `engine.chat.generation.StepBackend` with fixed buffers and (on CUDA) CUDA graphs."""
 
+    # The memory pool the step graphs share (None until captured); the encoder's graphs join it.
+    graph_pool: object | None = None
+
     def __init__(
         self,
         loaded: LoadedModel,
@@ -143,9 +146,9 @@ class GraphedBackend(StreamingState):
                     step()
 
         graphs.warm_up(self.device, run_every_step)
-        self._pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
+        self.graph_pool = torch.cuda.graph_pool_handle()  # one pool: the steps never run at the same time
         for name, step in steps.items():
-            self.graphs[name], _ = graphs.capture(step, pool=self._pool)
+            self.graphs[name], _ = graphs.capture(step, pool=self.graph_pool)
         self.restore(saved)
         torch.cuda.synchronize(self.device)
         self.capture_seconds = time.perf_counter() - started
@@ -171,7 +174,7 @@ class GraphedBackend(StreamingState):
         for blocks in depthformer.grid_candidates():
             fused.blocks = blocks
             if blocks not in captured:
-                captured[blocks], _ = graphs.capture(self.steps["audio_head"], pool=self._pool)
+                captured[blocks], _ = graphs.capture(self.steps["audio_head"], pool=self.graph_pool)
             audio_head = captured[blocks]
             for repeat in range(2):  # the first round warms up
                 start.record(main)

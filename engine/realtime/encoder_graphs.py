@@ -89,9 +89,14 @@ class EncoderGraphs:
         device: torch.device,
         capture: bool | None = None,
         rungs: Sequence[int] | None = None,
+        pool: object | None = None,
     ) -> None:
         """`model`: liquid-audio's LFM2AudioModel (its conformer and audio adapter); `preprocessor`: the
-        processor's AudioToMelSpectrogramPreprocessor. `rungs`: by default `ladder` up to `max_seconds`."""
+        processor's AudioToMelSpectrogramPreprocessor. `rungs`: by default `ladder` up to `max_seconds`.
+        `pool`: the graph memory pool to capture into, shared with graphs that never run at the same time
+        as a take's encoding (the step graphs: a take is encoded before its prefill, on the same stream);
+        None: a pool of its own."""
+        self._pool = pool
         self.conformer = model.conformer
         self.adapter = model.audio_adapter
         self.hidden = int(model.lfm.config.hidden_size)  # the adapter's output: backbone input rows
@@ -159,7 +164,7 @@ class EncoderGraphs:
         match the eager reference: the preprocessor on the unpadded take, and the conformer and adapter
         on the padded frames (that padding gives the unpadded result is the conformer's own masking:
         tests/test_encoder_graphs.py on the CPU, tests/test_gpu_engine.py on the GPU)."""
-        pool = torch.cuda.graph_pool_handle()
+        pool = self._pool if self._pool is not None else torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream(self.device)
         generator = torch.Generator(device=self.device).manual_seed(0)
         # Longest first. Its eager run grows the conformer's position tables for the longest input it
