@@ -167,7 +167,7 @@ class GraphedBackend(StreamingState):
             return
         saved = self.snapshot()
         main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
+        side = graphs.side_stream(self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         timings: dict[int, float] = {}
         captured: dict[int, torch.cuda.CUDAGraph] = {fused.blocks: self.graphs.pop("audio_head")}

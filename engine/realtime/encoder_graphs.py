@@ -165,7 +165,7 @@ class EncoderGraphs:
         on the padded frames (that padding gives the unpadded result is the conformer's own masking:
         tests/test_encoder_graphs.py on the CPU, tests/test_gpu_engine.py on the GPU)."""
         pool = self._pool if self._pool is not None else torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream(self.device)
+        side = graphs.side_stream(self.device)
         generator = torch.Generator(device=self.device).manual_seed(0)
         # Longest first. Its eager run grows the conformer's position tables for the longest input it
         # will see (module state that must not change inside a capture), and the shared pool's blocks,

@@ -269,9 +269,9 @@ class StaticBackbone(StreamingState):
         if self.matvec is None:
             return chosen
         generator = torch.Generator(device=self.device).manual_seed(0)
-        # One warm-up stream for all: cuBLAS keeps a workspace (32 MB on Hopper) for every stream it
-        # ever ran on, so a new stream per shape held ~170 MB of VRAM for good (H200 bench run 34).
-        side = torch.cuda.Stream(self.device)
+        # One warm-up stream for all (graphs.side_stream): a new stream per shape held ~170 MB of VRAM for
+        # good (H200 bench run 34).
+        side = graphs.side_stream(self.device)
         for shape, (weight, norm) in self._decode_products().items():
             rows, columns, with_residual, _, gated = shape
             aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (weight, *([norm] if norm is not None else [])))
