@@ -100,6 +100,43 @@ def test_loader_builds_exactly_what_liquid_audio_builds(tiny_model_dir: Path, dt
     assert loaded.lfm.config._attn_implementation == reference.lfm.config._attn_implementation
 
 
+def test_detokenizer_is_exactly_liquid_audios_less_its_unused_token_table(tiny_model_dir: Path, monkeypatch) -> None:
+    from liquid_audio import LFM2AudioProcessor
+
+    from engine.model.loading import UNUSED_TOKEN_TABLE, load_detokenizer
+
+    monkeypatch.setattr(torch.nn.Module, "cuda", lambda module, device=None: module)  # liquid-audio's hard-coded .cuda()
+    theirs = LFM2AudioProcessor.from_pretrained(tiny_model_dir, device="cpu").audio_detokenizer
+    with LiveStorages() as float32:
+        ours = load_detokenizer(tiny_model_dir / "audio_detokenizer", device=torch.device("cpu"))
+    for kind in ("named_parameters", "named_buffers"):
+        mine, reference = dict(getattr(ours, kind)()), dict(getattr(theirs, kind)())
+        assert mine.keys() == reference.keys()
+        for name, tensor in reference.items():
+            if name == UNUSED_TOKEN_TABLE:
+                assert mine[name].numel() == 0
+                continue
+            assert mine[name].dtype == tensor.dtype and torch.equal(mine[name], tensor), name
+    # Each parameter allocated once, filled in place: never a second copy of the detokenizer.
+    assert float32.peak <= _parameter_bytes(ours) + sum(b.nbytes for b in ours.buffers()) + 4 * max(p.numel() for p in theirs.parameters())
+    codes = torch.randint(0, 2048, (1, 8, 6))
+    assert torch.equal(ours(codes), theirs(codes))  # it never read the table it no longer has
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+def test_cuda_loader_reads_the_files_bit_for_bit(tiny_model_dir: Path, dtype: torch.dtype) -> None:
+    """On the GPU the tensors travel through the pinned staging buffers: every one must land exactly."""
+    from liquid_audio import LFM2AudioModel
+
+    reference = LFM2AudioModel.from_pretrained(tiny_model_dir, dtype=dtype, device="cuda")
+    loaded = load_model(tiny_model_dir, device="cuda", dtype=dtype)
+    for kind in ("named_parameters", "named_buffers"):
+        ours, theirs = dict(getattr(loaded.model, kind)()), dict(getattr(reference, kind)())
+        for name, tensor in theirs.items():
+            assert torch.equal(ours[name], tensor), name
+
+
 def test_a_checkpoint_missing_a_weight_is_refused_by_name(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
     import shutil
 

@@ -1,17 +1,16 @@
-"""Load LFM2-Audio through liquid-audio's own `from_pretrained` paths, on CUDA or on the CPU.
+"""Load LFM2-Audio as liquid-audio's own `from_pretrained` paths build it, on CUDA or on the CPU.
 
-liquid-audio assumes CUDA in two places: `device="cuda"` defaults (we always pass the device) and
-a hard-coded `.cuda()` when it builds the audio detokenizer (processor.py). For the latter we run
-its real loading code with `nn.Module.cuda` redirected to our device for the duration of the call,
-instead of copying that code or editing the installed package.
+The model and the audio detokenizer are constructed by liquid-audio's classes exactly as its loaders do,
+but their parameters are made on the meta device and filled straight from the checkpoint files
+(engine/model/checkpoint.py): no float32 copy of the model, no random initialisation that the weights
+overwrite. The processor (tokenizer, log-mel preprocessor) comes from liquid-audio's own
+`LFM2AudioProcessor.from_pretrained`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +19,13 @@ import torch
 from torch import nn
 
 from engine.errors import GpuMemoryError, ModelFilesError, Problem
-from engine.model.checkpoint import CheckpointTensors, MissingWeights, fill_from_checkpoint
+from engine.model.checkpoint import (
+    CheckpointTensors,
+    MissingWeights,
+    fill_from_checkpoint,
+    materialize_parameters,
+    parameters_on_meta,
+)
 from engine.model.store import build_model_from_config, check_model_folder
 
 if TYPE_CHECKING:
@@ -83,21 +88,6 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-@contextlib.contextmanager
-def _cuda_calls_go_to(device: torch.device) -> Iterator[None]:
-    """Make `module.cuda()` mean `module.to(device)` while liquid-audio builds a submodule."""
-    original = nn.Module.cuda
-
-    def to_device(module: nn.Module, _device: object = None) -> nn.Module:
-        return module.to(device)
-
-    nn.Module.cuda = to_device  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        nn.Module.cuda = original  # type: ignore[method-assign]
-
-
 def load_model(
     folder: str | Path,
     *,
@@ -130,8 +120,7 @@ def load_model(
         if processor.detokenizer_path is not None:
             # Built now (not lazily mid-conversation), in float32 like liquid-audio does: its
             # torch.polar has no bf16 kernel, and the decoder is small.
-            with _cuda_calls_go_to(device):
-                drop_unused_token_table(processor.audio_detokenizer)  # (the property builds and caches the module)
+            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device)
     except torch.OutOfMemoryError as error:
         _free_cuda_memory()
         raise GpuMemoryError.of(
@@ -177,6 +166,28 @@ def load_weights(folder: Path, *, device: torch.device, dtype: torch.dtype) -> t
     weights = CheckpointTensors(folder / "model.safetensors")
     fill_from_checkpoint(model, weights)
     return model.eval(), weights
+
+
+def load_detokenizer(folder: Path, *, device: torch.device) -> nn.Module:
+    """The audio detokenizer as liquid-audio's `LFM2AudioProcessor.audio_detokenizer` builds it (float32, its
+    buffers computed on the CPU, then moved), less the random initialisation of its parameters on the CPU:
+    they are made on meta and filled straight from audio_detokenizer/model.safetensors, and the backbone's
+    token table, which it never reads, is never made at all (`drop_unused_token_table`)."""
+    from liquid_audio.detokenizer import LFM2AudioDetokenizer
+    from transformers import Lfm2Config
+
+    config = Lfm2Config.from_pretrained(folder / "config.json")
+    config.layer_types = ["full_attention" if kind == "sliding_attention" else kind for kind in config.layer_types]
+    with parameters_on_meta():
+        detokenizer = LFM2AudioDetokenizer(config).eval()
+    drop_unused_token_table(detokenizer)
+    materialize_parameters(detokenizer, device=device, dtype=torch.float32)
+    detokenizer.to(device)  # the buffers, as liquid-audio's `.cuda()` moves them
+    fill_from_checkpoint(detokenizer, CheckpointTensors(folder / "model.safetensors"), skip=(UNUSED_TOKEN_TABLE,))
+    return detokenizer
+
+
+UNUSED_TOKEN_TABLE = "lfm.embed_tokens.weight"
 
 
 def drop_unused_token_table(detokenizer: nn.Module) -> None:

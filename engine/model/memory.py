@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import GpuMemoryError
+from engine.model.loading import UNUSED_TOKEN_TABLE
 
 GB = 1e9
 # Measured through ChatSession.open on the H200 (full-size checkpoint, 4096-token context, bench/results/
@@ -46,7 +47,7 @@ def model_need(folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.
     weights = _tensor_bytes(folder / "model.safetensors", torch.empty((), dtype=dtype).element_size())
     detokenizer = folder / "audio_detokenizer" / "model.safetensors"
     if detokenizer.is_file():  # (less its token table, which the loader drops unused)
-        weights += _tensor_bytes(detokenizer, 4, skip=("lfm.embed_tokens.weight",))
+        weights += _tensor_bytes(detokenizer, 4, skip=(UNUSED_TOKEN_TABLE,))
     runtime = RUNTIME_BYTES + (context_tokens - MEASURED_CONTEXT) * CACHE_BYTES_PER_POSITION
     return MemoryNeed(weights=weights, runtime=max(runtime, 0))
 
