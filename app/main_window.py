@@ -112,10 +112,14 @@ class MainWindow(QMainWindow):
         # The model settings that last loaded: a folder is saved as the model only once it has
         # loaded, so a broken folder never becomes the model of the next start.
         self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+        # The same for the voice: the one the engine runs with. A voice the engine refuses is never saved
+        # nor shown as current; the dialog then shows the voice that is really in use.
+        self.confirmed_lora = self.settings.lora
         self.mic_missing = False
         self.audio_problems: dict[str, str] = {}  # audio device problems shown together in the banner
         self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
         self.confirm_box: QMessageBox | None = None
+        self._voice_refused = False  # the engine refused the voice of the load under way
         self.global_key: GlobalPttKey | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
@@ -288,6 +292,8 @@ class MainWindow(QMainWindow):
             model_source, model_revision, demo = self.confirmed_model
             settings = dataclasses.replace(settings, model_source=model_source, model_revision=model_revision,
                                            demo=demo)
+        if settings.lora != self.confirmed_lora:
+            settings = dataclasses.replace(settings, lora=self.confirmed_lora)  # saved once the engine took it
         try:
             save_settings(settings, self.settings_path)
         except OSError as exc:
@@ -442,10 +448,17 @@ class MainWindow(QMainWindow):
         if new.system_prompt != old.system_prompt and self.has_conversation():
             self.confirm_erase(
                 self.tr("The new system prompt starts a new conversation: the current conversation will be erased."),
-                lambda: self._apply_settings(new),
+                lambda: self._apply_settings_erasing(new),
                 # Kept: everything else is applied, the prompt stays as it was.
                 lambda: self._apply_settings(dataclasses.replace(new, system_prompt=old.system_prompt)))
             return
+        self._apply_settings(new)
+
+    def _apply_settings_erasing(self, new: Settings) -> None:
+        """The user chose to erase the conversation for a new prompt: the answer that is being given or
+        played belongs to it, so it stops now (as for a new conversation) rather than playing on."""
+        if self.state in (EngineState.THINKING, EngineState.SPEAKING):
+            self.bridge.send(Cancel())
         self._apply_settings(new)
 
     def _apply_settings(self, new: Settings) -> None:
@@ -575,7 +588,10 @@ class MainWindow(QMainWindow):
                 self.banner.hide()  # an earlier load's error: this load worked
                 self.banner_error_kind = ""
             self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
-            self._save_settings()  # now a folder chosen for this load is known to work
+            if not self._voice_refused:
+                self.confirmed_lora = self.settings.lora
+            self._voice_refused = False
+            self._save_settings()  # now a folder (or voice) chosen for this load is known to work
         elif isinstance(event, Devices):
             self._on_devices(event)
         elif isinstance(event, ModelMissing):
@@ -681,6 +697,7 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, event: EngineError) -> None:
         self.last_error = event
+        self._undo_refused_choice(event)
         message = engine_text(event.message, event.template, event.values, event.part_lists)
         if event.kind == "audio_device":
             # Several device problems at once (no microphone and no speaker) are all shown, together.
@@ -721,6 +738,26 @@ class MainWindow(QMainWindow):
                                      action_text=self.tr("Restart engine"))
         else:
             self.banner.show_message("error", text, details=event.details)
+
+    def _undo_refused_choice(self, event: EngineError) -> None:
+        """What the engine refused is neither kept as the current choice nor saved."""
+        if event.kind == "lora":
+            if self.state is EngineState.LOADING:
+                # A load whose voice could not be merged: the model runs with its own voice.
+                self._voice_refused = True
+                self.confirmed_lora = None
+            if self.settings.lora != self.confirmed_lora:
+                self.settings = dataclasses.replace(self.settings, lora=self.confirmed_lora)
+                self._save_settings()
+        elif event.kind in ("model", "gpu_memory"):
+            source, revision, demo = self.confirmed_model
+            current = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+            chosen = self.settings.model_source
+            if current != self.confirmed_model and (self.settings.demo or (chosen and looks_like_path(chosen))):
+                # A folder (or the demo) that did not load; a Hub id stays, so that its download can resume.
+                self.settings = dataclasses.replace(self.settings, model_source=source, model_revision=revision,
+                                                    demo=demo)
+                self._save_settings()
 
     def _plain_load_error(self, event: EngineError, message: str) -> str:
         """A failed load in words a new user follows: a broken folder says what to do first, and lists

@@ -1,0 +1,209 @@
+"""The window as a careful user meets it (issue 27): refused choices never stick, an erased
+conversation's answer stops, text never overflows, one instance at a time.
+
+Driven by protocol events from a scripted engine thread (tests/app_helpers.py), with real settings
+files; the single-instance tests start real processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import protocol as p
+from engine.errors import LoraError
+from engine.settings import Settings, load_settings
+
+pytestmark = pytest.mark.timeout(180)
+
+BROKEN_VOICE = "/voices/broken"
+MODEL = "/models/lfm"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
+    yield from scripted_window(qtbot, tmp_path)
+
+
+def _worker() -> ScriptedWorker:
+    return ScriptedWorker.instances[-1]
+
+
+def _info(voice: str | None = None, model: str = "LFM") -> p.EngineInfo:
+    return p.EngineInfo("GPU", None, True, None, model, voice, 4096)
+
+
+def _loaded(qtbot, win, voice: str | None = None) -> None:  # noqa: ANN001
+    _worker().post(p.Devices(("USB Mic",), ("Speakers",)), p.StateChanged(p.EngineState.LOADING), _info(voice),
+                   p.StateChanged(p.EngineState.IDLE))
+    qtbot.waitUntil(lambda: win.state is p.EngineState.IDLE and win.info is not None and win.devices is not None)
+
+
+def _voice_error(folder: str) -> p.EngineError:
+    return p.EngineError.from_exception("lora", LoraError.of("The voice {voice} cannot be read: {reason}",
+                                                             voice=folder, reason="not a safetensors file"))
+
+
+def _saved(win) -> Settings:  # noqa: ANN001
+    return load_settings(win.settings_path).settings
+
+
+# ------------------------------------------------------------------------------------------ 1. refused choices
+
+
+def _answer_voices(refused: set[str]):  # noqa: ANN202
+    """The engine's answer to a voice switch: the voice's error (the previous voice stays), or its info."""
+    def on_command(command: p.Command) -> list[p.Event]:
+        if isinstance(command, p.SwitchVoice):
+            if command.lora in refused:
+                return [_voice_error(command.lora)]
+            return [_info(Path(command.lora).name if command.lora else None)]
+        return []
+    return on_command
+
+
+def test_a_refused_voice_is_neither_saved_nor_shown_nor_sent_again(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().on_command = _answer_voices({BROKEN_VOICE})
+    dialog = window.open_settings()
+    dialog.voice_none.setChecked(False)
+    dialog.voice_folder.setText(BROKEN_VOICE)
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.last_error is not None)
+    assert commands_of(window, p.SwitchVoice) == [p.SwitchVoice(BROKEN_VOICE)]
+    assert "声" in window.banner.text or "Voice" in window.banner.text  # said, in the banner
+    assert _saved(window).lora is None  # the next start does not meet the same error
+    assert window.settings.lora is None
+    dialog = window.open_settings()
+    assert dialog.voice_none.isChecked() and dialog.voice_folder.text() == ""  # the voice in use is shown
+    dialog.greedy_radio.setChecked(True)  # any other change...
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.settings.sampling.greedy)
+    qtbot.wait(50)
+    assert commands_of(window, p.SwitchVoice) == [p.SwitchVoice(BROKEN_VOICE)]  # ...does not send it again
+    assert _saved(window).lora is None and _saved(window).sampling.greedy
+
+
+def test_a_voice_refused_while_the_model_loads_leaves_the_models_own_voice(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    new_model = "/models/other"
+    window.apply_settings(Settings(model_source=new_model, lora=BROKEN_VOICE))
+    assert commands_of(window, p.Load)[-1].lora == BROKEN_VOICE
+    # The engine loads the model, reports the voice it could not merge, and runs with the model's own voice.
+    _worker().post(p.StateChanged(p.EngineState.LOADING), _voice_error(BROKEN_VOICE), _info(None, "other"),
+                   p.StateChanged(p.EngineState.IDLE))
+    qtbot.waitUntil(lambda: window.info is not None and window.info.model_name == "other"
+                    and window.state is p.EngineState.IDLE)
+    assert window.settings.lora is None and window.settings.model_source == new_model
+    saved = _saved(window)
+    assert saved.lora is None and saved.model_source == new_model  # the model loaded: it is saved
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(choices=st.lists(st.tuples(st.sampled_from(["/voices/a", "/voices/b", "/voices/c", None]), st.booleans()),
+                        min_size=1, max_size=6))
+def test_the_saved_voice_is_always_the_last_one_the_engine_took(qtbot, tmp_path_factory, choices) -> None:  # noqa: ANN001
+    """Whatever the order of accepted and refused voices: the saved and shown voice is the one in use."""
+    tmp_path = tmp_path_factory.mktemp("voices")
+    for win in scripted_window(qtbot, tmp_path):
+        _loaded(qtbot, win)
+        in_use: str | None = None
+        for lora, works in choices:
+            refused = set() if works or lora is None else {lora}
+            _worker().on_command = _answer_voices(refused)
+            sent = len(commands_of(win, p.SwitchVoice))
+            errors_before = win.last_error
+            win.apply_settings(dataclasses_replace(win.settings, lora=lora))
+            if lora != in_use:
+                qtbot.waitUntil(lambda s=sent: len(commands_of(win, p.SwitchVoice)) == s + 1)
+                if refused:
+                    qtbot.waitUntil(lambda e=errors_before: win.last_error is not e)
+                else:
+                    expected = Path(lora).name if lora else None
+                    qtbot.waitUntil(lambda v=expected: win.info is not None and win.info.voice_name == v)
+                    in_use = lora
+            assert win.settings.lora == in_use
+            assert _saved(win).lora == in_use
+
+
+def dataclasses_replace(settings_: Settings, **changes: object) -> Settings:
+    import dataclasses
+
+    return dataclasses.replace(settings_, **changes)
+
+
+def test_a_refused_model_folder_is_not_shown_as_current(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    broken = "/models/broken"
+    dialog = window.open_settings()
+    dialog.model_folder_radio.setChecked(True)
+    dialog.model_folder.setText(broken)
+    dialog.accept()
+    qtbot.waitUntil(lambda: bool(commands_of(window, p.Load)) and commands_of(window, p.Load)[-1].source == broken)
+    from engine.errors import ModelFilesError, Problem
+
+    error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
+    _worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.IDLE),
+                   p.EngineError.from_exception("model", error))
+    qtbot.waitUntil(lambda: window.last_error is not None)
+    assert window.settings.model_source == MODEL and _saved(window).model_source == MODEL
+    loads = len(commands_of(window, p.Load))
+    dialog = window.open_settings()
+    assert dialog.model_folder.text() == MODEL  # the model in use, not the refused folder
+    dialog.greedy_radio.setChecked(True)
+    dialog.accept()
+    qtbot.wait(50)
+    assert len(commands_of(window, p.Load)) == loads  # not loaded again by an unrelated change
+
+
+def test_a_folder_refused_in_the_first_start_dialog_is_not_kept(qtbot, tmp_path: Path) -> None:  # noqa: ANN001
+    ScriptedWorker.instances.clear()
+    win = make_window(tmp_path)  # a first start: nothing saved
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    _worker().post(p.ModelMissing("LiquidAI/LFM2.5-Audio-1.5B-JP"), p.StateChanged(p.EngineState.NO_MODEL))
+    qtbot.waitUntil(lambda: win.first_run is not None and win.first_run.isVisible())
+    broken = str(tmp_path / "broken")
+    win.first_run.folder_chosen.emit(broken)
+    from engine.errors import ModelFilesError, Problem
+
+    error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
+    _worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.NO_MODEL),
+                   p.EngineError.from_exception("model", error))
+    qtbot.waitUntil(lambda: win.first_run is not None and win.first_run.error_label.isVisible())
+    assert win.settings.model_source is None and _saved(win).model_source is None
+    win.close()
+
+
+# ------------------------------------------------------------------------------------------ 4. erasing stops the answer
+
+
+@pytest.mark.parametrize("state", [p.EngineState.THINKING, p.EngineState.SPEAKING])
+def test_erasing_for_a_new_prompt_stops_the_answer_first(qtbot, window, state: p.EngineState) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
+    qtbot.waitUntil(lambda: window.state is state and 2 in window.transcript.assistant_items)
+    before = len(window.bridge.sent)
+    window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
+    window.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: window.confirm_box is None)
+    sent = [c for c in window.bridge.sent[before:] if isinstance(c, (p.Cancel, p.ApplySettings))]
+    # The answer of the erased conversation is stopped (silence at once), then the new prompt applies.
+    assert [type(c) for c in sent] == [p.Cancel, p.ApplySettings]
+    assert sent[1].system_prompt == "短く答えてください。"
+
+
+def test_keeping_the_conversation_does_not_stop_the_answer(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(p.EngineState.SPEAKING))
+    qtbot.waitUntil(lambda: window.state is p.EngineState.SPEAKING)
+    before = len(window.bridge.sent)
+    window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
+    window.confirm_box.keep_button.click()
+    qtbot.waitUntil(lambda: window.confirm_box is None)
+    assert not [c for c in window.bridge.sent[before:] if isinstance(c, p.Cancel)]
