@@ -813,6 +813,14 @@ class MainWindow(QMainWindow):
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
         self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
 
+    def bring_to_front(self) -> None:
+        """Another start of VoiceChat asked for this window (app/single_instance.py)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
     # ================================================================== closing
 
     def closeEvent(self, event: QCloseEvent) -> None:

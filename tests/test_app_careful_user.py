@@ -207,3 +207,95 @@ def test_keeping_the_conversation_does_not_stop_the_answer(qtbot, window) -> Non
     window.confirm_box.keep_button.click()
     qtbot.waitUntil(lambda: window.confirm_box is None)
     assert not [c for c in window.bridge.sent[before:] if isinstance(c, p.Cancel)]
+
+
+# ------------------------------------------------------------------------------------------ 9. one instance
+
+
+def _child_env(home: Path) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
+        env[variable] = str(home / variable.lower())
+    env.update(QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", LANG="ja_JP.UTF-8")
+    return env
+
+
+class _Child:
+    """A real process whose output lines are read in a thread (a pipe read never blocks the test)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        import queue
+        import subprocess
+        import sys
+        import threading
+
+        root = Path(__file__).resolve().parents[1]
+        self.process = subprocess.Popen([sys.executable, *args], cwd=root, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def wait_for(self, text: str, timeout: float = 60.0) -> None:
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while text not in self.seen:
+            try:
+                self.seen.append(self.lines.get(timeout=max(0.01, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"no {text!r} within {timeout} s; output: {self.seen}") from None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+
+
+def test_a_second_start_brings_the_running_window_to_the_front_and_exits(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    env = _child_env(tmp_path)
+    first = _Child(["tests/app_instance_child.py"], env)
+    try:
+        first.wait_for("READY")
+        # The real entry point, as the user starts it: it must neither load a model nor open a window.
+        second = subprocess.run([sys.executable, "-m", "app", "--demo"], cwd=Path(__file__).resolve().parents[1],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0, second.stderr
+        first.wait_for("ACTIVATED", timeout=10)
+        assert first.process.poll() is None  # the first instance runs on
+    finally:
+        first.stop()
+
+
+def test_a_crashed_instance_does_not_block_the_next_start(tmp_path: Path) -> None:
+    import signal
+
+    env = _child_env(tmp_path)
+    first = _Child(["tests/app_instance_child.py"], env)
+    try:
+        first.wait_for("READY")
+        first.process.send_signal(signal.SIGKILL)  # a crash: no unlock, the lock file and socket stay
+        first.process.wait(timeout=30)
+        assert (tmp_path / "xdg_config_home" / "VoiceChat" / "voicechat.lock").exists()
+        again = _Child(["tests/app_instance_child.py"], env)
+        try:
+            again.wait_for("READY")  # the stale lock was taken over
+            third = _Child(["tests/app_instance_child.py"], env)
+            third.process.wait(timeout=60)
+            assert third.process.returncode == 0
+            again.wait_for("ACTIVATED", timeout=10)  # and the new instance listens again
+        finally:
+            again.stop()
+    finally:
+        first.stop()
