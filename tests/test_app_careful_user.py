@@ -299,3 +299,70 @@ def test_a_crashed_instance_does_not_block_the_next_start(tmp_path: Path) -> Non
             again.stop()
     finally:
         first.stop()
+
+
+# ------------------------------------------------------------------------------------------ 2. no overflow
+
+
+LONG_RUNS = st.text(alphabet=st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789/:.?=&_-あいう漢字"),
+                    min_size=120, max_size=600)
+
+
+def _no_horizontal_overflow(transcript) -> None:  # noqa: ANN001
+    """Every bubble fits in the transcript's width, with its replay button in sight, and the view has no
+    horizontal scrolling."""
+    viewport = transcript.viewport()
+    bar = transcript.horizontalScrollBar()
+    assert bar.maximum() == 0 or not bar.isVisible(), "the transcript scrolls sideways"
+    for item in [*transcript.user_items.values(), *transcript.assistant_items.values()]:
+        right = item.mapTo(viewport, item.rect().topRight()).x()
+        assert right <= viewport.width(), (right, viewport.width())
+        button = item.replay_button
+        assert button.mapTo(viewport, button.rect().topRight()).x() <= viewport.width()
+        # The body shows all of its text: as many lines as it needs, none cut.
+        body = item.body
+        assert body.height() >= body.heightForWidth(body.width()) - 1
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(run=LONG_RUNS, prefix=st.text(alphabet="こんにちは。 ", max_size=30))
+def test_a_long_unbreakable_run_wraps_inside_its_bubble(qtbot, window, run: str, prefix: str) -> None:  # noqa: ANN001
+    window.resize(800, 600)
+    _loaded(qtbot, window)
+    turn = max([0, *window.transcript.assistant_items]) + 2
+    _worker().post(p.UserTakeAdded(turn - 1, 1.0), p.AssistantTurnStarted(turn),
+                   p.AssistantTurnFinished(turn, prefix + "https://example.com/" + run, 2.0, False))
+    qtbot.waitUntil(lambda: turn in window.transcript.assistant_items
+                    and window.transcript.assistant_items[turn].finished)
+    qtbot.wait(30)  # the layout runs
+    _no_horizontal_overflow(window.transcript)
+    assert window.transcript.assistant_items[turn].body.text() == prefix + "https://example.com/" + run
+
+
+def test_a_saved_conversation_with_a_long_run_does_not_scroll_sideways(qtbot, window) -> None:  # noqa: ANN001
+    from app.widgets.history import show_turns
+
+    window.resize(800, 600)
+    _loaded(qtbot, window)
+    viewer = window.history.viewer
+    long = "x" * 400
+    turns = (p.HistoryTurnView(1, "user", "", 1.0, False, True, False),
+             p.HistoryTurnView(2, "assistant", long, 2.0, False, True, False))
+    show_turns(viewer.transcript, turns)
+    window.history.stack.setCurrentWidget(viewer)
+    qtbot.wait(50)
+    _no_horizontal_overflow(viewer.transcript)
+
+
+def test_a_long_title_in_the_history_list_is_elided_not_scrolled(qtbot, window) -> None:  # noqa: ANN001
+    window.resize(800, 600)
+    _loaded(qtbot, window)
+    entry = p.HistoryEntry(7, 1.7e9, 1.7e9, "とても長い題名" * 40 + "x" * 200, 4, 12.0, "LFM", None)
+    panel = window.history.panel
+    panel.set_entries(p.HistoryListed((entry,), 1000))
+    window.history.dock.show()
+    qtbot.wait(50)
+    item = panel.list.item(0)
+    assert panel.list.horizontalScrollBar().maximum() == 0
+    assert panel.list.visualItemRect(item).right() < panel.list.viewport().width()  # drawn elided
+    assert "x" * 200 in item.toolTip()  # the whole title is one hover away

@@ -280,7 +280,10 @@ def test_settings_dialog_changes_reach_the_engine_as_the_right_commands(qtbot, w
     assert next(c for c in sent if isinstance(c, p.SelectDevices)).input_device == "Mic B"
     assert next(c for c in sent if isinstance(c, p.SwitchVoice)).lora == "/voices/alice"
     saved = load_settings(window.settings_path).settings
-    assert saved.sampling.greedy and saved.input_device == "Mic B" and saved.lora == "/voices/alice"
+    assert saved.sampling.greedy and saved.input_device == "Mic B"
+    assert saved.lora is None  # a voice is saved once the engine has taken it (issue 27)
+    _worker().post(p.EngineInfo("GPU", None, True, None, "LFM", "alice", 4096))
+    qtbot.waitUntil(lambda: load_settings(window.settings_path).settings.lora == "/voices/alice")
 
     # The context size is fixed at load time: changing it reloads.
     before = len(window.bridge.sent)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QStackedWidget,
+    QStyledItemDelegate,
     QVBoxLayout,
     QWidget,
 )
@@ -68,6 +69,14 @@ def format_date(epoch_s: float) -> str:
     return QLocale().toString(QDateTime.fromSecsSinceEpoch(int(epoch_s)), QLocale.FormatType.ShortFormat)
 
 
+class _FitWidthDelegate(QStyledItemDelegate):
+    """List rows as wide as the list, whatever their text: a long title is elided (its whole text is
+    the row's tooltip) instead of widening the list into horizontal scrolling."""
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: ANN001, N802
+        return QSize(1, super().sizeHint(option, index).height())
+
+
 class HistoryPanel(QWidget):
     """The saved conversations, newest first, and what can be done with them."""
 
@@ -86,6 +95,9 @@ class HistoryPanel(QWidget):
         self.list.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Space stays push-to-talk
         self.list.setAlternatingRowColors(True)
         self.list.setSpacing(2)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_FitWidthDelegate(self.list))
         self.list.itemDoubleClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.ItemDataRole.UserRole)))
         self.list.currentRowChanged.connect(lambda _row: self._enable())
         self.empty_label = QLabel(self.tr("No saved conversations yet."), self)
@@ -151,6 +163,7 @@ class HistoryPanel(QWidget):
         self.list.clear()
         for entry in self.entries:
             item = QListWidgetItem(self.entry_text(entry))
+            item.setToolTip(self.entry_text(entry))
             item.setData(Qt.ItemDataRole.UserRole, entry.conversation_id)
             self.list.addItem(item)
             if entry.conversation_id == selected:
