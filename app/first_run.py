@@ -7,15 +7,17 @@ interrupted download (even across an app restart) keeps the files it finished an
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLocale, Signal
+from PySide6.QtCore import QLocale, Qt, Signal
 from PySide6.QtWidgets import (
     QCommandLinkButton,
     QDialog,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -113,8 +115,15 @@ class FirstRunDialog(QDialog):
         page1.addStretch(1)
         self.stack.addWidget(progress_page)
 
+        # The pages scroll when the screen is too low for them (a long error, a small screen): the
+        # message and the options are then cut by nothing, only one scroll away.
+        self.scroll = QScrollArea(self)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.stack)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.stack)
+        layout.addWidget(self.scroll)
         self.done_bytes: int | None = None
         self.total_bytes: int | None = None
 
@@ -124,10 +133,22 @@ class FirstRunDialog(QDialog):
         self.error_label.setText(message or "")
         self.error_label.setVisible(bool(message))
         self.stack.setCurrentIndex(0)
-        # Grow to fit the message (wrapped labels only report their height once laid out), so that
-        # the reason and the choices below it are never clipped.
-        self.layout().activate()
-        self.resize(self.width(), max(self.height(), self.sizeHint().height()))
+        self.fit_to_content()
+
+    def fit_to_content(self) -> None:
+        """Grow to show the whole page at the dialog's width (wrapped labels and option descriptions
+        need more lines when narrow), as far as the screen allows; beyond that the page scrolls."""
+        page = self.stack.currentWidget()
+        inner = max(1, self.scroll.viewport().width() if self.isVisible() else self.width() - 24)
+        layout = page.layout()
+        needed = layout.totalHeightForWidth(inner) if layout.hasHeightForWidth() else layout.totalSizeHint().height()
+        margins = self.layout().contentsMargins()
+        height = needed + margins.top() + margins.bottom() + 2 * self.scroll.frameWidth()
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        if screen is not None:
+            frame = max(0, self.frameGeometry().height() - self.geometry().height())
+            height = min(height, screen.height() - frame)
+        self.resize(self.width(), max(self.height(), height))
 
     def show_downloading(self) -> None:
         self.download_title.setText("<b>" + self.tr("Downloading %1").replace("%1", self.hub_id) + "</b>")

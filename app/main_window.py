@@ -8,16 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
     QProgressBar,
+    QScrollArea,
     QSplitter,
     QToolBar,
     QVBoxLayout,
@@ -125,6 +127,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
         self._build_ui()
+        self._restore_layout()
         self.bridge.event_received.connect(self.on_event)
         self.bridge.engine_stopped.connect(self.on_engine_stopped)
         self.bridge.engine_unresponsive.connect(self.on_engine_unresponsive)
@@ -143,6 +146,7 @@ class MainWindow(QMainWindow):
 
     def _build_ui(self) -> None:
         toolbar = QToolBar(self.tr("Conversation"), self)
+        toolbar.setObjectName("conversation")
         toolbar.setMovable(False)
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.addToolBar(toolbar)
@@ -178,14 +182,24 @@ class MainWindow(QMainWindow):
         self.transcript = TranscriptView(central)
         self.transcript.replay_requested.connect(lambda turn_id: self.bridge.send(ReplayTurn(turn_id)))
         latency_box = QGroupBox(self.tr("Latency"), central)
-        self.latency = LatencyMeter(latency_box)
+        # In a scroll area: in a low window its labels keep the lines they need (it scrolls) instead of
+        # being squeezed; it is never narrower than its content, so it never scrolls sideways.
+        latency_scroll = QScrollArea(latency_box)
+        latency_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        latency_scroll.setWidgetResizable(True)
+        latency_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.latency = LatencyMeter()
+        latency_scroll.setWidget(self.latency)
+        latency_scroll.setMinimumWidth(self.latency.minimumSizeHint().width()
+                                       + latency_scroll.verticalScrollBar().sizeHint().width())
         lb = QVBoxLayout(latency_box)
-        lb.addWidget(self.latency)
-        lb.addStretch(1)
+        lb.addWidget(latency_scroll, 1)
         # The history: a dock beside the conversation, and saved conversations read behind the live one.
         self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
         toolbar.addAction(self.history.toggle_action)
-        splitter = QSplitter(Qt.Orientation.Horizontal, central)
+        splitter = self.splitter = QSplitter(Qt.Orientation.Horizontal, central)
+        splitter.setObjectName("conversation_and_latency")
+        splitter.setChildrenCollapsible(False)  # a pane dragged too small would cut its text
         splitter.addWidget(self.history.stack)
         splitter.addWidget(latency_box)
         splitter.setStretchFactor(0, 3)
@@ -823,7 +837,33 @@ class MainWindow(QMainWindow):
 
     # ================================================================== closing
 
+    def _layout_store(self) -> QSettings:
+        """The window's size, docks and splitter, next to the settings file (window.ini): how the window
+        looked is no setting the engine or the tools read, and Qt's own state blobs stay Qt's."""
+        from engine.settings import default_settings_path
+
+        folder = (self.settings_path or default_settings_path()).parent
+        return QSettings(str(folder / "window.ini"), QSettings.Format.IniFormat)
+
+    def _restore_layout(self) -> None:
+        store = self._layout_store()
+        geometry, state, splitter = (store.value(key) for key in ("geometry", "state", "splitter"))
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)  # Qt keeps a window that was on a missing screen on a present one
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        if isinstance(splitter, QByteArray) and not splitter.isEmpty():
+            self.splitter.restoreState(splitter)
+
+    def save_layout(self) -> None:
+        store = self._layout_store()
+        store.setValue("geometry", self.saveGeometry())
+        store.setValue("state", self.saveState())
+        store.setValue("splitter", self.splitter.saveState())
+        store.sync()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.save_layout()
         QApplication.instance().removeEventFilter(self.key_filter)
         if self.global_key is not None:
             self.global_key.stop()

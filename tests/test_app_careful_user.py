@@ -13,6 +13,7 @@ import pytest
 from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from PySide6.QtWidgets import QApplication
 
 from engine import protocol as p
 from engine.errors import LoraError
@@ -366,3 +367,115 @@ def test_a_long_title_in_the_history_list_is_elided_not_scrolled(qtbot, window) 
     assert panel.list.horizontalScrollBar().maximum() == 0
     assert panel.list.visualItemRect(item).right() < panel.list.viewport().width()  # drawn elided
     assert "x" * 200 in item.toolTip()  # the whole title is one hover away
+
+
+# ------------------------------------------------------------------------------------------ 3./5. nothing clipped
+
+
+def _cjk_font() -> bool:
+    from PySide6.QtGui import QFontDatabase
+
+    return bool(QFontDatabase.families(QFontDatabase.WritingSystem.Japanese))
+
+
+def _require_cjk_font() -> None:
+    if not _cjk_font():
+        pytest.skip("no Japanese font: text widths would be a fallback's (apt-get install fonts-noto-cjk)")
+
+
+LONG_FOLDER = "/home/ユーザー/ダウンロード/LFM2.5-Audio-1.5B-JP-" + "とても長いフォルダー名" * 3 + "/" + "x" * 60
+
+
+def _settle(qtbot) -> None:  # noqa: ANN001
+    qtbot.wait(60)
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_nothing_is_clipped_in_the_window_at_800_by_600(qtbot, tmp_path: Path, language: str) -> None:  # noqa: ANN001
+    from app_helpers import clipped_texts
+
+    _require_cjk_font()
+    ScriptedWorker.instances.clear()
+    win = make_window(tmp_path, settings=Settings(model_source=MODEL), language=language)
+    qtbot.addWidget(win)
+    win.show()
+    win.start_engine()
+    qtbot.waitUntil(lambda: len(_worker().received) >= 4)
+    assert win.minimumSizeHint().width() <= 800 and win.minimumSizeHint().height() <= 600
+    win.resize(800, 600)
+    _loaded(qtbot, win)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2),
+                   p.AssistantTurnFinished(2, "はい。" + "y" * 300, 1.0, True),
+                   p.TurnMetrics(2, 40.0, 90.0, 120.0, 180.0, 300.0, 0.5, 10, "x", False, 3))
+    qtbot.waitUntil(lambda: len(win.latency.history) == 1)
+    _settle(qtbot)
+    assert win.size().width() == 800 and win.size().height() == 600
+    assert clipped_texts(win) == []
+    from engine.errors import ModelFilesError, Problem
+
+    error = ModelFilesError(LONG_FOLDER, [Problem("{file} is missing", file="config.json")] * 3)
+    _worker().post(p.EngineError.from_exception("model", error))
+    qtbot.waitUntil(lambda: not win.banner.isHidden())
+    _settle(qtbot)
+    assert clipped_texts(win) == []
+    win.close()
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(language=st.sampled_from(["ja", "en"]), width=st.integers(400, 1200), height=st.integers(300, 700),
+       repeat=st.integers(1, 14), offline=st.booleans(), resume=st.booleans())
+def test_the_first_start_dialog_never_cuts_its_messages(qtbot, tmp_path_factory, language: str, width: int,  # noqa: ANN001
+                                                         height: int, repeat: int, offline: bool, resume: bool) -> None:
+    from app_helpers import clipped_texts
+
+    from app.first_run import FirstRunDialog
+    from app.i18n import install_translator
+
+    _require_cjk_font()
+    install_translator(QApplication.instance(), language)
+    dialog = FirstRunDialog("LiquidAI/LFM2.5-Audio-1.5B-JP", offline=offline, resume=resume)
+    qtbot.addWidget(dialog)
+    dialog.resize(width, height)
+    dialog.show()
+    message = ("The folder " + LONG_FOLDER + " does not hold a usable model. ") * repeat
+    dialog.show_choices(message)
+    _settle(qtbot)
+    problems = clipped_texts(dialog)
+    assert problems == [], (dialog.size(), problems)
+    # On the screen: a dialog taller than the screen would be cut by it (its rest scrolls instead).
+    assert dialog.frameGeometry().height() <= dialog.screen().availableGeometry().height()
+    if dialog.scroll.verticalScrollBar().maximum() == 0:  # nothing to scroll: all of it is shown
+        label = dialog.error_label
+        assert label.mapTo(dialog, label.rect().bottomLeft()).y() <= dialog.height()
+    # All of the message can be read: on screen, or by scrolling to it.
+    assert dialog.error_label.text() == message
+    dialog.close()
+
+
+def test_the_window_size_and_splitter_are_remembered(qtbot, tmp_path: Path) -> None:  # noqa: ANN001
+    ScriptedWorker.instances.clear()
+    win = make_window(tmp_path, settings=Settings(model_source=MODEL))
+    qtbot.addWidget(win)
+    win.show()
+    win.resize(790, 677)
+    qtbot.waitUntil(lambda: win.size().width() == 790)
+    total = sum(win.splitter.sizes())
+    win.splitter.setSizes([total - 300, 300])
+    sizes = win.splitter.sizes()
+    win.close()
+
+    again = make_window(tmp_path)
+    qtbot.addWidget(again)
+    again.show()
+    qtbot.waitUntil(lambda: again.isVisible())
+    assert (again.size().width(), again.size().height()) == (790, 677)
+    assert again.splitter.sizes() == sizes
+    again.history.dock.hide()
+    again.close()
+
+    third = make_window(tmp_path)
+    qtbot.addWidget(third)
+    third.show()
+    qtbot.waitUntil(lambda: third.isVisible())
+    assert not third.history.dock.isVisible()  # the docks as they were left
+    third.close()

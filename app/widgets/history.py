@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
     QFormLayout,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -102,6 +103,7 @@ class HistoryPanel(QWidget):
         self.list.currentRowChanged.connect(lambda _row: self._enable())
         self.empty_label = QLabel(self.tr("No saved conversations yet."), self)
         self.empty_label.setStyleSheet("color: #777;")
+        self.empty_label.setWordWrap(True)
         self.open_button = QPushButton(self.tr("Open"), self)
         self.continue_button = QPushButton(self.tr("Continue"), self)
         self.export_button = QPushButton(self.tr("Export…"), self)
@@ -129,14 +131,16 @@ class HistoryPanel(QWidget):
             combo.setFocusPolicy(Qt.FocusPolicy.NoFocus)
             combo.currentIndexChanged.connect(lambda _i: self.options_changed.emit())
         self.size_label = QLabel(self)
+        self.size_label.setWordWrap(True)
         self.saving_label = QLabel(self)
         self.saving_label.setWordWrap(True)
         self.saving_label.setStyleSheet("color: #ef6c00;")
         self.saving_label.hide()
 
-        buttons = QHBoxLayout()
-        for button in (self.open_button, self.continue_button, self.export_button):
-            buttons.addWidget(button)
+        # Two buttons a row: the dock stays narrow enough for a window of 800 x 600 in both languages.
+        buttons = QGridLayout()
+        for index, button in enumerate((self.open_button, self.continue_button, self.export_button)):
+            buttons.addWidget(button, index // 2, index % 2)
         deletes = QHBoxLayout()
         deletes.addWidget(self.delete_button)
         deletes.addWidget(self.delete_all_button)
@@ -247,13 +251,17 @@ class HistoryViewer(QWidget):
         self.back_button.clicked.connect(self.closed)
         self.continue_button.clicked.connect(lambda: self._emit(self.continue_requested))
         self.export_button.clicked.connect(lambda: self._emit(self.export_requested))
+        # Two rows, so that the page fits beside the latency meter in a window of 800 x 600.
+        back_row = QHBoxLayout()
+        back_row.addWidget(self.back_button)
+        back_row.addStretch(1)
         bar = QHBoxLayout()
-        bar.addWidget(self.back_button)
         bar.addStretch(1)
         bar.addWidget(self.export_button)
         bar.addWidget(self.continue_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(back_row)
         layout.addLayout(bar)
         layout.addWidget(self.header)
         layout.addWidget(self.transcript, 1)
