@@ -387,18 +387,34 @@ class MainWindow(QMainWindow):
         if not self.has_conversation():
             proceed()
             return None
-        box = QMessageBox(QMessageBox.Icon.Question, self.tr("Erase the conversation?"), question,
-                          QMessageBox.StandardButton.NoButton, self)
+        saved = self.history.saves_this_conversation()
+        if saved:
+            # Nothing is erased: the conversation stays in the history, only the model starts afresh.
+            title = self.tr("Start a new conversation?")
+            question += "\n\n" + self.tr("The current conversation stays in the history, where you can read, "
+                                          "replay, export or continue it.")
+        else:
+            title = self.tr("Erase the conversation?")
+            question += "\n\n" + self.tr("This conversation is not being saved in the history: it will be erased.")
+        box = QMessageBox(QMessageBox.Icon.Question, title, question, QMessageBox.StandardButton.NoButton, self)
         if self.engine_turns:
             box.setInformativeText(self.tr("To keep a copy, export it first (audio, transcript and timings)."))
             box.export_button = box.addButton(self.tr("Export first…"), QMessageBox.ButtonRole.AcceptRole)
         else:
             box.export_button = None
-        box.erase_button = box.addButton(self.tr("Erase the conversation"), QMessageBox.ButtonRole.DestructiveRole)
-        box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
+        if saved:
+            box.erase_button = box.addButton(self.tr("Start a new conversation"), QMessageBox.ButtonRole.AcceptRole)
+            box.keep_button = box.addButton(self.tr("Stay in this conversation"), QMessageBox.ButtonRole.RejectRole)
+        else:
+            box.erase_button = box.addButton(self.tr("Erase the conversation"),
+                                             QMessageBox.ButtonRole.DestructiveRole)
+            box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(box.keep_button)
         box.setEscapeButton(box.keep_button)
+        return self._open_confirmation(box, proceed, keep)
 
+    def _open_confirmation(self, box: QMessageBox, proceed: Callable[[], None],
+                           keep: Callable[[], None] | None) -> QMessageBox:
         def on_finished() -> None:
             clicked = box.clickedButton()
             self.confirm_box = None
@@ -415,8 +431,8 @@ class MainWindow(QMainWindow):
         return box
 
     def reset_conversation(self) -> None:
-        self.confirm_erase(self.tr("Start a new conversation? The current conversation will be erased."),
-                           self._reset_now)
+        self.confirm_erase(self.tr("Start a new conversation? The model starts afresh, without the current "
+                                   "conversation."), self._reset_now)
 
     def _reset_now(self) -> None:
         self.bridge.send(Reset())
@@ -461,7 +477,8 @@ class MainWindow(QMainWindow):
         old = self.settings
         if new.system_prompt != old.system_prompt and self.has_conversation():
             self.confirm_erase(
-                self.tr("The new system prompt starts a new conversation: the current conversation will be erased."),
+                self.tr("The new system prompt starts a new conversation: the model starts afresh, without the "
+                        "current conversation."),
                 lambda: self._apply_settings_erasing(new),
                 # Kept: everything else is applied, the prompt stays as it was.
                 lambda: self._apply_settings(dataclasses.replace(new, system_prompt=old.system_prompt)))
@@ -673,10 +690,13 @@ class MainWindow(QMainWindow):
 
     def _on_take_rejected(self, event: TakeRejected) -> None:
         if event.reason == "too_short":
-            text = self.tr("That take was too short (%1 s): hold the button while you speak.")
+            # The length the button was held, to the hundredth: rounded to tenths, 0.06 s read as "0.1 s",
+            # which looked like the minimum rather than what was measured.
+            text = self.tr("That take was too short: the button was held for only %1 s. Hold it for as long as "
+                           "you speak.").replace("%1", f"{event.duration_s:.2f}")
         else:
-            text = self.tr("That take was too long and was cut at %1 s.")
-        self.transcript.add_notice(text.replace("%1", f"{event.duration_s:.1f}"))
+            text = self.tr("That take was too long and was cut at %1 s.").replace("%1", f"{event.duration_s:.1f}")
+        self.transcript.add_notice(text)
 
     def stage_text(self, stage: str) -> str:
         if stage == "download":

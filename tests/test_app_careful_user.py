@@ -479,3 +479,76 @@ def test_the_window_size_and_splitter_are_remembered(qtbot, tmp_path: Path) -> N
     qtbot.waitUntil(lambda: third.isVisible())
     assert not third.history.dock.isVisible()  # the docks as they were left
     third.close()
+
+
+# ------------------------------------------------------------------------------------------ 7. words that mislead
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(held=st.floats(0.0, 0.099))
+def test_the_too_short_notice_says_how_long_the_button_was_held(qtbot, window, held: float) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    count = len(window.transcript.notices)
+    _worker().post(p.TakeRejected("too_short", held))
+    qtbot.waitUntil(lambda: len(window.transcript.notices) == count + 1)
+    text = window.transcript.notices[-1].text()
+    assert f"{held:.2f} 秒" in text  # what was measured, not a figure that reads like the minimum
+    assert "0.1 秒" not in text
+
+
+def test_a_new_conversation_does_not_claim_to_erase_what_the_history_keeps(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False))
+    qtbot.waitUntil(lambda: 2 in window.transcript.assistant_items)
+    window.reset_action.trigger()
+    box = window.confirm_box
+    assert "消去" not in box.text() + box.windowTitle() + box.erase_button.text()
+    assert "履歴" in box.text()
+    box.keep_button.click()
+    qtbot.waitUntil(lambda: window.confirm_box is None)
+
+    window.history.panel.dont_save.setChecked(True)  # not saved: then it is erased, and the box says so
+    window.reset_action.trigger()
+    box = window.confirm_box
+    assert "消去" in box.windowTitle() and "消去" in box.erase_button.text()
+    box.erase_button.click()
+    qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
+
+
+# ------------------------------------------------------------------------------------------ 8. reply makes no folders
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.text(alphabet="abcxyz-_ あい", min_size=1, max_size=8).filter(lambda t: t.strip() == t
+                                                                                       and t not in (".", "..")),
+                      min_size=1, max_size=3))
+def test_a_missing_output_folder_is_refused_not_created(tmp_path_factory, parts: list[str]) -> None:  # noqa: ANN001
+    from engine.errors import UserFacingError
+    from engine.validation import check_output_path
+
+    root = tmp_path_factory.mktemp("out")
+    output = root.joinpath(*parts) / "answer.wav"
+    with pytest.raises(UserFacingError) as caught:
+        check_output_path(output)
+    assert str(output.parent) in caught.value.message and "does not exist" in caught.value.message
+    assert list(root.iterdir()) == []  # nothing was created
+    check_output_path(root / "answer.wav")  # an existing folder is fine
+
+
+def test_voicechat_reply_refuses_a_typo_in_the_output_folder(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import numpy as np
+    import soundfile
+
+    question = tmp_path / "q.wav"
+    soundfile.write(question, (0.3 * np.sin(np.arange(16000) / 10)).astype(np.float32), 16000)
+    env = _child_env(tmp_path)
+    env["LANG"] = "C.UTF-8"
+    result = subprocess.run([sys.executable, "-m", "app", "reply", str(question), str(tmp_path / "ouput" / "a.wav"),
+                             "--demo"], cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    assert "does not exist" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "ouput").exists()

@@ -600,6 +600,10 @@
       <source>The recording was lost; press the talk button again.</source>
       <translation>録音が失われました。もう一度トークボタンを押してください。</translation>
     </message>
+    <message>
+      <source>The output file {path} cannot be written: the folder {folder} does not exist. Check the path, or create the folder first.</source>
+      <translation>出力ファイル {path} に書き込めません：フォルダー {folder} がありません。パスを確かめるか、先にフォルダーを作ってください。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -1049,11 +1053,6 @@
       <translation>会話をエクスポートしました：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="420" />
-      <source>That take was too short (%1 s): hold the button while you speak.</source>
-      <translation>録音が短すぎます（%1 秒）。話している間ボタンを押し続けてください。</translation>
-    </message>
-    <message>
       <location filename="../main_window.py" line="422" />
       <source>That take was too long and was cut at %1 s.</source>
       <translation>録音が長すぎるため %1 秒で切りました。</translation>
@@ -1209,16 +1208,8 @@
       <translation>会話を残す</translation>
     </message>
     <message>
-      <source>Start a new conversation? The current conversation will be erased.</source>
-      <translation>新しい会話を始めますか？ 今の会話は消去されます。</translation>
-    </message>
-    <message>
       <source>There is nothing to export yet.</source>
       <translation>まだエクスポートするものがありません。</translation>
-    </message>
-    <message>
-      <source>The new system prompt starts a new conversation: the current conversation will be erased.</source>
-      <translation>新しいシステムプロンプトでは新しい会話が始まります。今の会話は消去されます。</translation>
     </message>
     <message>
       <source>No CUDA graphs</source>
@@ -1277,6 +1268,38 @@
       <location filename="../main_window.py" line="513" />
       <source>The engine has not responded for %1 s. You can wait, or restart it (the conversation is lost).</source>
       <translation>エンジンが %1 秒間応答していません。待つか、再起動できます（会話は失われます）。</translation>
+    </message>
+    <message>
+      <source>Start a new conversation?</source>
+      <translation>新しい会話を始めますか？</translation>
+    </message>
+    <message>
+      <source>The current conversation stays in the history, where you can read, replay, export or continue it.</source>
+      <translation>今の会話は履歴に残ります。履歴から読み返す・再生する・エクスポートする・続けることができます。</translation>
+    </message>
+    <message>
+      <source>This conversation is not being saved in the history: it will be erased.</source>
+      <translation>この会話は履歴に保存されていないため、消去されます。</translation>
+    </message>
+    <message>
+      <source>Start a new conversation</source>
+      <translation>新しい会話を始める</translation>
+    </message>
+    <message>
+      <source>Stay in this conversation</source>
+      <translation>この会話を続ける</translation>
+    </message>
+    <message>
+      <source>Start a new conversation? The model starts afresh, without the current conversation.</source>
+      <translation>新しい会話を始めますか？モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>The new system prompt starts a new conversation: the model starts afresh, without the current conversation.</source>
+      <translation>新しいシステムプロンプトでは新しい会話が始まります。モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>That take was too short: the button was held for only %1 s. Hold it for as long as you speak.</source>
+      <translation>録音が短すぎました（ボタンを押していたのは %1 秒だけです）。話している間はボタンを押し続けてください。</translation>
     </message>
   </context>
   <context>
@@ -1637,6 +1660,13 @@
       <location filename="../widgets/export_dialog.py" line="18" />
       <source>WAV audio (*.wav)</source>
       <translation>WAV 音声 (*.wav)</translation>
+    </message>
+  </context>
+  <context>
+    <name>SingleInstance</name>
+    <message>
+      <source>VoiceChat is already running, but its window does not respond. Close it (or end it in the task manager), then start VoiceChat again.</source>
+      <translation>VoiceChat はすでに起動していますが、そのウィンドウが応答しません。そのウィンドウを閉じる（またはタスク マネージャーで終了する）と、VoiceChat をもう一度起動できます。</translation>
     </message>
   </context>
 </TS>

@@ -383,6 +383,10 @@ class HistoryUi(QObject):
     def show_live(self) -> None:
         self.stack.setCurrentWidget(self.live_transcript)
 
+    def saves_this_conversation(self) -> bool:
+        """Whether the live conversation goes to the history (a new conversation then erases nothing)."""
+        return not self.panel.dont_save.isChecked()
+
     def continue_conversation(self, conversation_id: int) -> QMessageBox | None:
         live = self.live_transcript
         unsaved = self.panel.dont_save.isChecked() and bool(live.user_items or live.assistant_items)
