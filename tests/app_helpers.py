@@ -317,3 +317,39 @@ def clipped_texts(root) -> list[str]:  # noqa: ANN001
                 break
             child, parent = parent, parent.parentWidget()
     return problems
+
+
+# Words that are the same in the Japanese UI: names, units, keys, technical terms the Japanese text uses too.
+NOT_ENGLISH = frozenset({
+    "VoiceChat", "RTF", "GPU", "CPU", "CUDA", "VRAM", "GiB", "MB", "GB", "kB", "ms", "p50", "p95", "LoRA", "LFM",
+    "Space", "Hugging", "Face", "Hub", "HF_HUB_OFFLINE", "WAV", "FLAC", "JSON", "OK", "USB", "Mic", "Speakers",
+    "Ctrl", "Esc", "F9", "AI", "PortAudio", "config.json", "model.safetensors", "safetensors", "LiquidAI",
+})
+
+
+def english_texts(root) -> list[str]:  # noqa: ANN001
+    """The visible texts under `root` that contain an English word (3+ Latin letters, not a name or a
+    unit of NOT_ENGLISH, not inside a path or a model id): what the Japanese UI must never show."""
+    import re
+
+    from PySide6.QtWidgets import QAbstractButton, QGroupBox, QLabel, QWidget
+
+    found: list[str] = []
+    for widget in [root, *root.findChildren(QWidget)]:
+        if not widget.isVisible():
+            continue
+        if isinstance(widget, QLabel):
+            text = _plain(widget.text())
+        elif isinstance(widget, QAbstractButton):
+            text = widget.text().replace("&", "")
+        elif isinstance(widget, QGroupBox):
+            text = widget.title()
+        else:
+            continue
+        # Paths, ids and file names are the user's, not English.
+        cleaned = re.sub(r"[\w.~-]*[/\\][\w./\\~ -]*|\b[\w-]+\.(?:wav|txt|json|safetensors)\b", " ", text)
+        cleaned = re.sub(r"[\w.-]*\d[\w.-]*", " ", cleaned)  # model names and versions (LFM2.5-Audio-1.5B-JP)
+        words = [w for w in re.findall(r"[A-Za-z][A-Za-z'.]{2,}", cleaned) if w.strip(".") not in NOT_ENGLISH]
+        if words:
+            found.append(f"{type(widget).__name__}: {text!r} ({', '.join(words)})")
+    return found

@@ -418,6 +418,10 @@ def test_nothing_is_clipped_in_the_window_at_800_by_600(qtbot, tmp_path: Path, l
     qtbot.waitUntil(lambda: not win.banner.isHidden())
     _settle(qtbot)
     assert clipped_texts(win) == []
+    if language == "ja":
+        from app_helpers import english_texts
+
+        assert english_texts(win) == []  # no English reaches the Japanese window
     win.close()
 
 
@@ -449,6 +453,11 @@ def test_the_first_start_dialog_never_cuts_its_messages(qtbot, tmp_path_factory,
         assert label.mapTo(dialog, label.rect().bottomLeft()).y() <= dialog.height()
     # All of the message can be read: on screen, or by scrolling to it.
     assert dialog.error_label.text() == message
+    if language == "ja":
+        from app_helpers import english_texts
+
+        dialog.error_label.hide()  # the message itself is the test's English
+        assert english_texts(dialog) == []
     dialog.close()
 
 
@@ -552,3 +561,36 @@ def test_voicechat_reply_refuses_a_typo_in_the_output_folder(tmp_path: Path) -> 
     assert result.returncode != 0
     assert "does not exist" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "ouput").exists()
+
+
+# ------------------------------------------------------------------------------------------ 6. no English
+
+
+def test_a_saved_demo_conversation_names_its_model_in_japanese(qtbot, window) -> None:  # noqa: ANN001
+    from app_helpers import english_texts
+
+    _loaded(qtbot, window)
+    turns = (p.HistoryTurnView(1, "user", "", 1.0, False, True, False),
+             p.HistoryTurnView(2, "assistant", "はい。", 1.0, True, True, False))
+    _worker().post(p.HistoryOpened(3, "はい", 1.7e9, "demo (random weights)", None, turns))
+    qtbot.waitUntil(lambda: window.history.viewer.conversation_id == 3 and window.history.viewer.isVisible())
+    header = window.history.viewer.header.text()
+    assert "デモ（ランダムな重み）" in header and "random" not in header
+    assert english_texts(window) == []
+
+
+def test_qts_own_file_dialog_speaks_japanese(qtbot, tmp_path: Path) -> None:  # noqa: ANN001
+    from app_helpers import english_texts
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.i18n import install_translator
+
+    install_translator(QApplication.instance(), "ja")
+    dialog = QFileDialog(None, "保存先", str(tmp_path), "WAV 音声 (*.wav)")
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)  # Qt's own dialog, as on Linux without a portal
+    dialog.setAcceptMode(QFileDialog.AcceptMode.AcceptSave)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(dialog.isVisible)
+    assert english_texts(dialog) == []  # not "Look in:", "File name:", "Files of type:", "Save", "Cancel"
+    dialog.close()

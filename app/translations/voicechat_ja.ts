@@ -1669,4 +1669,15 @@
       <translation>VoiceChat はすでに起動していますが、そのウィンドウが応答しません。そのウィンドウを閉じる（またはタスク マネージャーで終了する）と、VoiceChat をもう一度起動できます。</translation>
     </message>
   </context>
+  <context>
+    <name>QFileDialog</name>
+    <message>
+      <source>&amp;Look in:</source>
+      <translation>場所(&amp;L):</translation>
+    </message>
+    <message>
+      <source>Files of &amp;type:</source>
+      <translation>ファイルの種類(&amp;T):</translation>
+    </message>
+  </context>
 </TS>

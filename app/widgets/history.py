@@ -46,6 +46,7 @@ from engine.protocol import (
     ReplayHistoryTurn,
 )
 
+from app.engine_messages import engine_text
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.transcript import TranscriptView
 
@@ -270,7 +271,7 @@ class HistoryViewer(QWidget):
         self.conversation_id = opened.conversation_id
         voice = opened.voice or self.tr("default voice")
         self.header.setText(self.tr("<b>Saved conversation</b> of %1 · model %2 · voice %3").replace(
-            "%1", format_date(opened.started_at)).replace("%2", opened.model).replace("%3", voice))
+            "%1", format_date(opened.started_at)).replace("%2", engine_text(opened.model)).replace("%3", voice))  # "demo (random weights)" in the UI's language
         show_turns(self.transcript, opened.turns)
 
     def _replay(self, turn_id: int) -> None:
