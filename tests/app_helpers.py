@@ -327,9 +327,10 @@ NOT_ENGLISH = frozenset({
 })
 
 
-def english_texts(root) -> list[str]:  # noqa: ANN001
+def english_texts(root, names: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001
     """The visible texts under `root` that contain an English word (3+ Latin letters, not a name or a
-    unit of NOT_ENGLISH, not inside a path or a model id): what the Japanese UI must never show."""
+    unit of NOT_ENGLISH, not inside a path or a model id, not one of `names`: devices, voices, what the
+    user named): what the Japanese UI must never show."""
     import re
 
     from PySide6.QtWidgets import QAbstractButton, QGroupBox, QLabel, QWidget
@@ -346,6 +347,8 @@ def english_texts(root) -> list[str]:  # noqa: ANN001
             text = widget.title()
         else:
             continue
+        for name in (*names, "top-k", "Hugging Face"):  # terms the Japanese text uses as they are
+            text = text.replace(name, " ")
         # Paths, ids and file names are the user's, not English.
         cleaned = re.sub(r"[\w.~-]*[/\\][\w./\\~ -]*|\b[\w-]+\.(?:wav|txt|json|safetensors)\b", " ", text)
         cleaned = re.sub(r"[\w.-]*\d[\w.-]*", " ", cleaned)  # model names and versions (LFM2.5-Audio-1.5B-JP)

@@ -594,3 +594,33 @@ def test_qts_own_file_dialog_speaks_japanese(qtbot, tmp_path: Path) -> None:  # 
     qtbot.waitUntil(dialog.isVisible)
     assert english_texts(dialog) == []  # not "Look in:", "File name:", "Files of type:", "Save", "Cancel"
     dialog.close()
+
+
+# ------------------------------------------------------------------------------------------ the screenshot states
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_the_screenshot_scripts_small_window_and_long_errors_clip_nothing(qtbot, tmp_path: Path,  # noqa: ANN001
+                                                                          language: str) -> None:
+    """The states scripts/screenshots.py renders at 800 x 600 and with long errors: no text is cut off, and
+    no English reaches the Japanese UI."""
+    import importlib.util
+
+    from app_helpers import clipped_texts, english_texts
+
+    _require_cjk_font()
+    path = Path(__file__).resolve().parents[1] / "scripts" / "screenshots.py"
+    spec = importlib.util.spec_from_file_location("screenshots", path)
+    assert spec is not None and spec.loader is not None
+    screenshots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshots)
+    seen = []
+    for name, widget in screenshots.small_window_states(language, tmp_path):
+        seen.append(name)
+        assert clipped_texts(widget) == [], name
+        if language == "ja":  # the names of the devices and the voice are the user's, not English
+            assert english_texts(widget, names=("NVIDIA GeForce RTX 4070", "alice-voice", "USB Microphone",
+                                                "Built-in Microphone", "Speakers", "Headphones")) == [], name
+        if name.startswith("window"):
+            assert (widget.width(), widget.height()) == (800, 600)
+    assert "window-800x600-long-error" in seen and "first-run-long-error" in seen
