@@ -7,7 +7,7 @@ interrupted download (even across an app restart) keeps the files it finished an
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLocale, Qt, Signal
+from PySide6.QtCore import QDir, QLocale, Qt, Signal
 from PySide6.QtWidgets import (
     QCommandLinkButton,
     QDialog,
@@ -180,7 +180,7 @@ class FirstRunDialog(QDialog):
         self.cancel_download.emit()
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, self.tr("Choose the model folder"))
+        folder = QFileDialog.getExistingDirectory(self, self.tr("Choose the model folder"), QDir.homePath())
         if folder:
             self.folder_chosen.emit(folder)
 

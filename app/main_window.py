@@ -122,6 +122,7 @@ class MainWindow(QMainWindow):
         self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
         self.confirm_box: QMessageBox | None = None
         self._voice_refused = False  # the engine refused the voice of the load under way
+        self.export_banner = ""  # the text of the banner that says where the last export went
         self.global_key: GlobalPttKey | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
@@ -441,10 +442,17 @@ class MainWindow(QMainWindow):
         self.engine_turns = 0
         self._reset_statistics()
 
+    def _hide_export_banner(self) -> None:
+        """The last export's banner is about the conversation that just ended."""
+        if self.export_banner and self.banner.text == self.export_banner and not self.banner.isHidden():
+            self.banner.hide()
+        self.export_banner = ""
+
     def _reset_statistics(self) -> None:
         # A new conversation starts new statistics: the RTF readout and the latency history alike.
         self.rtf.clear_value()
         self.latency.clear()
+        self._hide_export_banner()
 
     def choose_export_path(self) -> bool:
         """Ask where to export and send the export; False if there is nothing to export or no file was chosen."""
@@ -584,6 +592,7 @@ class MainWindow(QMainWindow):
             self.rtf.set_rtf(event.rtf, live=True)
         elif isinstance(event, UserTakeAdded):
             self.engine_turns += 1
+            self.rtf.clear_value()  # the previous answer's figure is not this turn's
             self.transcript.add_user_take(event.turn_id, event.duration_s)
             self.latency.start_turn()  # the "this turn" column is about the new turn from now on
         elif isinstance(event, AssistantTurnStarted):
@@ -633,9 +642,9 @@ class MainWindow(QMainWindow):
         elif isinstance(event, Exported):
             self.exported_paths = event.paths
             folder = str(Path(event.paths[0]).parent) if event.paths else ""
-            self.banner.show_message("info", self.tr("Conversation exported to %1: %2")
-                                     .replace("%1", folder).replace("%2", ", ".join(Path(p).name for p in event.paths)),
-                                     details="\n".join(event.paths))
+            self.export_banner = self.tr("Conversation exported to %1: %2").replace("%1", folder).replace(
+                "%2", ", ".join(Path(p).name for p in event.paths))
+            self.banner.show_message("info", self.export_banner, details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
         elif isinstance(event, ChangeDeferred):

@@ -624,3 +624,64 @@ def test_the_screenshot_scripts_small_window_and_long_errors_clip_nothing(qtbot,
         if name.startswith("window"):
             assert (widget.width(), widget.height()) == (800, 600)
     assert "window-800x600-long-error" in seen and "first-run-long-error" in seen
+
+
+# ------------------------------------------------------------------------------------------ 10. smaller things
+
+
+def test_a_new_conversation_hides_the_last_exports_banner(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.Exported((str(tmp_path / "a.wav"),)))
+    qtbot.waitUntil(lambda: not window.banner.isHidden())
+    window.reset_action.trigger()
+    window.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
+    assert window.banner.isHidden()
+
+
+def test_the_rtf_readout_is_cleared_when_a_new_turn_starts(qtbot, window) -> None:  # noqa: ANN001
+    _loaded(qtbot, window)
+    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい", 1.0, False),
+                   p.TurnMetrics(2, 40.0, 90.0, 120.0, 180.0, 300.0, 0.42, 10, "x", False, 0))
+    qtbot.waitUntil(lambda: window.rtf.text() == "RTF 0.42")
+    _worker().post(p.UserTakeAdded(3, 1.0), p.StateChanged(p.EngineState.THINKING))
+    qtbot.waitUntil(lambda: window.state is p.EngineState.THINKING)
+    assert "0.42" not in window.rtf.text()
+
+
+def test_folder_dialogs_start_at_home_and_exports_at_the_last_folder(qtbot, window, tmp_path: Path,  # noqa: ANN001
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import QDir
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.widgets import export_dialog
+
+    starts: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda parent, title, start="", *a: starts.append(start) or "")
+    dialog = window.open_settings()
+    dialog.voice_none.setChecked(False)
+    dialog.voice_folder.setText("")
+    dialog._browse(dialog.voice_folder, "x")
+    assert starts == [QDir.homePath()]
+    dialog.reject()
+
+    chosen = tmp_path / "exports" / "talk.wav"
+    suggested: list[str] = []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        lambda parent, title, start, *a: suggested.append(start) or (str(chosen), ""))
+    export_dialog.ask_export_path(window)
+    export_dialog.ask_export_path(window)
+    assert Path(suggested[1]).parent == chosen.parent  # the folder used last
+    assert not Path(suggested[0]).is_relative_to(Path.cwd()) or Path.cwd() == Path.home()
+
+
+def test_an_empty_history_does_not_report_the_databases_own_size(qtbot, window) -> None:  # noqa: ANN001
+    panel = window.history.panel
+    panel.set_entries(p.HistoryListed((), 66_000))
+    window.history.dock.show()
+    qtbot.wait(20)
+    assert not panel.size_label.isVisible()
+    entry = p.HistoryEntry(7, 1.7e9, 1.7e9, "題名", 2, 3.0, "LFM", None)
+    panel.set_entries(p.HistoryListed((entry,), 90_000))
+    qtbot.wait(20)
+    assert panel.size_label.isVisible()

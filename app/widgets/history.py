@@ -175,6 +175,8 @@ class HistoryPanel(QWidget):
                 self.list.setCurrentItem(item)
         self.empty_label.setVisible(not self.entries)
         self.size_label.setText(self.tr("History on disk: %1").replace("%1", format_bytes(listed.bytes_on_disk)))
+        # Without a saved conversation the figure is the empty database's own size: no use to anyone.
+        self.size_label.setVisible(bool(self.entries))
         self._enable()
 
     def entry_text(self, entry: HistoryEntry) -> str:
