@@ -7,23 +7,23 @@ interrupted download (even across an app restart) keeps the files it finished an
 
 from __future__ import annotations
 
-from PySide6.QtCore import QDir, QLocale, Qt, Signal
+from PySide6.QtCore import QDir, QLocale, Signal
 from PySide6.QtWidgets import (
     QCommandLinkButton,
     QDialog,
     QFileDialog,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.protocol import Progress
+
+from app.widgets.scrolling import VerticalScrollArea
 
 
 def format_bytes(n: int) -> str:
@@ -117,11 +117,7 @@ class FirstRunDialog(QDialog):
 
         # The pages scroll when the screen is too low for them (a long error, a small screen): the
         # message and the options are then cut by nothing, only one scroll away.
-        self.scroll = QScrollArea(self)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.setWidget(self.stack)
+        self.scroll = VerticalScrollArea(self.stack, self)
         layout = QVBoxLayout(self)
         layout.addWidget(self.scroll)
         self.done_bytes: int | None = None

@@ -12,14 +12,12 @@ from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
-    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QMessageBox,
     QProgressBar,
-    QScrollArea,
     QSplitter,
     QToolBar,
     QVBoxLayout,
@@ -76,6 +74,7 @@ from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
+from app.widgets.scrolling import VerticalScrollArea
 from app.widgets.transcript import TranscriptView
 
 
@@ -185,14 +184,8 @@ class MainWindow(QMainWindow):
         latency_box = QGroupBox(self.tr("Latency"), central)
         # In a scroll area: in a low window its labels keep the lines they need (it scrolls) instead of
         # being squeezed; it is never narrower than its content, so it never scrolls sideways.
-        latency_scroll = QScrollArea(latency_box)
-        latency_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        latency_scroll.setWidgetResizable(True)
-        latency_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.latency = LatencyMeter()
-        latency_scroll.setWidget(self.latency)
-        latency_scroll.setMinimumWidth(self.latency.minimumSizeHint().width()
-                                       + latency_scroll.verticalScrollBar().sizeHint().width())
+        latency_scroll = VerticalScrollArea(self.latency, latency_box)
         lb = QVBoxLayout(latency_box)
         lb.addWidget(latency_scroll, 1)
         # The history: a dock beside the conversation, and saved conversations read behind the live one.

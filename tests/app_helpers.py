@@ -258,6 +258,7 @@ def clipped_texts(root) -> list[str]:  # noqa: ANN001
     """Every visible text under `root` that its widget cannot show whole: a label or button narrower or
     lower than its text, or a widget that sticks out of its parent (outside a scroll area, where
     scrolling reaches it). Returns descriptions, empty when nothing is clipped."""
+    from PySide6.QtCore import Qt
     from PySide6.QtWidgets import (
         QAbstractButton,
         QAbstractScrollArea,
@@ -309,7 +310,17 @@ def clipped_texts(root) -> list[str]:  # noqa: ANN001
         # Inside its parents: a part outside any of them is cut off (unless a scroll area scrolls to it).
         child, parent = widget, widget.parentWidget()
         while parent is not None and child is not root:
-            if isinstance(parent, QAbstractScrollArea) or isinstance(parent.parentWidget(), QAbstractScrollArea):
+            area = parent.parentWidget()
+            if isinstance(area, QAbstractScrollArea) and parent is area.viewport():
+                # Up and down it scrolls to what is outside; sideways only with a horizontal scroll bar.
+                left = widget.mapTo(parent, widget.rect().topLeft()).x()
+                right = widget.mapTo(parent, widget.rect().topRight()).x()
+                if area.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff and (
+                        left < 0 or right >= parent.width() + 1):
+                    problems.append(f"{type(widget).__name__} {_plain(text)!r}: cut at the side of a scroll area "
+                                    f"({left}..{right} in {parent.width()})")
+                break
+            if isinstance(parent, QAbstractScrollArea):
                 break
             if not parent.rect().contains(child.geometry()):
                 problems.append(f"{type(widget).__name__} {_plain(text)!r}: outside {type(parent).__name__} "

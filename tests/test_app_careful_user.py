@@ -685,3 +685,26 @@ def test_an_empty_history_does_not_report_the_databases_own_size(qtbot, window) 
     panel.set_entries(p.HistoryListed((entry,), 90_000))
     qtbot.wait(20)
     assert panel.size_label.isVisible()
+
+
+def test_the_selftest_checks_the_saved_voice_and_the_chosen_model(isolated_user_dirs: Path) -> None:
+    import json
+
+    from engine.settings import default_settings_path, save_settings
+    from engine.tools import diagnostics
+
+    voice = isolated_user_dirs / "voice"
+    voice.mkdir()
+    (voice / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "target_modules": ["q_proj"]}),
+                                               encoding="utf-8")
+    (voice / "adapter_model.safetensors").write_bytes(b"this is not a safetensors file")
+    save_settings(Settings(demo=True, lora=str(voice)), default_settings_path())
+    check = diagnostics._settings_check()
+    assert check["status"] != diagnostics.OK and str(voice) in check["message"]  # not "valid"
+
+    missing_hub_model = {"repo_id": "LiquidAI/LFM2.5-Audio-1.5B-JP", "present": False}
+    settings_ = diagnostics._saved_settings()
+    assert settings_ is not None and settings_.demo
+    check = diagnostics._model_check(missing_hub_model, settings_)
+    assert check["status"] == diagnostics.OK and "demo" in check["message"]  # no warning about the Hub model
+    assert diagnostics._model_check(missing_hub_model, Settings())["status"] != diagnostics.OK  # still said when needed

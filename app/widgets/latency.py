@@ -106,6 +106,7 @@ class LatencyMeter(QWidget):
         headers = (self.tr("Since release"), self.tr("This turn"), self.tr("p50"), self.tr("p95"))
         for col, text in enumerate(headers):
             header = QLabel(f"<b>{text}</b>", self)
+            header.setWordWrap(True)  # like the stage names: two lines in a narrow window rather than cut
             self.table.addWidget(header, 0, col, Qt.AlignmentFlag.AlignRight if col else Qt.AlignmentFlag.AlignLeft)
         self.cells: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
         for row, ((attr, color), name) in enumerate(zip(STAGES, self.stage_names()), start=1):
