@@ -64,7 +64,7 @@ from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import engine_parts, engine_str, engine_text
+from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
@@ -758,6 +758,13 @@ class MainWindow(QMainWindow):
             "history": self.tr("History"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
+        details = event.details
+        if not event.template and event.message not in TEMPLATES:
+            # A library's own words (an exception's text), in English whatever the language: said in
+            # ours, with what to do; the library's text stays in the details (the banner's tooltip).
+            details = event.message + ("\n\n" + details if details else "")
+            message = self.tr("Something went wrong that VoiceChat has no explanation for. Try again; if it "
+                              "happens again, restart the engine (the details and the log file say more).")
         text = f"<b>{title}:</b> {message}"
         # A failed load leaves no model: the first-run choices are offered again, with the reason,
         # and the reason is said there only (not twice, in the banner behind the dialog too).
@@ -766,14 +773,17 @@ class MainWindow(QMainWindow):
             self.banner_error_kind = ""
             if self.banner.level == "error":
                 self.banner.hide()
-            self.show_first_run(self._plain_load_error(event, message))
+            reason = self._plain_load_error(event, message)
+            if details != event.details:  # a library's words: kept, as the detail they are
+                reason += "\n" + self.tr("Details: %1").replace("%1", event.message)
+            self.show_first_run(reason)
             return
         self.banner_error_kind = event.kind
         if event.fatal:
-            self.banner.show_message("error", text, details=event.details, action_id="restart",
+            self.banner.show_message("error", text, details=details, action_id="restart",
                                      action_text=self.tr("Restart engine"))
         else:
-            self.banner.show_message("error", text, details=event.details)
+            self.banner.show_message("error", text, details=details)
 
     def _undo_refused_choice(self, event: EngineError) -> None:
         """What the engine refused is neither kept as the current choice nor saved."""

@@ -708,3 +708,17 @@ def test_the_selftest_checks_the_saved_voice_and_the_chosen_model(isolated_user_
     check = diagnostics._model_check(missing_hub_model, settings_)
     assert check["status"] == diagnostics.OK and "demo" in check["message"]  # no warning about the Hub model
     assert diagnostics._model_check(missing_hub_model, Settings())["status"] != diagnostics.OK  # still said when needed
+
+
+def test_a_librarys_own_error_is_said_in_japanese_with_its_text_as_a_detail(qtbot, window) -> None:  # noqa: ANN001
+    from app_helpers import english_texts
+
+    _loaded(qtbot, window)
+    raw = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    _worker().post(p.EngineError("internal", raw, details="Traceback (most recent call last): ..."))
+    qtbot.waitUntil(lambda: not window.banner.isHidden())
+    assert raw not in window.banner.text and english_texts(window.banner) == []
+    assert raw in window.banner.message.toolTip() and "Traceback" in window.banner.message.toolTip()
+    # A message the app knows is still shown as itself, translated.
+    _worker().post(p.EngineError("take", "The model is not loaded yet."))
+    qtbot.waitUntil(lambda: "モデルはまだ読み込まれていません。" in window.banner.text)

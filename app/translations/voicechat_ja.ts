@@ -1301,6 +1301,14 @@
       <source>That take was too short: the button was held for only %1 s. Hold it for as long as you speak.</source>
       <translation>録音が短すぎました（ボタンを押していたのは %1 秒だけです）。話している間はボタンを押し続けてください。</translation>
     </message>
+    <message>
+      <source>Something went wrong that VoiceChat has no explanation for. Try again; if it happens again, restart the engine (the details and the log file say more).</source>
+      <translation>VoiceChat が説明できない問題が起きました。もう一度お試しください。繰り返し起きる場合はエンジンを再起動してください（詳細とログファイルに手がかりがあります）。</translation>
+    </message>
+    <message>
+      <source>Details: %1</source>
+      <translation>詳細：%1</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
