@@ -722,3 +722,18 @@ def test_a_librarys_own_error_is_said_in_japanese_with_its_text_as_a_detail(qtbo
     # A message the app knows is still shown as itself, translated.
     _worker().post(p.EngineError("take", "The model is not loaded yet."))
     qtbot.waitUntil(lambda: "モデルはまだ読み込まれていません。" in window.banner.text)
+
+
+def test_one_word_for_one_thing_in_the_japanese_catalogue() -> None:
+    """「ターン」 meant an exchange in one message and a single message in another: the Japanese now says
+    発言 for one message (what the history counts, what is dropped from the context) and やり取り for an
+    exchange, and never ターン."""
+    import xml.etree.ElementTree as ET
+
+    catalogue = Path(__file__).resolve().parents[1] / "app" / "translations" / "voicechat_ja.ts"
+    translations = {m.findtext("source"): m.findtext("translation") or ""
+                    for m in ET.parse(catalogue).getroot().iter("message")}
+    assert not [t for t in translations.values() if "ターン" in t]
+    assert "発言" in translations["%1 turns · %2 · %3"]
+    assert "やり取り" in translations["%1 exchanges could not be given back to the model (a recording is missing, or an "
+                                    "answer was never finished); they are shown only."]

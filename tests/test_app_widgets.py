@@ -111,7 +111,7 @@ def test_latency_meter_shows_the_waterfall_and_session_percentiles(qtbot) -> Non
     assert p95.text() == "490 ms"
     assert meter.cells["prefill_done_ms"][0].text() == "90 ms"
     assert [bar.ms for bar in meter.chart.bars] == [40.0, 90.0, 120.0, 180.0, 2000.0]
-    assert meter.turns_label.text() == "計測したターン数：3（最後の回答は停止されたため数えていません）"
+    assert meter.turns_label.text() == "計測した応答の数：3（最後の回答は停止されたため数えていません）"
 
 
 def test_level_meter_converts_to_dbfs_and_holds_clipping(qtbot) -> None:  # noqa: ANN001

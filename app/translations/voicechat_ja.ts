@@ -269,7 +269,7 @@
     </message>
     <message>
       <source>That turn has no audio to replay.</source>
-      <translation>このターンには再生できる音声がありません。</translation>
+      <translation>この発言には再生できる音声がありません。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="103" />
@@ -289,12 +289,12 @@
     <message>
       <location filename="../engine_messages.py" line="106" />
       <source>A turn could not be saved to the history ({error}).</source>
-      <translation>ターンを履歴に保存できませんでした（{error}）。</translation>
+      <translation>発言を履歴に保存できませんでした（{error}）。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="107" />
       <source>The disk is full: conversations are not being saved for now. The chat goes on, and saving resumes (with the turns since) as soon as there is room.</source>
-      <translation>ディスクがいっぱいのため、今は会話を保存できません。会話はそのまま続けられ、空きができしだい（それまでのターンも含めて）保存を再開します。</translation>
+      <translation>ディスクがいっぱいのため、今は会話を保存できません。会話はそのまま続けられ、空きができしだい（それまでの発言も含めて）保存を再開します。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="108" />
@@ -594,7 +594,7 @@
     </message>
     <message>
       <source>A turn cannot be replayed while you are recording.</source>
-      <translation>録音中はターンを再生できません。</translation>
+      <translation>録音中は発言を再生できません。</translation>
     </message>
     <message>
       <source>The recording was lost; press the talk button again.</source>
@@ -743,7 +743,7 @@
     <message>
       <location filename="../widgets/history.py" line="106" />
       <source>Turns from now on are not saved. What is already saved stays (delete it here). A new conversation is saved again.</source>
-      <translation>これ以降のターンは保存されません。すでに保存された分は残ります（ここで削除できます）。新しい会話は再び保存されます。</translation>
+      <translation>これ以降の発言は保存されません。すでに保存された分は残ります（ここで削除できます）。新しい会話は再び保存されます。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="112" />
@@ -793,7 +793,7 @@
     <message>
       <location filename="../widgets/history.py" line="166" />
       <source>%1 turns · %2 · %3</source>
-      <translation>%1 ターン · %2 · %3</translation>
+      <translation>発言 %1 件 · %2 · %3</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="210" />
@@ -826,7 +826,7 @@
     <message>
       <location filename="../widgets/history.py" line="346" />
       <source>It is longer than the model's context: the %1 oldest turns are not in the model's memory (they stay here and in exports).</source>
-      <translation>モデルのコンテキストに収まらないため、古い %1 ターンはモデルの記憶に入っていません（こことエクスポートには残ります）。</translation>
+      <translation>モデルのコンテキストに収まらないため、古い発言 %1 件はモデルの記憶に入っていません（こことエクスポートには残ります）。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="350" />
@@ -836,7 +836,7 @@
     <message>
       <location filename="../widgets/history.py" line="338" />
       <source>Saving resumed: the turns since the disk was full are saved too.</source>
-      <translation>保存を再開しました。ディスクがいっぱいだった間のターンも保存されました。</translation>
+      <translation>保存を再開しました。ディスクがいっぱいだった間の発言も保存されました。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="386" />
@@ -856,7 +856,7 @@
     <message>
       <location filename="../widgets/history.py" line="278" />
       <source>The audio of this turn is missing.</source>
-      <translation>このターンの音声ファイルが見つかりません。</translation>
+      <translation>この発言の音声ファイルが見つかりません。</translation>
     </message>
   </context>
   <context>
@@ -937,7 +937,7 @@
     <message>
       <location filename="../widgets/latency.py" line="164" />
       <source>Turns measured: %1</source>
-      <translation>計測したターン数：%1</translation>
+      <translation>計測した応答の数：%1</translation>
     </message>
     <message>
       <source> (the last answer was stopped and is not counted)</source>
@@ -1035,12 +1035,12 @@
     <message>
       <location filename="../main_window.py" line="339" />
       <source>The engine was restarted; earlier turns cannot be replayed or exported, and the model does not remember them.</source>
-      <translation>エンジンを再起動しました。これより前のターンは再生・エクスポートできず、モデルも覚えていません。</translation>
+      <translation>エンジンを再起動しました。これより前の発言は再生・エクスポートできず、モデルも覚えていません。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="391" />
       <source>The context was full: the %1 oldest turns were dropped from the model's memory (they stay in this transcript and in exports).</source>
-      <translation>コンテキストがいっぱいになったため、古い %1 ターンをモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
+      <translation>コンテキストがいっぱいになったため、古い発言 %1 件をモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="410" />
@@ -1080,7 +1080,7 @@
     <message>
       <location filename="../main_window.py" line="435" />
       <source>Warming up (one silent turn)</source>
-      <translation>ウォームアップ中（無音で 1 ターン）</translation>
+      <translation>ウォームアップ中（無音で 1 回応答）</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="437" />
