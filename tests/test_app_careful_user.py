@@ -737,3 +737,26 @@ def test_one_word_for_one_thing_in_the_japanese_catalogue() -> None:
     assert "発言" in translations["%1 turns · %2 · %3"]
     assert "やり取り" in translations["%1 exchanges could not be given back to the model (a recording is missing, or an "
                                     "answer was never finished); they are shown only."]
+
+
+def test_no_stray_padding_lines_in_the_log(tmp_path: Path) -> None:
+    import logging
+
+    from liquid_audio.model.conformer import processor
+
+    from engine.logs import setup_logging, shutdown_logging
+
+    path = setup_logging(log_dir=tmp_path)
+    try:
+        # The line as liquid-audio's conformer logs it on every load (processor.py: logging.info(f"PADDING:
+        # {pad_to}")), from its own file, so the record is the one the app's log receives.
+        exec(compile('import logging\nlogging.info("PADDING: 0")', processor.__file__, "exec"), {})  # noqa: S102
+        logging.getLogger("engine.test").info("a line of ours")
+        logging.warning("a warning through the root logger")
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        text = path.read_text(encoding="utf-8")
+    finally:
+        shutdown_logging()
+    assert "PADDING" not in text
+    assert "a line of ours" in text and "a warning through the root logger" in text
