@@ -7,7 +7,7 @@ interrupted download (even across an app restart) keeps the files it finished an
 
 from __future__ import annotations
 
-from PySide6.QtCore import QLocale, Signal
+from PySide6.QtCore import QDir, QLocale, Signal
 from PySide6.QtWidgets import (
     QCommandLinkButton,
     QDialog,
@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.protocol import Progress
+
+from app.widgets.scrolling import VerticalScrollArea
 
 
 def format_bytes(n: int) -> str:
@@ -113,8 +115,11 @@ class FirstRunDialog(QDialog):
         page1.addStretch(1)
         self.stack.addWidget(progress_page)
 
+        # The pages scroll when the screen is too low for them (a long error, a small screen): the
+        # message and the options are then cut by nothing, only one scroll away.
+        self.scroll = VerticalScrollArea(self.stack, self)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.stack)
+        layout.addWidget(self.scroll)
         self.done_bytes: int | None = None
         self.total_bytes: int | None = None
 
@@ -124,10 +129,22 @@ class FirstRunDialog(QDialog):
         self.error_label.setText(message or "")
         self.error_label.setVisible(bool(message))
         self.stack.setCurrentIndex(0)
-        # Grow to fit the message (wrapped labels only report their height once laid out), so that
-        # the reason and the choices below it are never clipped.
-        self.layout().activate()
-        self.resize(self.width(), max(self.height(), self.sizeHint().height()))
+        self.fit_to_content()
+
+    def fit_to_content(self) -> None:
+        """Grow to show the whole page at the dialog's width (wrapped labels and option descriptions
+        need more lines when narrow), as far as the screen allows; beyond that the page scrolls."""
+        page = self.stack.currentWidget()
+        inner = max(1, self.scroll.viewport().width() if self.isVisible() else self.width() - 24)
+        layout = page.layout()
+        needed = layout.totalHeightForWidth(inner) if layout.hasHeightForWidth() else layout.totalSizeHint().height()
+        margins = self.layout().contentsMargins()
+        height = needed + margins.top() + margins.bottom() + 2 * self.scroll.frameWidth()
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        if screen is not None:
+            frame = max(0, self.frameGeometry().height() - self.geometry().height())
+            height = min(height, screen.height() - frame)
+        self.resize(self.width(), max(self.height(), height))
 
     def show_downloading(self) -> None:
         self.download_title.setText("<b>" + self.tr("Downloading %1").replace("%1", self.hub_id) + "</b>")
@@ -159,7 +176,7 @@ class FirstRunDialog(QDialog):
         self.cancel_download.emit()
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, self.tr("Choose the model folder"))
+        folder = QFileDialog.getExistingDirectory(self, self.tr("Choose the model folder"), QDir.homePath())
         if folder:
             self.folder_chosen.emit(folder)
 

@@ -9,6 +9,10 @@ Source strings are English (in the code, via `tr()`); the Japanese lives in
     tests/test_ui_strings.py on any string of app/ or message of engine/ that the catalogue lacks)
     .venv/bin/pyside6-lrelease app/translations/voicechat_ja.ts -qm app/translations/voicechat_ja.qm
 
+Qt's own Japanese (qtbase_ja, see QT_CATALOGUES) lacks a few texts of Qt 6's file dialog ("&Look in:",
+"Files of &type:"); they are in our catalogue, in Qt's context ("QFileDialog"), entered by hand: lupdate
+does not see them either, so the same rule applies (tests/test_app_careful_user.py checks the dialog).
+
 Do not pass -no-obsolete: the "CrashReporter" strings of app/crash.py go through a `_tr()` helper that
 lupdate cannot see, so lupdate marks them obsolete; they were entered by hand and must stay (mark them
 finished again in Linguist).
@@ -21,6 +25,9 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QLibraryInfo, QLocale, QTranslator
 
 TRANSLATIONS_DIR = Path(__file__).resolve().parent / "translations"
+
+# Qt's own catalogues, loaded after ours (packaging/voicechat.spec ships the same list).
+QT_CATALOGUES = ("qtbase",)
 
 # Kept alive here: a QTranslator that is garbage-collected silently stops translating.
 _installed: list[QTranslator] = []
@@ -54,10 +61,13 @@ def install_translator(app: QCoreApplication, language: str) -> str:
         return "en"
     app.installTranslator(ours)
     _installed.append(ours)
-    # Qt's own strings (OK/Cancel in standard dialogs, the file dialog) in Japanese too.
-    qt_base = QTranslator(app)
-    if qt_base.load("qtbase_ja", QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath)):
-        app.installTranslator(qt_base)
-        _installed.append(qt_base)
+    # Qt's own strings (OK/Cancel in standard dialogs, the file dialog's "Look in:") in Japanese too:
+    # shipped next to ours (packaging/voicechat.spec copies them from PySide6), else PySide6's own.
+    for catalogue in QT_CATALOGUES:
+        qt_translator = QTranslator(app)
+        if any(qt_translator.load(f"{catalogue}_ja", str(folder)) for folder in (
+                TRANSLATIONS_DIR, QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath))):
+            app.installTranslator(qt_translator)
+            _installed.append(qt_translator)
     QLocale.setDefault(QLocale(QLocale.Language.Japanese, QLocale.Country.Japan))
     return "ja"

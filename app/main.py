@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QCoreApplication, QTimer
 from PySide6.QtWidgets import QApplication
 
 from engine.constants import APP_AUTHOR, APP_NAME
@@ -46,12 +46,28 @@ def run_gui(argv: list[str]) -> int:
     # An unhandled exception anywhere (GUI or engine thread) is logged and shown in a dialog.
     crash_reporter = CrashReporter(current_log_path())
     install_excepthook(crash_reporter.show)
+    # One instance per user: a second start shows the running window instead of loading the model again.
+    from app.single_instance import SingleInstance
+
+    instance = SingleInstance()
+    if not instance.claim():
+        if instance.activate_running():
+            return 0
+        install_translator(app, choose_language(preference=load_settings().settings.language))
+        from PySide6.QtWidgets import QMessageBox
+
+        QMessageBox.warning(None, APP_NAME, QCoreApplication.translate(
+            "SingleInstance", "VoiceChat is already running, but its window does not respond. Close it (or end "
+            "it in the task manager), then start VoiceChat again."))
+        return 1
     window = build_window(app, demo=demo)
+    instance.activation_requested.connect(window.bring_to_front)
     window.show()
     # Start the engine once the window is on screen: the user sees 読み込み中 at once, and torch is
     # imported in the engine thread, not here.
     QTimer.singleShot(0, window.start_engine)
     exit_code = app.exec()
+    instance.release()
     del crash_reporter
     return exit_code
 

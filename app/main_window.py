@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import shiboken6
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -64,7 +64,7 @@ from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import engine_parts, engine_str, engine_text
+from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
@@ -74,6 +74,7 @@ from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
+from app.widgets.scrolling import VerticalScrollArea
 from app.widgets.transcript import TranscriptView
 
 
@@ -112,15 +113,21 @@ class MainWindow(QMainWindow):
         # The model settings that last loaded: a folder is saved as the model only once it has
         # loaded, so a broken folder never becomes the model of the next start.
         self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+        # The same for the voice: the one the engine runs with. A voice the engine refuses is never saved
+        # nor shown as current; the dialog then shows the voice that is really in use.
+        self.confirmed_lora = self.settings.lora
         self.mic_missing = False
         self.audio_problems: dict[str, str] = {}  # audio device problems shown together in the banner
         self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
         self.confirm_box: QMessageBox | None = None
+        self._voice_refused = False  # the engine refused the voice of the load under way
+        self.export_banner = ""  # the text of the banner that says where the last export went
         self.global_key: GlobalPttKey | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
         self._build_ui()
+        self._restore_layout()
         self.bridge.event_received.connect(self.on_event)
         self.bridge.engine_stopped.connect(self.on_engine_stopped)
         self.bridge.engine_unresponsive.connect(self.on_engine_unresponsive)
@@ -139,6 +146,7 @@ class MainWindow(QMainWindow):
 
     def _build_ui(self) -> None:
         toolbar = QToolBar(self.tr("Conversation"), self)
+        toolbar.setObjectName("conversation")
         toolbar.setMovable(False)
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.addToolBar(toolbar)
@@ -174,14 +182,18 @@ class MainWindow(QMainWindow):
         self.transcript = TranscriptView(central)
         self.transcript.replay_requested.connect(lambda turn_id: self.bridge.send(ReplayTurn(turn_id)))
         latency_box = QGroupBox(self.tr("Latency"), central)
-        self.latency = LatencyMeter(latency_box)
+        # In a scroll area: in a low window its labels keep the lines they need (it scrolls) instead of
+        # being squeezed; it is never narrower than its content, so it never scrolls sideways.
+        self.latency = LatencyMeter()
+        latency_scroll = VerticalScrollArea(self.latency, latency_box)
         lb = QVBoxLayout(latency_box)
-        lb.addWidget(self.latency)
-        lb.addStretch(1)
+        lb.addWidget(latency_scroll, 1)
         # The history: a dock beside the conversation, and saved conversations read behind the live one.
         self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
         toolbar.addAction(self.history.toggle_action)
-        splitter = QSplitter(Qt.Orientation.Horizontal, central)
+        splitter = self.splitter = QSplitter(Qt.Orientation.Horizontal, central)
+        splitter.setObjectName("conversation_and_latency")
+        splitter.setChildrenCollapsible(False)  # a pane dragged too small would cut its text
         splitter.addWidget(self.history.stack)
         splitter.addWidget(latency_box)
         splitter.setStretchFactor(0, 3)
@@ -288,6 +300,8 @@ class MainWindow(QMainWindow):
             model_source, model_revision, demo = self.confirmed_model
             settings = dataclasses.replace(settings, model_source=model_source, model_revision=model_revision,
                                            demo=demo)
+        if settings.lora != self.confirmed_lora:
+            settings = dataclasses.replace(settings, lora=self.confirmed_lora)  # saved once the engine took it
         try:
             save_settings(settings, self.settings_path)
         except OSError as exc:
@@ -367,18 +381,34 @@ class MainWindow(QMainWindow):
         if not self.has_conversation():
             proceed()
             return None
-        box = QMessageBox(QMessageBox.Icon.Question, self.tr("Erase the conversation?"), question,
-                          QMessageBox.StandardButton.NoButton, self)
+        saved = self.history.saves_this_conversation()
+        if saved:
+            # Nothing is erased: the conversation stays in the history, only the model starts afresh.
+            title = self.tr("Start a new conversation?")
+            question += "\n\n" + self.tr("The current conversation stays in the history, where you can read, "
+                                          "replay, export or continue it.")
+        else:
+            title = self.tr("Erase the conversation?")
+            question += "\n\n" + self.tr("This conversation is not being saved in the history: it will be erased.")
+        box = QMessageBox(QMessageBox.Icon.Question, title, question, QMessageBox.StandardButton.NoButton, self)
         if self.engine_turns:
             box.setInformativeText(self.tr("To keep a copy, export it first (audio, transcript and timings)."))
             box.export_button = box.addButton(self.tr("Export first…"), QMessageBox.ButtonRole.AcceptRole)
         else:
             box.export_button = None
-        box.erase_button = box.addButton(self.tr("Erase the conversation"), QMessageBox.ButtonRole.DestructiveRole)
-        box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
+        if saved:
+            box.erase_button = box.addButton(self.tr("Start a new conversation"), QMessageBox.ButtonRole.AcceptRole)
+            box.keep_button = box.addButton(self.tr("Stay in this conversation"), QMessageBox.ButtonRole.RejectRole)
+        else:
+            box.erase_button = box.addButton(self.tr("Erase the conversation"),
+                                             QMessageBox.ButtonRole.DestructiveRole)
+            box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(box.keep_button)
         box.setEscapeButton(box.keep_button)
+        return self._open_confirmation(box, proceed, keep)
 
+    def _open_confirmation(self, box: QMessageBox, proceed: Callable[[], None],
+                           keep: Callable[[], None] | None) -> QMessageBox:
         def on_finished() -> None:
             clicked = box.clickedButton()
             self.confirm_box = None
@@ -395,8 +425,8 @@ class MainWindow(QMainWindow):
         return box
 
     def reset_conversation(self) -> None:
-        self.confirm_erase(self.tr("Start a new conversation? The current conversation will be erased."),
-                           self._reset_now)
+        self.confirm_erase(self.tr("Start a new conversation? The model starts afresh, without the current "
+                                   "conversation."), self._reset_now)
 
     def _reset_now(self) -> None:
         self.bridge.send(Reset())
@@ -405,10 +435,17 @@ class MainWindow(QMainWindow):
         self.engine_turns = 0
         self._reset_statistics()
 
+    def _hide_export_banner(self) -> None:
+        """The last export's banner is about the conversation that just ended."""
+        if self.export_banner and self.banner.text == self.export_banner and not self.banner.isHidden():
+            self.banner.hide()
+        self.export_banner = ""
+
     def _reset_statistics(self) -> None:
         # A new conversation starts new statistics: the RTF readout and the latency history alike.
         self.rtf.clear_value()
         self.latency.clear()
+        self._hide_export_banner()
 
     def choose_export_path(self) -> bool:
         """Ask where to export and send the export; False if there is nothing to export or no file was chosen."""
@@ -441,11 +478,19 @@ class MainWindow(QMainWindow):
         old = self.settings
         if new.system_prompt != old.system_prompt and self.has_conversation():
             self.confirm_erase(
-                self.tr("The new system prompt starts a new conversation: the current conversation will be erased."),
-                lambda: self._apply_settings(new),
+                self.tr("The new system prompt starts a new conversation: the model starts afresh, without the "
+                        "current conversation."),
+                lambda: self._apply_settings_erasing(new),
                 # Kept: everything else is applied, the prompt stays as it was.
                 lambda: self._apply_settings(dataclasses.replace(new, system_prompt=old.system_prompt)))
             return
+        self._apply_settings(new)
+
+    def _apply_settings_erasing(self, new: Settings) -> None:
+        """The user chose to erase the conversation for a new prompt: the answer that is being given or
+        played belongs to it, so it stops now (as for a new conversation) rather than playing on."""
+        if self.state in (EngineState.THINKING, EngineState.SPEAKING):
+            self.bridge.send(Cancel())
         self._apply_settings(new)
 
     def _apply_settings(self, new: Settings) -> None:
@@ -540,6 +585,7 @@ class MainWindow(QMainWindow):
             self.rtf.set_rtf(event.rtf, live=True)
         elif isinstance(event, UserTakeAdded):
             self.engine_turns += 1
+            self.rtf.clear_value()  # the previous answer's figure is not this turn's
             self.transcript.add_user_take(event.turn_id, event.duration_s)
             self.latency.start_turn()  # the "this turn" column is about the new turn from now on
         elif isinstance(event, AssistantTurnStarted):
@@ -575,7 +621,10 @@ class MainWindow(QMainWindow):
                 self.banner.hide()  # an earlier load's error: this load worked
                 self.banner_error_kind = ""
             self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
-            self._save_settings()  # now a folder chosen for this load is known to work
+            if not self._voice_refused:
+                self.confirmed_lora = self.settings.lora
+            self._voice_refused = False
+            self._save_settings()  # now a folder (or voice) chosen for this load is known to work
         elif isinstance(event, Devices):
             self._on_devices(event)
         elif isinstance(event, ModelMissing):
@@ -586,9 +635,9 @@ class MainWindow(QMainWindow):
         elif isinstance(event, Exported):
             self.exported_paths = event.paths
             folder = str(Path(event.paths[0]).parent) if event.paths else ""
-            self.banner.show_message("info", self.tr("Conversation exported to %1: %2")
-                                     .replace("%1", folder).replace("%2", ", ".join(Path(p).name for p in event.paths)),
-                                     details="\n".join(event.paths))
+            self.export_banner = self.tr("Conversation exported to %1: %2").replace("%1", folder).replace(
+                "%2", ", ".join(Path(p).name for p in event.paths))
+            self.banner.show_message("info", self.export_banner, details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
         elif isinstance(event, ChangeDeferred):
@@ -643,10 +692,13 @@ class MainWindow(QMainWindow):
 
     def _on_take_rejected(self, event: TakeRejected) -> None:
         if event.reason == "too_short":
-            text = self.tr("That take was too short (%1 s): hold the button while you speak.")
+            # The length the button was held, to the hundredth: rounded to tenths, 0.06 s read as "0.1 s",
+            # which looked like the minimum rather than what was measured.
+            text = self.tr("That take was too short: the button was held for only %1 s. Hold it for as long as "
+                           "you speak.").replace("%1", f"{event.duration_s:.2f}")
         else:
-            text = self.tr("That take was too long and was cut at %1 s.")
-        self.transcript.add_notice(text.replace("%1", f"{event.duration_s:.1f}"))
+            text = self.tr("That take was too long and was cut at %1 s.").replace("%1", f"{event.duration_s:.1f}")
+        self.transcript.add_notice(text)
 
     def stage_text(self, stage: str) -> str:
         if stage == "download":
@@ -681,6 +733,7 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, event: EngineError) -> None:
         self.last_error = event
+        self._undo_refused_choice(event)
         message = engine_text(event.message, event.template, event.values, event.part_lists)
         if event.kind == "audio_device":
             # Several device problems at once (no microphone and no speaker) are all shown, together.
@@ -705,6 +758,13 @@ class MainWindow(QMainWindow):
             "history": self.tr("History"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
+        details = event.details
+        if not event.template and event.message not in TEMPLATES:
+            # A library's own words (an exception's text), in English whatever the language: said in
+            # ours, with what to do; the library's text stays in the details (the banner's tooltip).
+            details = event.message + ("\n\n" + details if details else "")
+            message = self.tr("Something went wrong that VoiceChat has no explanation for. Try again; if it "
+                              "happens again, restart the engine (the details and the log file say more).")
         text = f"<b>{title}:</b> {message}"
         # A failed load leaves no model: the first-run choices are offered again, with the reason,
         # and the reason is said there only (not twice, in the banner behind the dialog too).
@@ -713,14 +773,37 @@ class MainWindow(QMainWindow):
             self.banner_error_kind = ""
             if self.banner.level == "error":
                 self.banner.hide()
-            self.show_first_run(self._plain_load_error(event, message))
+            reason = self._plain_load_error(event, message)
+            if details != event.details:  # a library's words: kept, as the detail they are
+                reason += "\n" + self.tr("Details: %1").replace("%1", event.message)
+            self.show_first_run(reason)
             return
         self.banner_error_kind = event.kind
         if event.fatal:
-            self.banner.show_message("error", text, details=event.details, action_id="restart",
+            self.banner.show_message("error", text, details=details, action_id="restart",
                                      action_text=self.tr("Restart engine"))
         else:
-            self.banner.show_message("error", text, details=event.details)
+            self.banner.show_message("error", text, details=details)
+
+    def _undo_refused_choice(self, event: EngineError) -> None:
+        """What the engine refused is neither kept as the current choice nor saved."""
+        if event.kind == "lora":
+            if self.state is EngineState.LOADING:
+                # A load whose voice could not be merged: the model runs with its own voice.
+                self._voice_refused = True
+                self.confirmed_lora = None
+            if self.settings.lora != self.confirmed_lora:
+                self.settings = dataclasses.replace(self.settings, lora=self.confirmed_lora)
+                self._save_settings()
+        elif event.kind in ("model", "gpu_memory"):
+            source, revision, demo = self.confirmed_model
+            current = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+            chosen = self.settings.model_source
+            if current != self.confirmed_model and (self.settings.demo or (chosen and looks_like_path(chosen))):
+                # A folder (or the demo) that did not load; a Hub id stays, so that its download can resume.
+                self.settings = dataclasses.replace(self.settings, model_source=source, model_revision=revision,
+                                                    demo=demo)
+                self._save_settings()
 
     def _plain_load_error(self, event: EngineError, message: str) -> str:
         """A failed load in words a new user follows: a broken folder says what to do first, and lists
@@ -776,9 +859,43 @@ class MainWindow(QMainWindow):
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
         self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
 
+    def bring_to_front(self) -> None:
+        """Another start of VoiceChat asked for this window (app/single_instance.py)."""
+        if self.isMinimized():
+            self.showNormal()
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
     # ================================================================== closing
 
+    def _layout_store(self) -> QSettings:
+        """The window's size, docks and splitter, next to the settings file (window.ini): how the window
+        looked is no setting the engine or the tools read, and Qt's own state blobs stay Qt's."""
+        from engine.settings import default_settings_path
+
+        folder = (self.settings_path or default_settings_path()).parent
+        return QSettings(str(folder / "window.ini"), QSettings.Format.IniFormat)
+
+    def _restore_layout(self) -> None:
+        store = self._layout_store()
+        geometry, state, splitter = (store.value(key) for key in ("geometry", "state", "splitter"))
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)  # Qt keeps a window that was on a missing screen on a present one
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        if isinstance(splitter, QByteArray) and not splitter.isEmpty():
+            self.splitter.restoreState(splitter)
+
+    def save_layout(self) -> None:
+        store = self._layout_store()
+        store.setValue("geometry", self.saveGeometry())
+        store.setValue("state", self.saveState())
+        store.setValue("splitter", self.splitter.saveState())
+        store.sync()
+
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.save_layout()
         QApplication.instance().removeEventFilter(self.key_filter)
         if self.global_key is not None:
             self.global_key.stop()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QDir, Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -300,7 +300,8 @@ class SettingsDialog(QDialog):
         return tab
 
     def _browse(self, target: QLineEdit, title: str) -> None:
-        folder = QFileDialog.getExistingDirectory(self, title, target.text())
+        # From the folder in the field, else the user's home (never the app's working folder).
+        folder = QFileDialog.getExistingDirectory(self, title, target.text().strip() or QDir.homePath())
         if folder:
             target.setText(folder)
 

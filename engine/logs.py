@@ -75,6 +75,16 @@ def _usable_log_dir(preferred: Path) -> Path:
     raise OSError(f"no writable log folder (tried {preferred} and the temp dir)")
 
 
+def _not_library_chatter(record: logging.LogRecord) -> bool:
+    """Drop a library's informational lines logged through the root logger (liquid-audio's conformer
+    logs "PADDING: 0" each time a model loads, with `logging.info`): they say nothing to a reader of
+    the log. Its warnings and errors stay, as does everything logged by name."""
+    if record.name != "root" or record.levelno >= logging.WARNING:
+        return True
+    path = record.pathname.replace("\\", "/")
+    return "/site-packages/" not in path and "/liquid_audio/" not in path
+
+
 def setup_logging(app_name: str = APP_NAME, *, log_dir: Path | None = None, level: int = logging.INFO) -> Path:
     """Send all logging to a rotating file in the platform log dir (and to stderr if there is one).
 
@@ -89,6 +99,7 @@ def setup_logging(app_name: str = APP_NAME, *, log_dir: Path | None = None, leve
         path, maxBytes=MAX_LOG_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8", delay=False
     )
     file_handler.setFormatter(formatter)
+    file_handler.addFilter(_not_library_chatter)
     setattr(file_handler, _HANDLER_MARK, True)
     new_handlers: list[logging.Handler] = [file_handler]
     # A windowed frozen app has no stderr at all; writing to None would raise on every record.

@@ -115,7 +115,8 @@ def check_name(value: object) -> str | None:
 
 def check_output_path(output: str | Path, *, inputs: tuple[str | Path, ...] = ()) -> Path:
     """Where an answer may be written: refuses a path that is one of `inputs` (never overwrite the user's
-    recording), an existing folder, or a folder that does not exist / cannot be written to.
+    recording), an existing folder, a file in a folder that does not exist (no folder is created), or
+    one that cannot be written to.
 
     Checked before the (slow) model load, so the user hears about it at once.
     """
@@ -130,6 +131,13 @@ def check_output_path(output: str | Path, *, inputs: tuple[str | Path, ...] = ()
         raise OutputPathError.of("The output path {path} is a folder; give a file name.", path=path)
     if path.is_symlink() and not path.exists():
         raise OutputPathError.of("The output path {path} is a link to nothing.", path=path)
+    folder = path.absolute().parent
+    if not folder.exists() and not folder.is_symlink():
+        # Not created: a typo in the path would otherwise make new folders, and the answer would be
+        # somewhere the user does not look.
+        raise OutputPathError.of(
+            "The output file {path} cannot be written: the folder {folder} does not exist. Check the path, "
+            "or create the folder first.", path=path, folder=folder)
     parent = _existing_parent(path)
     if not parent.is_dir():
         raise OutputPathError.of("The output file {path} cannot be created: {parent} is not a folder.", path=path, parent=parent)

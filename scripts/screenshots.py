@@ -1,6 +1,8 @@
 """Render every state of the main window (loading, ready, recording, speaking, an error, no
 microphone, a stopped engine) and every dialog (settings tabs, first run, confirmations) on a real X
-server (Xvfb) and save PNGs, so a person can look at the UI without running the app.
+server (Xvfb) and save PNGs, so a person can look at the UI without running the app. The window at
+800 x 600 and the dialogs with long errors are rendered too (`small_window_states`, which
+tests/test_app_careful_user.py checks for clipped text and for English in the Japanese UI).
 
     .venv/bin/python scripts/screenshots.py [--out screenshots] [--lang ja|en|both] [--live]
 
@@ -256,7 +258,60 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
     window.first_run = None  # type: ignore[attr-defined]
     first.hide()
     _close(window)
+
+    # The smallest window and the longest errors (issue 27): nothing may be cut off there.
+    for name, widget in small_window_states(language, tmp):
+        saved.append(_grab(widget, out / f"{name}-{language}.png"))
     return saved
+
+
+LONG_FOLDER = "/home/user/ダウンロード/LFM2.5-Audio-1.5B-JP-" + "とても長いフォルダー名" * 3 + "/" + "x" * 40
+LONG_ANSWER = "詳しくはこちらをご覧ください：https://example.com/" + "averyveryverylongpathwithoutanybreak" * 6
+
+
+def small_window_states(language: str, tmp: Path):  # noqa: ANN201 - a generator of (name, widget)
+    """The window at 800 x 600 and the dialogs with long errors (issue 27): each state is yielded once
+    it is on screen, as (picture name, widget). The script saves each one; tests/test_app_careful_user.py
+    checks the same states for clipped text and, in Japanese, for English."""
+    from app.i18n import install_translator
+    from engine import protocol as p
+    from engine.errors import ModelFilesError, Problem
+    from engine.settings import Settings
+
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    install_translator(app, language)
+    window = _new_window(Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP", lora="/home/user/voices/alice-voice"),
+                         tmp)
+    window.resize(800, 600)  # type: ignore[attr-defined]
+    _populate(window)
+    for event in (p.TextDelta(4, LONG_ANSWER), p.AssistantTurnFinished(4, LONG_ANSWER, 9.5, False),
+                  p.TurnMetrics(4, 41.0, 80.0, 104.0, 160.0, 1244.0, 0.33, 55, "", False, 2),
+                  p.StateChanged(p.EngineState.IDLE)):
+        window.on_event(event)  # type: ignore[attr-defined]
+    _settle(app)
+    yield "window-800x600", window
+    error = ModelFilesError(LONG_FOLDER, [Problem("{file} is missing", file="config.json"),
+                                          Problem("{file} (the weights) is missing", file="model.safetensors")])
+    window.on_event(p.EngineError.from_exception("model", error))  # type: ignore[attr-defined]
+    _settle(app)
+    yield "window-800x600-long-error", window
+    window.banner.hide()  # type: ignore[attr-defined]
+    dialog = window.open_settings()  # type: ignore[attr-defined]
+    for index, name in enumerate(("general", "conversation", "audio", "model")):
+        dialog.tabs.setCurrentIndex(index)
+        _settle(app)
+        yield f"settings-{name}-small", dialog
+    dialog.reject()
+    window.state = p.EngineState.NO_MODEL  # type: ignore[attr-defined]
+    window.on_event(p.EngineError.from_exception("model", error))  # type: ignore[attr-defined]
+    first = window.first_run  # type: ignore[attr-defined]
+    _settle(app)
+    yield "first-run-long-error", first
+    window.first_run = None  # type: ignore[attr-defined]
+    first.hide()
+    _close(window)
 
 
 class _NoEngine:

@@ -227,3 +227,143 @@ class SpeakerTap(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(5)
+
+
+# ------------------------------------------------------------------------------- clipped text (issue 27)
+
+
+def _plain(text: str) -> str:
+    from PySide6.QtGui import QTextDocument
+
+    if "<" in text:
+        document = QTextDocument()
+        document.setHtml(text)
+        return document.toPlainText()
+    return text
+
+
+def _text_width(widget, text: str) -> int:  # noqa: ANN001
+    from PySide6.QtGui import QTextDocument
+
+    if "<" in text:  # rich text: the document's ideal width (bold is wider than the plain font)
+        document = QTextDocument()
+        document.setDefaultFont(widget.font())
+        document.setDocumentMargin(0)
+        document.setHtml(text)
+        return int(document.idealWidth() + 0.999)
+    return max((widget.fontMetrics().horizontalAdvance(line) for line in text.split("\n")), default=0)
+
+
+def clipped_texts(root) -> list[str]:  # noqa: ANN001
+    """Every visible text under `root` that its widget cannot show whole: a label or button narrower or
+    lower than its text, or a widget that sticks out of its parent (outside a scroll area, where
+    scrolling reaches it). Returns descriptions, empty when nothing is clipped."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import (
+        QAbstractButton,
+        QAbstractScrollArea,
+        QCheckBox,
+        QCommandLinkButton,
+        QGroupBox,
+        QLabel,
+        QPushButton,
+        QRadioButton,
+        QWidget,
+    )
+
+    problems: list[str] = []
+    for widget in [root, *root.findChildren(QWidget)]:
+        if not widget.isVisible() or widget.width() <= 0:
+            continue
+        text = ""
+        if isinstance(widget, QLabel):
+            text = widget.text()
+            if not text.strip() or widget.pixmap() is not None and not widget.pixmap().isNull():
+                continue
+            rect = widget.contentsRect()
+            if widget.wordWrap():
+                if widget.height() + 1 < widget.heightForWidth(widget.width()):
+                    problems.append(f"label {_plain(text)!r}: {widget.height()} px high, needs "
+                                    f"{widget.heightForWidth(widget.width())}")
+            else:
+                needed = _text_width(widget, text)
+                if needed > rect.width() + 1:
+                    problems.append(f"label {_plain(text)!r}: {rect.width()} px wide, needs {needed}")
+                lines = _plain(text).count("\n") + 1
+                if rect.height() + 1 < widget.fontMetrics().height() * lines * 0.9:
+                    problems.append(f"label {_plain(text)!r}: {rect.height()} px high")
+        elif isinstance(widget, QCommandLinkButton):
+            text = widget.text() + " " + widget.description()
+            if widget.height() + 1 < widget.heightForWidth(widget.width()):
+                problems.append(f"option {text!r}: {widget.height()} px high, needs "
+                                f"{widget.heightForWidth(widget.width())}")
+        elif isinstance(widget, (QPushButton, QCheckBox, QRadioButton)):
+            text = widget.text().replace("&", "")
+            if text and widget.width() + 1 < widget.minimumSizeHint().width():
+                problems.append(f"button {text!r}: {widget.width()} px wide, needs {widget.minimumSizeHint().width()}")
+        elif isinstance(widget, QGroupBox):
+            text = widget.title()
+            if text and widget.width() < widget.fontMetrics().horizontalAdvance(text) + 8:
+                problems.append(f"group {text!r}: {widget.width()} px wide")
+        if not text or isinstance(widget, QAbstractButton) and not text.strip():
+            continue
+        # Inside its parents: a part outside any of them is cut off (unless a scroll area scrolls to it).
+        child, parent = widget, widget.parentWidget()
+        while parent is not None and child is not root:
+            area = parent.parentWidget()
+            if isinstance(area, QAbstractScrollArea) and parent is area.viewport():
+                # Up and down it scrolls to what is outside; sideways only with a horizontal scroll bar.
+                left = widget.mapTo(parent, widget.rect().topLeft()).x()
+                right = widget.mapTo(parent, widget.rect().topRight()).x()
+                if area.horizontalScrollBarPolicy() == Qt.ScrollBarPolicy.ScrollBarAlwaysOff and (
+                        left < 0 or right >= parent.width() + 1):
+                    problems.append(f"{type(widget).__name__} {_plain(text)!r}: cut at the side of a scroll area "
+                                    f"({left}..{right} in {parent.width()})")
+                break
+            if isinstance(parent, QAbstractScrollArea):
+                break
+            if not parent.rect().contains(child.geometry()):
+                problems.append(f"{type(widget).__name__} {_plain(text)!r}: outside {type(parent).__name__} "
+                                f"({child.geometry()} in {parent.rect()})")
+                break
+            child, parent = parent, parent.parentWidget()
+    return problems
+
+
+# Words that are the same in the Japanese UI: names, units, keys, technical terms the Japanese text uses too.
+NOT_ENGLISH = frozenset({
+    "VoiceChat", "RTF", "GPU", "CPU", "CUDA", "VRAM", "GiB", "MB", "GB", "kB", "ms", "p50", "p95", "LoRA", "LFM",
+    "Space", "Hugging", "Face", "Hub", "HF_HUB_OFFLINE", "WAV", "FLAC", "JSON", "OK", "USB", "Mic", "Speakers",
+    "Ctrl", "Esc", "F9", "AI", "PortAudio", "config.json", "model.safetensors", "safetensors", "LiquidAI",
+})
+
+
+def english_texts(root, names: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN001
+    """The visible texts under `root` that contain an English word (3+ Latin letters, not a name or a
+    unit of NOT_ENGLISH, not inside a path or a model id, not one of `names`: devices, voices, what the
+    user named): what the Japanese UI must never show."""
+    import re
+
+    from PySide6.QtWidgets import QAbstractButton, QGroupBox, QLabel, QWidget
+
+    found: list[str] = []
+    for widget in [root, *root.findChildren(QWidget)]:
+        if not widget.isVisible():
+            continue
+        if isinstance(widget, QLabel):
+            text = _plain(widget.text())
+        elif isinstance(widget, QAbstractButton):
+            text = widget.text().replace("&", "")
+        elif isinstance(widget, QGroupBox):
+            text = widget.title()
+        else:
+            continue
+        for name in (*names, "top-k", "Hugging Face"):  # terms the Japanese text uses as they are
+            text = text.replace(name, " ")
+        # Paths, ids and file names are the user's, not English.
+        cleaned = re.sub(r"[\w.~-]*[/\\][\w./\\~ -]*|\b[\w-]+\.(?:wav|txt|json|safetensors)\b", " ", text)
+        cleaned = re.sub(r"[\w.-]*\d[\w.-]*", " ", cleaned)  # model names and versions (LFM2.5-Audio-1.5B-JP)
+        words = [w for w in re.findall(r"[A-Za-z][A-Za-z'.]{2,}", cleaned) if w.strip(".") not in NOT_ENGLISH]
+        if words:
+            found.append(f"{type(widget).__name__}: {text!r} ({', '.join(words)})")
+    return found

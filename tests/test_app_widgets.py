@@ -111,7 +111,7 @@ def test_latency_meter_shows_the_waterfall_and_session_percentiles(qtbot) -> Non
     assert p95.text() == "490 ms"
     assert meter.cells["prefill_done_ms"][0].text() == "90 ms"
     assert [bar.ms for bar in meter.chart.bars] == [40.0, 90.0, 120.0, 180.0, 2000.0]
-    assert meter.turns_label.text() == "計測したターン数：3（最後の回答は停止されたため数えていません）"
+    assert meter.turns_label.text() == "計測した応答の数：3（最後の回答は停止されたため数えていません）"
 
 
 def test_level_meter_converts_to_dbfs_and_holds_clipping(qtbot) -> None:  # noqa: ANN001
@@ -280,7 +280,10 @@ def test_settings_dialog_changes_reach_the_engine_as_the_right_commands(qtbot, w
     assert next(c for c in sent if isinstance(c, p.SelectDevices)).input_device == "Mic B"
     assert next(c for c in sent if isinstance(c, p.SwitchVoice)).lora == "/voices/alice"
     saved = load_settings(window.settings_path).settings
-    assert saved.sampling.greedy and saved.input_device == "Mic B" and saved.lora == "/voices/alice"
+    assert saved.sampling.greedy and saved.input_device == "Mic B"
+    assert saved.lora is None  # a voice is saved once the engine has taken it (issue 27)
+    _worker().post(p.EngineInfo("GPU", None, True, None, "LFM", "alice", 4096))
+    qtbot.waitUntil(lambda: load_settings(window.settings_path).settings.lora == "/voices/alice")
 
     # The context size is fixed at load time: changing it reloads.
     before = len(window.bridge.sent)

@@ -529,7 +529,7 @@ def test_the_status_bar_speaks_japanese(qtbot, window) -> None:  # noqa: ANN001
 
 def test_worker_messages_read_in_japanese(qtbot, window) -> None:  # noqa: ANN001
     for english, japanese in (("The model is not loaded yet.", "モデルはまだ読み込まれていません。"),
-                              ("That turn has no audio to replay.", "このターンには再生できる音声がありません。"),
+                              ("That turn has no audio to replay.", "この発言には再生できる音声がありません。"),
                               ("There is nothing to export yet.", "まだエクスポートするものがありません。")):
         _worker().post(p.EngineError("take", english))
         qtbot.waitUntil(lambda j=japanese: j in window.banner.text)

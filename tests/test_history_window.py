@@ -57,7 +57,7 @@ def test_a_conversation_is_closed_reopened_replayed_continued_and_deleted(qtbot,
     qtbot.waitUntil(lambda: len(panel.entries) == 1, timeout=20_000)
     assert panel.size_label.text().startswith("履歴のディスク使用量：")
     item_text = panel.list.item(0).text()
-    assert "2 ターン" in item_text and "標準の声" in item_text and "（この会話）" not in item_text
+    assert "発言 2 件" in item_text and "標準の声" in item_text and "（この会話）" not in item_text
     panel.list.setCurrentRow(0)
     panel.open_button.click()
     viewer = win.history.viewer
@@ -123,7 +123,7 @@ def test_deleting_asks_first_and_cancel_deletes_nothing(qtbot, window) -> None: 
     worker.post(_entries(3))
     panel = window.history.panel
     qtbot.waitUntil(lambda: panel.list.count() == 3)
-    assert "4 ターン · 1:15 · 標準の声" in panel.list.item(0).text() and "答え 3" in panel.list.item(0).text()
+    assert "発言 4 件 · 1:15 · 標準の声" in panel.list.item(0).text() and "答え 3" in panel.list.item(0).text()
     assert not panel.delete_button.isEnabled()
     panel.list.setCurrentRow(1)
     panel.delete_button.click()
@@ -148,7 +148,7 @@ def test_a_saved_turn_without_its_audio_is_shown_without_replay(qtbot, window) -
     viewer = window.history.viewer
     qtbot.waitUntil(lambda: window.history.stack.currentWidget() is viewer)
     take = viewer.transcript.user_items[11]
-    assert not take.replay_button.isEnabled() and take.info.text() == "このターンの音声ファイルが見つかりません。"
+    assert not take.replay_button.isEnabled() and take.info.text() == "この発言の音声ファイルが見つかりません。"
     answer = viewer.transcript.assistant_items[12]
     assert answer.replay_button.isEnabled() and answer.info.text() == "中断" and answer.body.text() == "こんにちは"
     assert "声 sakura" in viewer.header.text()
@@ -185,7 +185,7 @@ def test_continued_turns_carry_the_notices(qtbot, window) -> None:  # noqa: ANN0
     ), dropped_turns=4, skipped_exchanges=1))
     qtbot.waitUntil(lambda: bool(window.transcript.assistant_items))
     texts = [n.text() for n in window.transcript.notices]
-    assert any("古い 4 ターン" in t for t in texts) and any("1 組のやり取り" in t for t in texts)
+    assert any("古い発言 4 件" in t for t in texts) and any("1 組のやり取り" in t for t in texts)
     assert json.dumps(texts, ensure_ascii=False)
 
 

@@ -324,6 +324,11 @@ def test_spec_runs_with_real_pyinstaller_hooks(spec: SpecFacts, monkeypatch: pyt
     destinations = {Path(dest).as_posix() for _, dest in datas}
     qm = [src for src, dest in datas if dest == "app/translations"]
     assert qm and all(src.endswith(".qm") and Path(src).is_file() for src in qm)
+    # Qt's own Japanese for its dialogs (issue 27), as app/i18n.py loads it: next to ours.
+    from app.i18n import QT_CATALOGUES
+
+    names = {Path(src).name for src in qm}
+    assert {"voicechat_ja.qm", *(f"{name}_ja.qm" for name in QT_CATALOGUES)} <= names
     assert "assets" in destinations
     # The CUDA files land where engine/realtime/kernels/sources.py looks for them: next to its module.
     from engine.realtime.kernels import sources

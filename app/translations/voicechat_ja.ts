@@ -269,7 +269,7 @@
     </message>
     <message>
       <source>That turn has no audio to replay.</source>
-      <translation>このターンには再生できる音声がありません。</translation>
+      <translation>この発言には再生できる音声がありません。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="103" />
@@ -289,12 +289,12 @@
     <message>
       <location filename="../engine_messages.py" line="106" />
       <source>A turn could not be saved to the history ({error}).</source>
-      <translation>ターンを履歴に保存できませんでした（{error}）。</translation>
+      <translation>発言を履歴に保存できませんでした（{error}）。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="107" />
       <source>The disk is full: conversations are not being saved for now. The chat goes on, and saving resumes (with the turns since) as soon as there is room.</source>
-      <translation>ディスクがいっぱいのため、今は会話を保存できません。会話はそのまま続けられ、空きができしだい（それまでのターンも含めて）保存を再開します。</translation>
+      <translation>ディスクがいっぱいのため、今は会話を保存できません。会話はそのまま続けられ、空きができしだい（それまでの発言も含めて）保存を再開します。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="108" />
@@ -594,11 +594,15 @@
     </message>
     <message>
       <source>A turn cannot be replayed while you are recording.</source>
-      <translation>録音中はターンを再生できません。</translation>
+      <translation>録音中は発言を再生できません。</translation>
     </message>
     <message>
       <source>The recording was lost; press the talk button again.</source>
       <translation>録音が失われました。もう一度トークボタンを押してください。</translation>
+    </message>
+    <message>
+      <source>The output file {path} cannot be written: the folder {folder} does not exist. Check the path, or create the folder first.</source>
+      <translation>出力ファイル {path} に書き込めません：フォルダー {folder} がありません。パスを確かめるか、先にフォルダーを作ってください。</translation>
     </message>
   </context>
   <context>
@@ -739,7 +743,7 @@
     <message>
       <location filename="../widgets/history.py" line="106" />
       <source>Turns from now on are not saved. What is already saved stays (delete it here). A new conversation is saved again.</source>
-      <translation>これ以降のターンは保存されません。すでに保存された分は残ります（ここで削除できます）。新しい会話は再び保存されます。</translation>
+      <translation>これ以降の発言は保存されません。すでに保存された分は残ります（ここで削除できます）。新しい会話は再び保存されます。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="112" />
@@ -789,7 +793,7 @@
     <message>
       <location filename="../widgets/history.py" line="166" />
       <source>%1 turns · %2 · %3</source>
-      <translation>%1 ターン · %2 · %3</translation>
+      <translation>発言 %1 件 · %2 · %3</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="210" />
@@ -822,7 +826,7 @@
     <message>
       <location filename="../widgets/history.py" line="346" />
       <source>It is longer than the model's context: the %1 oldest turns are not in the model's memory (they stay here and in exports).</source>
-      <translation>モデルのコンテキストに収まらないため、古い %1 ターンはモデルの記憶に入っていません（こことエクスポートには残ります）。</translation>
+      <translation>モデルのコンテキストに収まらないため、古い発言 %1 件はモデルの記憶に入っていません（こことエクスポートには残ります）。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="350" />
@@ -832,7 +836,7 @@
     <message>
       <location filename="../widgets/history.py" line="338" />
       <source>Saving resumed: the turns since the disk was full are saved too.</source>
-      <translation>保存を再開しました。ディスクがいっぱいだった間のターンも保存されました。</translation>
+      <translation>保存を再開しました。ディスクがいっぱいだった間の発言も保存されました。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="386" />
@@ -852,7 +856,7 @@
     <message>
       <location filename="../widgets/history.py" line="278" />
       <source>The audio of this turn is missing.</source>
-      <translation>このターンの音声ファイルが見つかりません。</translation>
+      <translation>この発言の音声ファイルが見つかりません。</translation>
     </message>
   </context>
   <context>
@@ -933,7 +937,7 @@
     <message>
       <location filename="../widgets/latency.py" line="164" />
       <source>Turns measured: %1</source>
-      <translation>計測したターン数：%1</translation>
+      <translation>計測した応答の数：%1</translation>
     </message>
     <message>
       <source> (the last answer was stopped and is not counted)</source>
@@ -1031,12 +1035,12 @@
     <message>
       <location filename="../main_window.py" line="339" />
       <source>The engine was restarted; earlier turns cannot be replayed or exported, and the model does not remember them.</source>
-      <translation>エンジンを再起動しました。これより前のターンは再生・エクスポートできず、モデルも覚えていません。</translation>
+      <translation>エンジンを再起動しました。これより前の発言は再生・エクスポートできず、モデルも覚えていません。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="391" />
       <source>The context was full: the %1 oldest turns were dropped from the model's memory (they stay in this transcript and in exports).</source>
-      <translation>コンテキストがいっぱいになったため、古い %1 ターンをモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
+      <translation>コンテキストがいっぱいになったため、古い発言 %1 件をモデルの記憶から外しました（この履歴とエクスポートには残ります）。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="410" />
@@ -1047,11 +1051,6 @@
       <location filename="../main_window.py" line="413" />
       <source>Conversation exported: %1</source>
       <translation>会話をエクスポートしました：%1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="420" />
-      <source>That take was too short (%1 s): hold the button while you speak.</source>
-      <translation>録音が短すぎます（%1 秒）。話している間ボタンを押し続けてください。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="422" />
@@ -1081,7 +1080,7 @@
     <message>
       <location filename="../main_window.py" line="435" />
       <source>Warming up (one silent turn)</source>
-      <translation>ウォームアップ中（無音で 1 ターン）</translation>
+      <translation>ウォームアップ中（無音で 1 回応答）</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="437" />
@@ -1209,16 +1208,8 @@
       <translation>会話を残す</translation>
     </message>
     <message>
-      <source>Start a new conversation? The current conversation will be erased.</source>
-      <translation>新しい会話を始めますか？ 今の会話は消去されます。</translation>
-    </message>
-    <message>
       <source>There is nothing to export yet.</source>
       <translation>まだエクスポートするものがありません。</translation>
-    </message>
-    <message>
-      <source>The new system prompt starts a new conversation: the current conversation will be erased.</source>
-      <translation>新しいシステムプロンプトでは新しい会話が始まります。今の会話は消去されます。</translation>
     </message>
     <message>
       <source>No CUDA graphs</source>
@@ -1277,6 +1268,46 @@
       <location filename="../main_window.py" line="513" />
       <source>The engine has not responded for %1 s. You can wait, or restart it (the conversation is lost).</source>
       <translation>エンジンが %1 秒間応答していません。待つか、再起動できます（会話は失われます）。</translation>
+    </message>
+    <message>
+      <source>Start a new conversation?</source>
+      <translation>新しい会話を始めますか？</translation>
+    </message>
+    <message>
+      <source>The current conversation stays in the history, where you can read, replay, export or continue it.</source>
+      <translation>今の会話は履歴に残ります。履歴から読み返す・再生する・エクスポートする・続けることができます。</translation>
+    </message>
+    <message>
+      <source>This conversation is not being saved in the history: it will be erased.</source>
+      <translation>この会話は履歴に保存されていないため、消去されます。</translation>
+    </message>
+    <message>
+      <source>Start a new conversation</source>
+      <translation>新しい会話を始める</translation>
+    </message>
+    <message>
+      <source>Stay in this conversation</source>
+      <translation>この会話を続ける</translation>
+    </message>
+    <message>
+      <source>Start a new conversation? The model starts afresh, without the current conversation.</source>
+      <translation>新しい会話を始めますか？モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>The new system prompt starts a new conversation: the model starts afresh, without the current conversation.</source>
+      <translation>新しいシステムプロンプトでは新しい会話が始まります。モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>That take was too short: the button was held for only %1 s. Hold it for as long as you speak.</source>
+      <translation>録音が短すぎました（ボタンを押していたのは %1 秒だけです）。話している間はボタンを押し続けてください。</translation>
+    </message>
+    <message>
+      <source>Something went wrong that VoiceChat has no explanation for. Try again; if it happens again, restart the engine (the details and the log file say more).</source>
+      <translation>VoiceChat が説明できない問題が起きました。もう一度お試しください。繰り返し起きる場合はエンジンを再起動してください（詳細とログファイルに手がかりがあります）。</translation>
+    </message>
+    <message>
+      <source>Details: %1</source>
+      <translation>詳細：%1</translation>
     </message>
   </context>
   <context>
@@ -1637,6 +1668,24 @@
       <location filename="../widgets/export_dialog.py" line="18" />
       <source>WAV audio (*.wav)</source>
       <translation>WAV 音声 (*.wav)</translation>
+    </message>
+  </context>
+  <context>
+    <name>SingleInstance</name>
+    <message>
+      <source>VoiceChat is already running, but its window does not respond. Close it (or end it in the task manager), then start VoiceChat again.</source>
+      <translation>VoiceChat はすでに起動していますが、そのウィンドウが応答しません。そのウィンドウを閉じる（またはタスク マネージャーで終了する）と、VoiceChat をもう一度起動できます。</translation>
+    </message>
+  </context>
+  <context>
+    <name>QFileDialog</name>
+    <message>
+      <source>&amp;Look in:</source>
+      <translation>場所(&amp;L):</translation>
+    </message>
+    <message>
+      <source>Files of &amp;type:</source>
+      <translation>ファイルの種類(&amp;T):</translation>
     </message>
   </context>
 </TS>

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, Qt, Signal
+from PySide6.QtCore import QCoreApplication, QDateTime, QLocale, QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
     QFormLayout,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QStackedWidget,
+    QStyledItemDelegate,
     QVBoxLayout,
     QWidget,
 )
@@ -44,6 +46,7 @@ from engine.protocol import (
     ReplayHistoryTurn,
 )
 
+from app.engine_messages import engine_text
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.transcript import TranscriptView
 
@@ -68,6 +71,14 @@ def format_date(epoch_s: float) -> str:
     return QLocale().toString(QDateTime.fromSecsSinceEpoch(int(epoch_s)), QLocale.FormatType.ShortFormat)
 
 
+class _FitWidthDelegate(QStyledItemDelegate):
+    """List rows as wide as the list, whatever their text: a long title is elided (its whole text is
+    the row's tooltip) instead of widening the list into horizontal scrolling."""
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: ANN001, N802
+        return QSize(1, super().sizeHint(option, index).height())
+
+
 class HistoryPanel(QWidget):
     """The saved conversations, newest first, and what can be done with them."""
 
@@ -86,10 +97,14 @@ class HistoryPanel(QWidget):
         self.list.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Space stays push-to-talk
         self.list.setAlternatingRowColors(True)
         self.list.setSpacing(2)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_FitWidthDelegate(self.list))
         self.list.itemDoubleClicked.connect(lambda item: self.open_requested.emit(item.data(Qt.ItemDataRole.UserRole)))
         self.list.currentRowChanged.connect(lambda _row: self._enable())
         self.empty_label = QLabel(self.tr("No saved conversations yet."), self)
         self.empty_label.setStyleSheet("color: #777;")
+        self.empty_label.setWordWrap(True)
         self.open_button = QPushButton(self.tr("Open"), self)
         self.continue_button = QPushButton(self.tr("Continue"), self)
         self.export_button = QPushButton(self.tr("Export…"), self)
@@ -117,14 +132,16 @@ class HistoryPanel(QWidget):
             combo.setFocusPolicy(Qt.FocusPolicy.NoFocus)
             combo.currentIndexChanged.connect(lambda _i: self.options_changed.emit())
         self.size_label = QLabel(self)
+        self.size_label.setWordWrap(True)
         self.saving_label = QLabel(self)
         self.saving_label.setWordWrap(True)
         self.saving_label.setStyleSheet("color: #ef6c00;")
         self.saving_label.hide()
 
-        buttons = QHBoxLayout()
-        for button in (self.open_button, self.continue_button, self.export_button):
-            buttons.addWidget(button)
+        # Two buttons a row: the dock stays narrow enough for a window of 800 x 600 in both languages.
+        buttons = QGridLayout()
+        for index, button in enumerate((self.open_button, self.continue_button, self.export_button)):
+            buttons.addWidget(button, index // 2, index % 2)
         deletes = QHBoxLayout()
         deletes.addWidget(self.delete_button)
         deletes.addWidget(self.delete_all_button)
@@ -151,12 +168,15 @@ class HistoryPanel(QWidget):
         self.list.clear()
         for entry in self.entries:
             item = QListWidgetItem(self.entry_text(entry))
+            item.setToolTip(self.entry_text(entry))
             item.setData(Qt.ItemDataRole.UserRole, entry.conversation_id)
             self.list.addItem(item)
             if entry.conversation_id == selected:
                 self.list.setCurrentItem(item)
         self.empty_label.setVisible(not self.entries)
         self.size_label.setText(self.tr("History on disk: %1").replace("%1", format_bytes(listed.bytes_on_disk)))
+        # Without a saved conversation the figure is the empty database's own size: no use to anyone.
+        self.size_label.setVisible(bool(self.entries))
         self._enable()
 
     def entry_text(self, entry: HistoryEntry) -> str:
@@ -234,13 +254,17 @@ class HistoryViewer(QWidget):
         self.back_button.clicked.connect(self.closed)
         self.continue_button.clicked.connect(lambda: self._emit(self.continue_requested))
         self.export_button.clicked.connect(lambda: self._emit(self.export_requested))
+        # Two rows, so that the page fits beside the latency meter in a window of 800 x 600.
+        back_row = QHBoxLayout()
+        back_row.addWidget(self.back_button)
+        back_row.addStretch(1)
         bar = QHBoxLayout()
-        bar.addWidget(self.back_button)
         bar.addStretch(1)
         bar.addWidget(self.export_button)
         bar.addWidget(self.continue_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(back_row)
         layout.addLayout(bar)
         layout.addWidget(self.header)
         layout.addWidget(self.transcript, 1)
@@ -249,7 +273,7 @@ class HistoryViewer(QWidget):
         self.conversation_id = opened.conversation_id
         voice = opened.voice or self.tr("default voice")
         self.header.setText(self.tr("<b>Saved conversation</b> of %1 · model %2 · voice %3").replace(
-            "%1", format_date(opened.started_at)).replace("%2", opened.model).replace("%3", voice))
+            "%1", format_date(opened.started_at)).replace("%2", engine_text(opened.model)).replace("%3", voice))  # "demo (random weights)" in the UI's language
         show_turns(self.transcript, opened.turns)
 
     def _replay(self, turn_id: int) -> None:
@@ -361,6 +385,10 @@ class HistoryUi(QObject):
 
     def show_live(self) -> None:
         self.stack.setCurrentWidget(self.live_transcript)
+
+    def saves_this_conversation(self) -> bool:
+        """Whether the live conversation goes to the history (a new conversation then erases nothing)."""
+        return not self.panel.dont_save.isChecked()
 
     def continue_conversation(self, conversation_id: int) -> QMessageBox | None:
         live = self.live_transcript

@@ -101,15 +101,17 @@ class LatencyMeter(QWidget):
         self.chart = WaterfallChart(self)
         # Numbers also as labels: readable by screen readers and by tests.
         self.table = QGridLayout()
-        self.table.setHorizontalSpacing(14)
+        self.table.setHorizontalSpacing(8)
         self.table.setVerticalSpacing(1)
         headers = (self.tr("Since release"), self.tr("This turn"), self.tr("p50"), self.tr("p95"))
         for col, text in enumerate(headers):
             header = QLabel(f"<b>{text}</b>", self)
+            header.setWordWrap(True)  # like the stage names: two lines in a narrow window rather than cut
             self.table.addWidget(header, 0, col, Qt.AlignmentFlag.AlignRight if col else Qt.AlignmentFlag.AlignLeft)
         self.cells: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
         for row, ((attr, color), name) in enumerate(zip(STAGES, self.stage_names()), start=1):
             name_label = QLabel(f'<span style="color:{color}">■</span> {name}', self)
+            name_label.setWordWrap(True)  # onto two lines in a narrow window rather than cut
             self.table.addWidget(name_label, row, 0)
             cells = (QLabel("—", self), QLabel("—", self), QLabel("—", self))
             for col, cell in enumerate(cells, start=1):
@@ -117,8 +119,10 @@ class LatencyMeter(QWidget):
                 self.table.addWidget(cell, row, col)
             self.cells[attr] = cells
         self.turns_label = QLabel(self)
+        self.turns_label.setWordWrap(True)
         # Times playback ran dry (the answer was made slower than it played): heard as gaps.
         self.underruns_label = QLabel(self)
+        self.underruns_label.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.chart)

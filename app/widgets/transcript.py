@@ -3,7 +3,10 @@ streams in while it is generated (with replay of the spoken audio), and small no
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import math
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QTextOption, QWheelEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -11,9 +14,74 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
+    QTextEdit,
     QVBoxLayout,
     QWidget,
 )
+
+
+class WrappingText(QTextEdit):
+    """Selectable text that always fits its width: it wraps between words, and anywhere inside a run
+    with no break point (a URL, a long word, the demo model's noise), which a QLabel cannot do, so a
+    bubble never grows wider than the transcript. Its height follows its text (height-for-width); it has
+    no scroll bars and never takes the keyboard focus (Space is the push-to-talk key)."""
+
+    MIN_WIDTH = 40
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.viewport().setAutoFillBackground(False)
+        self.setStyleSheet("QTextEdit { background: transparent; }")
+        self.document().setDocumentMargin(0)
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self._heights: dict[int, int] = {}
+        self.document().contentsChanged.connect(self._text_changed)
+
+    def _text_changed(self) -> None:
+        self._heights.clear()
+        self.updateGeometry()
+
+    def text(self) -> str:
+        return self.toPlainText()
+
+    def setText(self, text: str) -> None:  # noqa: N802 - QLabel's name, which the bubbles used
+        if text != self.toPlainText():
+            self.setPlainText(text)
+
+    def hasHeightForWidth(self) -> bool:  # noqa: N802
+        return True
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802
+        if width not in self._heights:
+            document = self.document().clone()
+            document.setTextWidth(max(1, width - 2 * self.frameWidth()))
+            self._heights[width] = math.ceil(document.size().height()) + 2 * self.frameWidth()
+        return self._heights[width]
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        width = max(self.width(), 200)
+        return QSize(width, self.heightForWidth(width))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802
+        return QSize(self.MIN_WIDTH, self.heightForWidth(max(self.width(), self.MIN_WIDTH)))
+
+    def resizeEvent(self, event) -> None:  # noqa: ANN001, N802
+        super().resizeEvent(event)
+        if self.height() != self.heightForWidth(self.width()):
+            self.updateGeometry()  # a new width: a new number of lines
+
+    def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802
+        event.ignore()  # the transcript scrolls, not the text inside one bubble
 
 
 class _Bubble(QFrame):
@@ -25,11 +93,9 @@ class _Bubble(QFrame):
         self.setObjectName("bubble")
         self.setStyleSheet(f"QFrame#bubble {{ background: {background}; border-radius: 8px; }}")
         self.role_label = QLabel(f"<b>{role_text}</b>", self)
-        self.body = QLabel(self)
-        self.body.setWordWrap(True)
-        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.body.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.body = WrappingText(self)
         self.info = QLabel(self)
+        self.info.setWordWrap(True)
         self.info.setStyleSheet("color: #555;")
         self.replay_button = QPushButton(self.tr("▶ Replay"), self)
         # Replay is a mouse action: it must never take the keyboard focus, or the push-to-talk key
@@ -37,8 +103,7 @@ class _Bubble(QFrame):
         self.replay_button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.replay_button.clicked.connect(lambda: self.replay_requested.emit(self.turn_id))
         footer = QHBoxLayout()
-        footer.addWidget(self.info)
-        footer.addStretch(1)
+        footer.addWidget(self.info, 1)
         footer.addWidget(self.replay_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 6)
@@ -118,6 +183,8 @@ class TranscriptView(QScrollArea):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWidgetResizable(True)
+        # Bubbles wrap to the width of the view: there is never anything to scroll to sideways.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self._content = QWidget(self)
         self._layout = QVBoxLayout(self._content)

@@ -388,7 +388,8 @@ def collect_diagnostics(
         "driver": driver,
         "audio": audio,
         "model": model,
-        "checks": [*_torch_checks(torch_info), *gpu_checks, _audio_check(audio), _model_check(model), _settings_check()],
+        "checks": [*_torch_checks(torch_info), *gpu_checks, _audio_check(audio), _model_check(model, _saved_settings()),
+                   _settings_check()],
     }
 
 
@@ -486,8 +487,38 @@ def _model_report(model_repo: str, store: Path) -> dict[str, Any]:
         return {"repo_id": model_repo, "store": str(store), "present": False, "error": _error_text(exc)}
 
 
-def _model_check(model: dict[str, Any]) -> dict[str, str]:
+def _saved_settings() -> Any:
+    """The saved settings as the app would read them (a copy is read: the file is left alone), or None."""
+    import tempfile
+
+    from engine.settings import default_settings_path, load_settings
+
+    try:
+        path = default_settings_path()
+        if not path.is_file():
+            return None
+        with tempfile.TemporaryDirectory(prefix="voicechat-settings-check-") as folder:
+            copy = Path(folder) / path.name
+            shutil.copyfile(path, copy)
+            return load_settings(copy).settings
+    except Exception:  # noqa: BLE001 - a report never raises
+        return None
+
+
+def _model_check(model: dict[str, Any], settings: Any = None) -> dict[str, str]:
     repo = model["repo_id"]
+    source = getattr(settings, "model_source", None)
+    if settings is not None and settings.demo:
+        # The Hub model is not what the app loads: its absence is no problem.
+        return _check("model", OK, "The demo model is chosen in the settings; the Hub model is not needed.")
+    if source and source != repo and not _looks_like_hub_id(source):
+        from engine.model.store import check_model_folder
+
+        problems = check_model_folder(source)
+        if problems:
+            return _check("model", WARNING, f"The model folder {source} chosen in the settings cannot be used: "
+                          + "; ".join(str(problem) for problem in problems))
+        return _check("model", OK, f"The model folder {source} chosen in the settings has every file.")
     if model["present"]:
         return _check("model", OK, f"{repo} is downloaded ({model['snapshot']}).")
     if model.get("incomplete_downloads"):
@@ -511,13 +542,42 @@ def _settings_check() -> dict[str, str]:
         with tempfile.TemporaryDirectory(prefix="voicechat-settings-check-") as folder:
             copy = Path(folder) / path.name
             shutil.copyfile(path, copy)
-            problem = load_settings(copy).problem
+            loaded = load_settings(copy)
+            problem = loaded.problem
             if problem is None:
+                voice = _voice_problem(loaded.settings.lora)
+                if voice:
+                    return _check("settings", WARNING, f"{path} is readable, but the saved voice {loaded.settings.lora} "
+                                  f"cannot be used: {voice} The app starts with the model's own voice; choose "
+                                  "another voice in Settings.")
                 return _check("settings", OK, f"{path} is valid.")
             message = problem.message.replace(folder, str(path.parent))
     except Exception as exc:  # noqa: BLE001 - a report never raises
         return _check("settings", WARNING, f"The settings file could not be checked: {_error_text(exc)}")
     return _check("settings", WARNING, f"{message} (The app does this when it starts next.)")
+
+
+def _looks_like_hub_id(source: str) -> bool:
+    from engine.model.store import looks_like_repo_id
+
+    return looks_like_repo_id(source)
+
+
+def _voice_problem(lora: str | None) -> str:
+    """Why the saved voice cannot be read ('' when it can, or when there is none). Its files are read
+    as the app reads them; whether it fits the model is known only once the model is loaded."""
+    if not lora:
+        return ""
+    from engine.errors import UserFacingError
+    from engine.model.lora import load_voice
+
+    try:
+        load_voice(lora)
+    except UserFacingError as exc:
+        return exc.message
+    except Exception as exc:  # noqa: BLE001 - a report never raises
+        return _error_text(exc)
+    return ""
 
 
 def _jsonable(value: Any) -> Any:
