@@ -161,7 +161,6 @@ TEMPLATES = (
     # engine.errors.Message strings, shown through engine_str().
     QT_TRANSLATE_NOOP("EngineMessages", "No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
     QT_TRANSLATE_NOOP("EngineMessages", "CUDA graphs disabled: running eagerly on the GPU."),
-    QT_TRANSLATE_NOOP("EngineMessages", "CUDA graph capture ran out of GPU memory ({error}); running eagerly."),
     QT_TRANSLATE_NOOP("EngineMessages", "CUDA graph capture failed ({error}); running eagerly on the GPU."),
     QT_TRANSLATE_NOOP("EngineMessages", "demo (random weights)"),
     # The worker's answers to commands that cannot be done now (engine/worker.py).
@@ -197,6 +196,10 @@ TEMPLATES = (
         "The GPU ran out of memory while loading the model ({memory}). "
         "Close other programs that use the GPU, or use a GPU with more memory.",
     ),
+    # The memory check before loading (engine/model/memory.py), capture, and a voice merge (engine/model/lora.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "The GPU does not have enough free memory for the model: it needs about {needed} GB ({weights} GB of weights and {runtime} GB to run), but only {free} GB of {total} GB are free. Close programs that use the GPU (games, video, browsers with hardware acceleration), or use a GPU with more memory."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, {free} GB are still free). Close programs that use the GPU, or use a GPU with more memory."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The GPU has no room to merge the voice {voice}; the previous voice stays. Close other programs that use the GPU and try again."),
     # A problem that is a library's own message (engine/errors.py): shown as it is.
     QT_TRANSLATE_NOOP("EngineMessages", "{text}"),
     # The conversation history (engine/history).

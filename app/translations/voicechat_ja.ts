@@ -252,10 +252,6 @@
       <translation>CUDA グラフは無効です: GPU で逐次実行しています。</translation>
     </message>
     <message>
-      <source>CUDA graph capture ran out of GPU memory ({error}); running eagerly.</source>
-      <translation>CUDA グラフの作成中に GPU メモリーが足りなくなりました（{error}）。グラフなしで実行します。</translation>
-    </message>
-    <message>
       <source>CUDA graph capture failed ({error}); running eagerly on the GPU.</source>
       <translation>CUDA グラフを作成できませんでした（{error}）。GPU 上でグラフなしで実行します。</translation>
     </message>
@@ -579,6 +575,18 @@
     <message>
       <source>The GPU ran out of memory while loading the model ({memory}). Close other programs that use the GPU, or use a GPU with more memory.</source>
       <translation>モデルの読み込み中に GPU メモリーが足りなくなりました（{memory}）。GPU を使うほかのプログラムを閉じるか、メモリーの多い GPU を使ってください。</translation>
+    </message>
+    <message>
+      <source>The GPU does not have enough free memory for the model: it needs about {needed} GB ({weights} GB of weights and {runtime} GB to run), but only {free} GB of {total} GB are free. Close programs that use the GPU (games, video, browsers with hardware acceleration), or use a GPU with more memory.</source>
+      <translation>GPU の空きメモリーがモデルに足りません。約 {needed} GB（重み {weights} GB と実行用 {runtime} GB）が必要ですが、空きは {total} GB 中 {free} GB だけです。GPU を使うほかのプログラム（ゲーム、動画、ハードウェアアクセラレーションを使うブラウザーなど）を閉じるか、メモリーの多い GPU を使ってください。</translation>
+    </message>
+    <message>
+      <source>The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, {free} GB are still free). Close programs that use the GPU, or use a GPU with more memory.</source>
+      <translation>モデルをリアルタイム用に準備している途中で GPU メモリーが足りなくなりました（約 {needed} GB が必要で、空きは {free} GB です）。GPU を使うほかのプログラムを閉じるか、メモリーの多い GPU を使ってください。</translation>
+    </message>
+    <message>
+      <source>The GPU has no room to merge the voice {voice}; the previous voice stays. Close other programs that use the GPU and try again.</source>
+      <translation>GPU メモリーに声 {voice} を合成する空きがありません。それまでの声のままです。GPU を使うほかのプログラムを閉じてから、もう一度試してください。</translation>
     </message>
     <message>
       <source>{text}</source>
