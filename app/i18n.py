@@ -24,6 +24,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QLibraryInfo, QLocale, QTranslator
 
+from engine.protocol import TranscriptLabels
+
 TRANSLATIONS_DIR = Path(__file__).resolve().parent / "translations"
 
 # Qt's own catalogues, loaded after ours (packaging/voicechat.spec ships the same list).
@@ -71,3 +73,13 @@ def install_translator(app: QCoreApplication, language: str) -> str:
             _installed.append(qt_translator)
     QLocale.setDefault(QLocale(QLocale.Language.Japanese, QLocale.Country.Japan))
     return "ja"
+
+
+def transcript_labels() -> TranscriptLabels:
+    """The words of an exported transcript (.txt), in the window's language (the engine writes them as given)."""
+    return TranscriptLabels(
+        user=QCoreApplication.translate("Transcript", "User"),
+        assistant=QCoreApplication.translate("Transcript", "Assistant"),
+        interrupted=QCoreApplication.translate("Transcript", "(interrupted)"),
+        voice=QCoreApplication.translate("Transcript", "(voice, {seconds} s)"),
+    )

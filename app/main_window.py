@@ -65,6 +65,7 @@ from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_set
 
 from app.bridge import EngineBridge
 from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
+from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.widgets.banner import MessageBanner
@@ -460,7 +461,7 @@ class MainWindow(QMainWindow):
         return True
 
     def export_to(self, path: str) -> None:
-        self.bridge.send(Export(with_wav_suffix(path)))
+        self.bridge.send(Export(with_wav_suffix(path), transcript_labels()))
 
     def open_settings(self) -> SettingsDialog:
         # The engine looks again for devices plugged in since (PortAudio lists them only after a re-scan);

@@ -104,10 +104,21 @@ class ReplayTurn:
 
 
 @dataclass(frozen=True)
+class TranscriptLabels:
+    """The words of an exported transcript (.txt), in the window's language: the engine writes them as given."""
+
+    user: str = "User"
+    assistant: str = "Assistant"
+    interrupted: str = "(interrupted)"
+    voice: str = "(voice, {seconds} s)"  # a user's turn; {seconds} with one decimal
+
+
+@dataclass(frozen=True)
 class Export:
     """Write the conversation as one WAV plus transcript (.txt) and timings (.json) next to it."""
 
     wav_path: str
+    labels: TranscriptLabels = TranscriptLabels()
 
 
 @dataclass(frozen=True)
@@ -166,6 +177,7 @@ class ExportHistory:
 
     conversation_id: int
     wav_path: str
+    labels: TranscriptLabels = TranscriptLabels()
 
 
 @dataclass(frozen=True)

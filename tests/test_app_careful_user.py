@@ -760,3 +760,29 @@ def test_no_stray_padding_lines_in_the_log(tmp_path: Path) -> None:
         shutdown_logging()
     assert "PADDING" not in text
     assert "a line of ours" in text and "a warning through the root logger" in text
+
+
+# --------------------------------------------------------------------------- item 6: the exported transcript
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_the_exported_transcript_is_worded_in_the_windows_language(qtbot, window, tmp_path: Path, history: bool) -> None:  # noqa: ANN001
+    """The .txt of an export (live or saved conversation) speaks the window's language, not the engine's English."""
+    import numpy as np
+
+    from engine.history.turn_record import TurnRecord
+    from engine.worker.records import export_conversation
+
+    if history:
+        window.history.export_to(7, str(tmp_path / "saved.wav"))
+        command = commands_of(window, p.ExportHistory)[-1]
+    else:
+        window.export_to(str(tmp_path / "live.wav"))
+        command = commands_of(window, p.Export)[-1]
+    records = [
+        TurnRecord(1, "user", np.zeros(16000, np.float32), 16000),
+        TurnRecord(2, "assistant", np.zeros(24000, np.float32), 24000, text="こんにちは", cancelled=True),
+    ]
+    export_conversation(records, tmp_path / "out.wav", command.labels)
+    text = (tmp_path / "out.txt").read_text(encoding="utf-8")
+    assert text.splitlines() == ["[00:00.00] ユーザー: （音声、1.0 秒）", "[00:01.40] アシスタント: こんにちは （中断）"]

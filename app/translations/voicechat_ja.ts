@@ -1696,4 +1696,23 @@
       <translation>ファイルの種類(&amp;T):</translation>
     </message>
   </context>
+  <context>
+      <name>Transcript</name>
+      <message>
+        <source>User</source>
+        <translation>ユーザー</translation>
+      </message>
+      <message>
+        <source>Assistant</source>
+        <translation>アシスタント</translation>
+      </message>
+      <message>
+        <source>(interrupted)</source>
+        <translation>（中断）</translation>
+      </message>
+      <message>
+        <source>(voice, {seconds} s)</source>
+        <translation>（音声、{seconds} 秒）</translation>
+      </message>
+  </context>
 </TS>

@@ -47,6 +47,7 @@ from engine.protocol import (
 )
 
 from app.engine_messages import engine_text
+from app.i18n import transcript_labels
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.transcript import TranscriptView
 
@@ -407,7 +408,7 @@ class HistoryUi(QObject):
             self.export_to(conversation_id, path)
 
     def export_to(self, conversation_id: int, path: str) -> None:
-        self.send(ExportHistory(conversation_id, with_wav_suffix(path)))
+        self.send(ExportHistory(conversation_id, with_wav_suffix(path), transcript_labels()))
 
     def confirm_delete(self, conversation_id: int) -> QMessageBox:
         entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)

@@ -69,7 +69,7 @@ def replay_history_turn(worker: Any, command: p.ReplayHistoryTurn) -> None:
 def export_history(worker: Any, command: p.ExportHistory) -> None:
     saved = worker.history.load(command.conversation_id)
     counter = iter(range(1, len(saved.turns) + 1))
-    worker._export(records_of(saved, lambda: next(counter)), command.wav_path)  # as Export writes the live one
+    worker._export(records_of(saved, lambda: next(counter)), command.wav_path, command.labels)  # as Export writes the live one
 
 
 def records_of(saved: SavedConversation, new_id: Any) -> list[TurnRecord]:

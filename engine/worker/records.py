@@ -23,6 +23,7 @@ import numpy as np
 
 from engine.errors import UserFacingError
 from engine.files import write_atomically
+from engine.protocol import TranscriptLabels
 from engine.history.turn_record import TurnRecord  # the history's value type: the worker keeps its turns as it
 from engine.constants import ANSWER_SAMPLE_RATE as ANSWER_RATE
 from engine.constants import USER_SAMPLE_RATE as USER_RATE
@@ -84,8 +85,9 @@ def resample(pcm: np.ndarray, src: int, dst: int) -> np.ndarray:
     return _resample(np.asarray(pcm, dtype=np.float32), src, dst)
 
 
-def export_conversation(records: list[TurnRecord], wav_path: Path) -> list[Path]:
-    """One WAV with both sides in order (24 kHz mono, 16-bit), plus .txt and .json transcripts."""
+def export_conversation(records: list[TurnRecord], wav_path: Path, labels: TranscriptLabels = TranscriptLabels()) -> list[Path]:
+    """One WAV with both sides in order (24 kHz mono, 16-bit), plus .txt (worded with `labels`) and .json
+    transcripts."""
     import soundfile as sf
 
     if not records:
@@ -115,9 +117,9 @@ def export_conversation(records: list[TurnRecord], wav_path: Path) -> list[Path]
             entry["cancelled"] = record.cancelled
             entry["greedy"] = record.greedy
             entry["metrics"] = asdict(record.metrics) if record.metrics is not None else None
-            lines.append(f"[{_clock(start_s)}] Assistant: {record.text}" + (" (interrupted)" if record.cancelled else ""))
+            lines.append(f"[{_clock(start_s)}] {labels.assistant}: {record.text}" + (f" {labels.interrupted}" if record.cancelled else ""))
         else:
-            lines.append(f"[{_clock(start_s)}] User: (voice, {record.duration_s:.1f} s)")
+            lines.append(f"[{_clock(start_s)}] {labels.user}: " + labels.voice.replace("{seconds}", f"{record.duration_s:.1f}"))
         turns_json.append(entry)
     audio = np.concatenate(parts[:-1]) if parts else np.zeros(0, np.float32)
     # Clip rather than wrap: a sample over full scale must not become a loud click in PCM_16.

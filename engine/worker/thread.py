@@ -778,13 +778,14 @@ class EngineWorker:
         self._set_phase(Phase.REPLAYING)
 
     def _on_Export(self, command: p.Export) -> None:
-        self._export(self.book.snapshot(), command.wav_path)  # arrays never change in place: a shallow copy
+        # Arrays never change in place: a shallow copy.
+        self._export(self.book.snapshot(), command.wav_path, command.labels)
 
-    def _export(self, records: list[TurnRecord], wav_path: str) -> None:
+    def _export(self, records: list[TurnRecord], wav_path: str, labels: p.TranscriptLabels) -> None:
         origin = self.phase
         self._set_phase(Phase.EXPORTING)
         try:
-            paths = self._wait_for_helper(lambda _cancel: export_conversation(records, Path(wav_path)),
+            paths = self._wait_for_helper(lambda _cancel: export_conversation(records, Path(wav_path), labels),
                                           "export")
         finally:
             self._set_phase(origin)
