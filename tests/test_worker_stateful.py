@@ -34,7 +34,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from app_helpers import make_voice_adapter
 from engine import protocol as p
-from engine.worker.table import public_transitions
+from engine.worker.table import NOT_LOADED, public_transitions
+from engine.worker.takes import TAKE_LOST
 from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, audio_env  # noqa: F401 - fixture
 
 pytestmark = [
@@ -104,6 +105,31 @@ class EngineMachine(RuleBasedStateMachine):
     def rapid_press_release(self, times: int) -> None:
         for _ in range(times):
             self._send(p.StartTake(), p.EndTake())
+
+    @rule(presses=st.lists(st.tuples(st.floats(0.0, 0.008), st.floats(0.0, 0.03)), min_size=1, max_size=30))
+    def burst_of_presses_then_a_hold(self, presses: list[tuple[float, float]]) -> None:
+        """Presses at millisecond spacing (holds of 0-8 ms, gaps of 0-30 ms: a bouncing key, fast clicks),
+        then an ordinary 0.5 s hold, which must produce its take (or be refused for a reason the user is
+        told: no model, no microphone), and never be declared lost."""
+        if self.stopped:
+            return
+        for hold, gap in presses:
+            self._send(p.StartTake())
+            time.sleep(hold)
+            self._send(p.EndTake())
+            time.sleep(gap)
+        mark = len(self.eng.seen)
+        self._send(p.StartTake())
+        time.sleep(0.5)
+        self._send(p.EndTake())
+
+        def outcome(e: p.Event) -> bool:
+            if isinstance(e, p.UserTakeAdded):
+                return e.duration_s >= 0.45
+            return isinstance(e, p.EngineError) and (e.kind == "audio_device" or e.message in (NOT_LOADED, TAKE_LOST))
+
+        event = self.eng.wait_for(outcome, timeout=20, after=mark)
+        assert not (isinstance(event, p.EngineError) and event.message == TAKE_LOST), "the hold's take was lost"
 
     @rule()
     def cancel(self) -> None:

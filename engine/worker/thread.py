@@ -620,14 +620,21 @@ class EngineWorker:
     def _on_StartTake(self, command: p.StartTake) -> None:
         if self.session is None:
             raise UserFacingError("The model is not loaded yet.")
-        if self.phase is Phase.RECORDING:
+        if self.phase is Phase.RECORDING and self.takes.held:
             return  # a second press (key and mouse together): one take
+        # RECORDING but released: the last take is still in its tail or on its way (a burst of quick presses
+        # outruns the recorder's notes). This press is a take of its own (or continues that one in its tail);
+        # whatever the recorder says about the earlier presses no longer belongs to the take in progress.
         if self.phase in RESTING and not self.takes.is_open():
             # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
             # that was not open has no pre-roll to lose).
             self._rescan_audio()
         if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
-            self._set_phase(Phase.RECORDING)
+            if self.phase is not Phase.RECORDING:
+                self._set_phase(Phase.RECORDING)
+        elif self.phase is Phase.RECORDING:
+            self.takes.settled()
+            self._set_phase(self._rest_phase())
 
     def _on_EndTake(self, command: p.EndTake) -> None:
         # Nothing to end when the press failed or the take was cancelled or cut at the limit. The take
@@ -647,9 +654,9 @@ class EngineWorker:
     def _on_take_message(self, message: TakeMessage) -> None:
         keep = self.phase is Phase.RECORDING and self.takes.belongs(message)
         if isinstance(message, TakeNote):
-            if keep:
+            if keep and message.event.reason != "busy":  # busy: the recorder has told the window already
                 self._post(message.event)
-            if keep and message.event.reason == "too_short":
+            if keep and message.event.reason in ("too_short", "busy"):
                 self.takes.settled()
                 self._set_phase(self._rest_phase())
             # too_long: the cut take follows and is answered like any other.
