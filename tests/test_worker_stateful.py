@@ -84,8 +84,16 @@ class EngineMachine(RuleBasedStateMachine):
         self.finished: set[int] = set()
         self.started: set[int] = set()
         self.exports = 0
+        self.hands_free = False
 
     # ------------------------------------------------------------------ commands at random moments
+
+    @rule(enabled=st.booleans(), muted=st.booleans(), end_of_speech=st.sampled_from((0.3, 0.6, 1.5)),
+          echo_cancellation=st.booleans())
+    def hands_free(self, enabled: bool, muted: bool, end_of_speech: float, echo_cancellation: bool) -> None:
+        """Hands-free on or off, muted or not, at any moment (the listener starts, stops or is rebuilt)."""
+        self.hands_free = enabled
+        self._send(p.SetHandsFree(enabled, muted, end_of_speech, 0.1, echo_cancellation))
 
     @rule()
     def start_take(self) -> None:
@@ -113,6 +121,9 @@ class EngineMachine(RuleBasedStateMachine):
         told: no model, no microphone), and never be declared lost."""
         if self.stopped:
             return
+        if self.hands_free:  # push-to-talk's rule: a voice take in progress would take the hold's place
+            self.hands_free = False
+            self._send(p.SetHandsFree(False))
         for hold, gap in presses:
             self._send(p.StartTake())
             time.sleep(hold)
@@ -188,7 +199,7 @@ class EngineMachine(RuleBasedStateMachine):
     def change_during_an_answer(self, command: str) -> None:
         self._during_an_answer(command)
 
-    @rule(command=st.sampled_from(("barge_in", "cancel", "release")))
+    @rule(command=st.sampled_from(("barge_in", "cancel", "release", "hands_free", "mute")))
     def take_during_an_answer(self, command: str) -> None:
         self._during_an_answer(command)
 
@@ -231,6 +242,9 @@ class EngineMachine(RuleBasedStateMachine):
             self.eng.send(p.StartTake())
         elif command == "cancel":
             self.eng.send(p.Cancel())
+        elif command in ("hands_free", "mute"):
+            self.hands_free = True
+            self.eng.send(p.SetHandsFree(True, muted=command == "mute"))
         else:
             self.eng.send(p.EndTake())
 
@@ -321,14 +335,14 @@ class EngineMachine(RuleBasedStateMachine):
         """Until two pings in a row find the engine resting with nothing else happening in between."""
         deadline = time.monotonic() + REST_TIMEOUT_S
         # A take still held would otherwise run to its 60 s limit, and a long answer to its end.
-        self._send(p.EndTake(), p.Cancel())
+        self._send(p.SetHandsFree(False), p.EndTake(), p.Cancel())
         while True:
             assert time.monotonic() < deadline, "the engine did not come to rest"
             first = self._ping()
             mark = len(self.eng.seen)
             time.sleep(0.3)
             second = self._ping()
-            quiet = all(isinstance(e, (p.InputLevel, p.Pong)) for e in self.eng.seen[mark:])
+            quiet = all(isinstance(e, (p.InputLevel, p.Pong, p.HandsFreeState)) for e in self.eng.seen[mark:])
             if first.state in RESTING and second.state in RESTING and quiet:
                 return
             if second.state is not p.EngineState.IDLE:

@@ -148,9 +148,19 @@ class PushToTalkRecorder(DeviceStream):
         self._take_counter = 0
         self._refused_presses = 0  # presses the callback could not start (no free take buffer)
         self._refused_seq = 0  # the number of the last of them
+        self.reference: Any = None  # a StreamingPlayer whose output is the echo reference (hands-free)
         self._init_stream_state(rate=16_000, channels=1)
 
     # ------------------------------------------------------------------ public API (engine thread)
+
+    def listen_source(self) -> tuple[int, int, np.ndarray, int, int, np.ndarray] | None:
+        """For the hands-free listener: (stream serial, rate, history ring, frames captured, block size,
+        per-block reference positions), or None while no stream is open. The ring is written by the
+        callback; a reader keeps within its last 2 s."""
+        if not self.is_open:
+            return None
+        return (self._stream_serial, self._rate, self._history, self._frames_captured, self._blocksize,
+                self._pairs)
 
     @property
     def samplerate(self) -> int:
@@ -257,8 +267,13 @@ class PushToTalkRecorder(DeviceStream):
         self._tail_frames = round(self.tail_s * rate)
         self._min_take_frames = round(self.min_take_s * rate)
         self._max_take_frames = max(1, round(self.max_take_s * rate))
-        # The history ring only has to reach back one pre-roll plus a block of press latency.
-        self._history = np.zeros(self._preroll_frames + 4 * max_block, dtype=np.float32)
+        # The history ring reaches back one pre-roll plus a block of press latency, and 2 s for the hands-free
+        # listener (engine/audio/voice.py), which reads the stream from it on its own thread.
+        self._history = np.zeros(max(self._preroll_frames + 4 * max_block, 2 * rate), dtype=np.float32)
+        # Per block: how far the reference player (hands-free echo cancellation) had played when the block
+        # was captured, so the listener pairs the microphone with what the speaker was playing.
+        self._pairs = np.full(512, -1, dtype=np.int64)
+        self._stream_serial = getattr(self, "_stream_serial", 0) + 1
         self._frames_captured = 0
         self._overflows = 0
         # Take buffers are allocated once per stream; the worker puts each back once the take is converted.
@@ -340,6 +355,9 @@ class PushToTalkRecorder(DeviceStream):
                     take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
 
         ring_write(self._history, block_start, mono)
+        reference = self.reference
+        self._pairs[(block_start // self._blocksize) % len(self._pairs)] = (
+            reference.frames_played if reference is not None else -1)
 
         take = self._active
         if take is not None:

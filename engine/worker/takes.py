@@ -122,6 +122,17 @@ class Takes:
         self.released_t = None
         return True
 
+    def voice(self, seq: int) -> None:
+        """The hands-free listener started take `seq` (negative): it is the take in progress now, held until
+        the listener hears its end (or a release/cancel ends it)."""
+        self.press_seq = seq
+        self.dropped = False
+        self.released_t = None
+
+    @property
+    def is_voice(self) -> bool:
+        return self.press_seq is not None and self.press_seq < 0
+
     def release(self) -> bool:
         """End the held take (it arrives `tail_s` later); False if it was already released."""
         if self.recorder is None or self.released_t is not None:
