@@ -175,7 +175,8 @@ class LatencyMeter(QWidget):
         bars = []
         for (attr, color), name in zip(STAGES, names):
             ms = getattr(self.last, attr) if self.last is not None else None
-            bars.append(_Bar(name, ms, color))
+            if attr != "end_of_speech_wait_ms" or ms is not None:  # a push-to-talk turn has no such wait
+                bars.append(_Bar(name, ms, color))
             values = self.values(attr)
             this_cell, p50_cell, p95_cell = self.cells[attr]
             this_cell.setText("…" if self.measuring else self._fmt(ms))
