@@ -57,7 +57,6 @@ class VoiceOptions:
     # hundred ms of residual echo after the user talked over the assistant, which the VAD alone takes for
     # speech.
     double_talk_margin_db: float = 3.0
-    raw_voice_margin_db: float = 12.0
     residual_gate_db: float = 20.0  # how far non-speech frames are turned down while the far end plays
 
 
@@ -78,7 +77,6 @@ class VoiceProcessor:
             sample_rate=RATE, echo_cancellation=options.echo_cancellation,
             noise_suppression=options.noise_suppression, high_pass_filter=True, ns_level=2)
         self._vad = webrtcvad.Vad(int(options.aggressiveness))
-        self._raw_vad = webrtcvad.Vad(int(options.aggressiveness))  # its own state: another signal
         self._pcm = np.zeros(FRAME, dtype=np.int16)
         self._erl = 0.0  # dB: how much louder (< 0: quieter) the echo comes back than the playback
         self._far_recent = np.full(30, -200.0)  # the far end's level over the last 300 ms (echo delays)
@@ -112,14 +110,7 @@ class VoiceProcessor:
         if far_reference is not None:
             raw = _dbfs(near)
             above = raw - (far_reference + self._erl)  # how far the microphone is above the expected echo
-            # AEC3's suppressor can take the first few hundred ms of a voice over the playback for echo and mute
-            # it; a frame whose raw microphone is well above the expected echo is judged on the raw signal.
-            speech = above > options.double_talk_margin_db and (
-                voiced or (above > options.raw_voice_margin_db and self._vad_says(near, self._raw_vad)))
-            if speech and not voiced:
-                # ...and the take keeps that frame as the microphone had it (the voice is well above the echo),
-                # so the user's first syllables are not lost to the suppressor.
-                clean = near.astype(np.float32, copy=True)
+            speech = voiced and above > options.double_talk_margin_db
             if not voiced and above < options.double_talk_margin_db:
                 # Echo alone (and room noise): learn how loud the echo comes back, keeping to its loud end.
                 step = 0.02 if above < 0 else 0.1
@@ -134,9 +125,9 @@ class VoiceProcessor:
             self._gain = target
         return clean, speech
 
-    def _vad_says(self, frame: np.ndarray, vad: Any = None) -> bool:
+    def _vad_says(self, frame: np.ndarray) -> bool:
         self._pcm[:] = np.clip(frame, -1.0, 1.0) * 32767.0
-        return bool((vad or self._vad).is_speech(self._pcm.tobytes(), RATE))
+        return bool(self._vad.is_speech(self._pcm.tobytes(), RATE))
 
     def reset(self) -> None:
         self._apm.reset()
