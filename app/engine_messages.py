@@ -21,6 +21,7 @@ CONTEXT = "EngineMessages"
 # mark its own strings). Keep in step with engine/audio/devices.py, engine/model/store.py,
 # engine/model/lora.py, engine/chat/session.py, engine/validation.py, engine/settings.py and engine/tools/reply.py; tests/test_app_widgets.py checks each has a translation.
 TEMPLATES = (
+    QT_TRANSLATE_NOOP("EngineMessages", "Hands-free listening failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "No microphone was found. Connect one and try again."),
     QT_TRANSLATE_NOOP("EngineMessages", "No speaker was found. Connect one and try again."),
     QT_TRANSLATE_NOOP(

@@ -230,8 +230,38 @@ class SettingsDialog(QDialog):
         key_box.addSpacing(6)
         key_box.addWidget(self.global_ptt)
         key_box.addWidget(global_note)
+        # Hands-free conversation (engine/audio/voice.py).
+        self.hands_free = QCheckBox(self.tr("Hands-free: listen all the time, answer when I pause"), tab)
+        self.hands_free.setChecked(s.hands_free)
+        self.end_of_speech = QDoubleSpinBox(tab)
+        self.end_of_speech.setRange(validation.END_OF_SPEECH_SECONDS.low, validation.END_OF_SPEECH_SECONDS.high)
+        self.end_of_speech.setSingleStep(0.1)
+        self.end_of_speech.setDecimals(1)
+        self.end_of_speech.setSuffix(self.tr(" s"))
+        self.end_of_speech.setValue(s.end_of_speech_s)
+        self.min_speech = QDoubleSpinBox(tab)
+        self.min_speech.setRange(validation.MIN_SPEECH_SECONDS.low, validation.MIN_SPEECH_SECONDS.high)
+        self.min_speech.setSingleStep(0.05)
+        self.min_speech.setDecimals(2)
+        self.min_speech.setSuffix(self.tr(" s"))
+        self.min_speech.setValue(s.min_speech_s)
+        self.echo_cancellation = QCheckBox(self.tr("Echo cancellation (the app does not hear its own voice from "
+                                                   "the speakers)"), tab)
+        self.echo_cancellation.setChecked(s.echo_cancellation)
+        hands_free_note = QLabel(self.tr("Headphones are still best. With speakers, the first seconds of the first "
+                                         "answer teach the echo canceller the room; until then speak louder than "
+                                         "the answer to interrupt it."), tab)
+        hands_free_note.setWordWrap(True)
+        hands_free_note.setStyleSheet("color: #666;")
+        hands_free_box = QVBoxLayout()
+        hands_free_box.addWidget(self.hands_free)
+        hands_free_box.addWidget(self.echo_cancellation)
+        hands_free_box.addWidget(hands_free_note)
         form = QFormLayout(tab)
         form.addRow(self.tr("Push-to-talk key"), key_box)
+        form.addRow(self.tr("Hands-free"), hands_free_box)
+        form.addRow(self.tr("Silence that ends what you say"), self.end_of_speech)
+        form.addRow(self.tr("Shortest speech that counts"), self.min_speech)
         form.addRow(self.tr("Language (after restart)"), self.language)
         return tab
 
@@ -338,6 +368,10 @@ class SettingsDialog(QDialog):
             ptt_key=key.split(",")[0].strip() or self.original.ptt_key,
             global_ptt=self.global_ptt.isChecked(),
             language=self.language.currentData(),
+            hands_free=self.hands_free.isChecked(),
+            end_of_speech_s=round(float(self.end_of_speech.value()), 2),
+            min_speech_s=round(float(self.min_speech.value()), 2),
+            echo_cancellation=self.echo_cancellation.isChecked(),
         )
 
 

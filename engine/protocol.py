@@ -189,10 +189,22 @@ class HistoryOptions:
     max_megabytes: int = 0
 
 
+@dataclass(frozen=True)
+class SetHandsFree:
+    """Hands-free listening on or off (push-to-talk keeps working either way), the microphone muted or
+    not, and how the voice detector decides where a take ends (engine/audio/voice.py)."""
+
+    enabled: bool
+    muted: bool = False
+    end_of_speech_s: float = 0.6
+    min_speech_s: float = 0.1
+    echo_cancellation: bool = True
+
+
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
     | ReplayTurn | Export | Shutdown | Ping | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
-    | ReplayHistoryTurn | ExportHistory | HistoryOptions
+    | ReplayHistoryTurn | ExportHistory | HistoryOptions | SetHandsFree
 )
 
 
@@ -290,6 +302,9 @@ class TurnMetrics:
     text: str
     cancelled: bool = False
     underruns: int = 0  # times playback ran dry during this answer (the player's count)
+    # Hands-free: the times above count from the end of speech (the last voiced frame), and this is the
+    # part of them spent waiting for the silence that ends the take (None: push-to-talk).
+    end_of_speech_wait_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -298,6 +313,17 @@ class AssistantTurnFinished:
     text: str
     duration_s: float
     cancelled: bool
+
+
+@dataclass(frozen=True)
+class HandsFreeState:
+    """What hands-free listening does now: `listening` (the detector runs), `muted`, and `error` when it
+    could not start (say, no microphone)."""
+
+    enabled: bool
+    listening: bool
+    muted: bool
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -492,7 +518,7 @@ Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
-    | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus
+    | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus | HandsFreeState
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

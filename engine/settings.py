@@ -59,6 +59,11 @@ class Settings:
     # Conversation history retention (engine/history): 0 keeps everything, the default.
     history_keep_days: int = 0
     history_max_megabytes: int = 0
+    # Hands-free conversation (engine/audio/voice.py): off by default, push-to-talk stays the default.
+    hands_free: bool = False
+    end_of_speech_s: float = 0.6
+    min_speech_s: float = 0.1
+    echo_cancellation: bool = True
 
 
 def default_settings_path() -> Path:
@@ -158,6 +163,10 @@ _FIELD_CHECKS: dict[str, Any] = {
     "language": _check_language,
     "history_keep_days": _in(validation.HISTORY_KEEP_DAYS),
     "history_max_megabytes": _in(validation.HISTORY_MAX_MEGABYTES),
+    "hands_free": _check_bool,
+    "end_of_speech_s": _in(validation.END_OF_SPEECH_SECONDS),
+    "min_speech_s": _in(validation.MIN_SPEECH_SECONDS),
+    "echo_cancellation": _check_bool,
 }
 
 

@@ -38,6 +38,9 @@ TEMPERATURE = Range(0.05, 2.0)
 TOP_K = Range(1, MAX_TOP_K, integer=True)
 MAX_ANSWER_SECONDS = Range(0.5, 600.0)
 MAX_TAKE_SECONDS = Range(1.0, 600.0)
+# Hands-free: the silence that ends a take, and the speech that starts one.
+END_OF_SPEECH_SECONDS = Range(0.2, 3.0)
+MIN_SPEECH_SECONDS = Range(0.05, 1.0)
 CONTEXT_TOKENS = Range(512, 131072, integer=True)
 # History retention (engine/history): 0 means keep everything.
 HISTORY_KEEP_DAYS = Range(0, 36500, integer=True)

@@ -6,6 +6,8 @@ The real engine (model, PortAudio) is exercised in test_app_e2e.py and test_work
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -112,6 +114,11 @@ def test_latency_meter_shows_the_waterfall_and_session_percentiles(qtbot) -> Non
     assert meter.cells["prefill_done_ms"][0].text() == "90 ms"
     assert [bar.ms for bar in meter.chart.bars] == [40.0, 90.0, 120.0, 180.0, 2000.0]
     assert meter.turns_label.text() == "計測した応答の数：3（最後の回答は停止されたため数えていません）"
+    # A hands-free turn counts from the end of speech, its wait for the end-of-speech silence its own bar.
+    meter.add_turn(dataclasses.replace(_metrics(10, 900.0), end_of_speech_wait_ms=600.0))
+    assert [bar.ms for bar in meter.chart.bars] == [600.0, 40.0, 90.0, 120.0, 180.0, 900.0]
+    assert meter.chart.bars[0].name == "話し終わりの待ち時間"
+    assert meter.cells["end_of_speech_wait_ms"][0].text() == "600 ms"
 
 
 def test_level_meter_converts_to_dbfs_and_holds_clipping(qtbot) -> None:  # noqa: ANN001

@@ -10,6 +10,7 @@ spec and entry point, the icon, and the build script and workflow, which only ru
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import struct
 import uuid
@@ -345,6 +346,11 @@ def test_spec_runs_with_real_pyinstaller_hooks(spec: SpecFacts, monkeypatch: pyt
         ), f"no metadata collected for {package}"
     assert Path(captured["EXE"]["icon"]).is_file()
     assert captured["EXE"]["name"] == captured["COLLECT"]["name"] == spec.app_name
+    # Hands-free's native modules, imported only when listening starts, are bundled.
+    hidden = captured["analysis"]["hiddenimports"]
+    for module in ("pywebrtc_audio", "pywebrtc_audio._webrtc_audio", "webrtcvad", "_webrtcvad"):
+        assert module in hidden
+        importlib.import_module(module)  # and they are installed where the bundle is built
 
 
 # --------------------------------------------------------------------------- icon, scripts, workflow

@@ -34,7 +34,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from app_helpers import make_voice_adapter
 from engine import protocol as p
-from engine.worker.table import public_transitions
+from engine.worker.table import NOT_LOADED, public_transitions
+from engine.worker.takes import TAKE_LOST
 from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, audio_env  # noqa: F401 - fixture
 
 pytestmark = [
@@ -83,8 +84,16 @@ class EngineMachine(RuleBasedStateMachine):
         self.finished: set[int] = set()
         self.started: set[int] = set()
         self.exports = 0
+        self.hands_free = False
 
     # ------------------------------------------------------------------ commands at random moments
+
+    @rule(enabled=st.booleans(), muted=st.booleans(), end_of_speech=st.sampled_from((0.3, 0.6, 1.5)),
+          echo_cancellation=st.booleans())
+    def hands_free(self, enabled: bool, muted: bool, end_of_speech: float, echo_cancellation: bool) -> None:
+        """Hands-free on or off, muted or not, at any moment (the listener starts, stops or is rebuilt)."""
+        self.hands_free = enabled
+        self._send(p.SetHandsFree(enabled, muted, end_of_speech, 0.1, echo_cancellation))
 
     @rule()
     def start_take(self) -> None:
@@ -104,6 +113,34 @@ class EngineMachine(RuleBasedStateMachine):
     def rapid_press_release(self, times: int) -> None:
         for _ in range(times):
             self._send(p.StartTake(), p.EndTake())
+
+    @rule(presses=st.lists(st.tuples(st.floats(0.0, 0.008), st.floats(0.0, 0.03)), min_size=1, max_size=30))
+    def burst_of_presses_then_a_hold(self, presses: list[tuple[float, float]]) -> None:
+        """Presses at millisecond spacing (holds of 0-8 ms, gaps of 0-30 ms: a bouncing key, fast clicks),
+        then an ordinary 0.5 s hold, which must produce its take (or be refused for a reason the user is
+        told: no model, no microphone), and never be declared lost."""
+        if self.stopped:
+            return
+        if self.hands_free:  # push-to-talk's rule: a voice take in progress would take the hold's place
+            self.hands_free = False
+            self._send(p.SetHandsFree(False))
+        for hold, gap in presses:
+            self._send(p.StartTake())
+            time.sleep(hold)
+            self._send(p.EndTake())
+            time.sleep(gap)
+        mark = len(self.eng.seen)
+        self._send(p.StartTake())
+        time.sleep(0.5)
+        self._send(p.EndTake())
+
+        def outcome(e: p.Event) -> bool:
+            if isinstance(e, p.UserTakeAdded):
+                return e.duration_s >= 0.45
+            return isinstance(e, p.EngineError) and (e.kind == "audio_device" or e.message in (NOT_LOADED, TAKE_LOST))
+
+        event = self.eng.wait_for(outcome, timeout=20, after=mark)
+        assert not (isinstance(event, p.EngineError) and event.message == TAKE_LOST), "the hold's take was lost"
 
     @rule()
     def cancel(self) -> None:
@@ -162,7 +199,7 @@ class EngineMachine(RuleBasedStateMachine):
     def change_during_an_answer(self, command: str) -> None:
         self._during_an_answer(command)
 
-    @rule(command=st.sampled_from(("barge_in", "cancel", "release")))
+    @rule(command=st.sampled_from(("barge_in", "cancel", "release", "hands_free", "mute")))
     def take_during_an_answer(self, command: str) -> None:
         self._during_an_answer(command)
 
@@ -205,6 +242,9 @@ class EngineMachine(RuleBasedStateMachine):
             self.eng.send(p.StartTake())
         elif command == "cancel":
             self.eng.send(p.Cancel())
+        elif command in ("hands_free", "mute"):
+            self.hands_free = True
+            self.eng.send(p.SetHandsFree(True, muted=command == "mute"))
         else:
             self.eng.send(p.EndTake())
 
@@ -295,14 +335,14 @@ class EngineMachine(RuleBasedStateMachine):
         """Until two pings in a row find the engine resting with nothing else happening in between."""
         deadline = time.monotonic() + REST_TIMEOUT_S
         # A take still held would otherwise run to its 60 s limit, and a long answer to its end.
-        self._send(p.EndTake(), p.Cancel())
+        self._send(p.SetHandsFree(False), p.EndTake(), p.Cancel())
         while True:
             assert time.monotonic() < deadline, "the engine did not come to rest"
             first = self._ping()
             mark = len(self.eng.seen)
             time.sleep(0.3)
             second = self._ping()
-            quiet = all(isinstance(e, (p.InputLevel, p.Pong)) for e in self.eng.seen[mark:])
+            quiet = all(isinstance(e, (p.InputLevel, p.Pong, p.HandsFreeState)) for e in self.eng.seen[mark:])
             if first.state in RESTING and second.state in RESTING and quiet:
                 return
             if second.state is not p.EngineState.IDLE:

@@ -17,11 +17,12 @@ from engine.worker.table import (
     Outcome,
     Phase,
     SetPrompt,
+    VoiceStarted,
     describe,
     public_transitions,
 )
 
-COMMANDS = [*typing.get_args(p.Command), SetPrompt]
+COMMANDS = [*typing.get_args(p.Command), SetPrompt, VoiceStarted]
 # What takes the session's lock (ChatSession.reset / set_system_prompt / switch_voice / close + open).
 LOCKING = (SetPrompt, p.Reset, p.SwitchVoice, p.Load)
 TURN = (Phase.THINKING, Phase.SPEAKING)
@@ -40,7 +41,8 @@ def test_nothing_that_takes_the_lock_runs_during_a_turn() -> None:
 
 def test_only_commands_that_leave_the_turn_alone_run_between_its_pieces() -> None:
     running = {c for c in COMMANDS if TABLE[(c, Phase.SPEAKING)].outcome is Outcome.RUN}
-    assert running == {p.Ping, p.ListDevices, p.ApplySettings}
+    # SetHandsFree only sets the listener's flags (mute, on/off): it touches neither the session nor the answer.
+    assert running == {p.Ping, p.ListDevices, p.ApplySettings, p.SetHandsFree}
 
 
 def test_the_engine_rests_only_where_nothing_waits() -> None:
@@ -82,3 +84,12 @@ def test_deferred_changes_are_the_ones_the_window_names() -> None:
 def test_the_table_prints() -> None:
     text = describe()
     assert "SetPrompt" in text and "cancel+run" in text and len(text.splitlines()) == len(COMMANDS) + 2
+
+
+def test_barge_in_by_voice_stops_an_answer_as_the_talk_button_does() -> None:
+    for phase in Phase:
+        voice, button = TABLE[(VoiceStarted, phase)], TABLE[(p.StartTake, phase)]
+        if button.outcome is Outcome.REFUSE:
+            assert voice.outcome is Outcome.RUN  # not acted on, and no message for a voice nobody asked for
+        else:
+            assert voice == button, phase

@@ -612,6 +612,10 @@
       <source>The output file {path} cannot be written: the folder {folder} does not exist. Check the path, or create the folder first.</source>
       <translation>出力ファイル {path} に書き込めません：フォルダー {folder} がありません。パスを確かめるか、先にフォルダーを作ってください。</translation>
     </message>
+    <message>
+      <source>Hands-free listening failed.</source>
+      <translation>ハンズフリーの聞き取りに失敗しました。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -958,6 +962,10 @@
     <message>
       <source>How often the speaker ran out of audio because the answer was generated slower than it played (heard as gaps).</source>
       <translation>回答の生成が再生に追いつかず、スピーカーに送る音声が尽きた回数です（音の途切れとして聞こえます）。</translation>
+    </message>
+    <message>
+      <source>End-of-speech wait</source>
+      <translation>話し終わりの待ち時間</translation>
     </message>
   </context>
   <context>
@@ -1317,6 +1325,26 @@
       <source>Details: %1</source>
       <translation>詳細：%1</translation>
     </message>
+    <message>
+      <source>Hands-free</source>
+      <translation>ハンズフリー</translation>
+    </message>
+    <message>
+      <source>Talk without holding the button: the app listens, answers when you pause, and stops its answer when you speak.</source>
+      <translation>ボタンを押さずに話せます。アプリが聞き取り、話し終えると答え、答えの途中で話すと答えを止めます。</translation>
+    </message>
+    <message>
+      <source>Mute microphone</source>
+      <translation>マイクをミュート</translation>
+    </message>
+    <message>
+      <source>Hands-free is on: just speak. Holding the button still records a take.</source>
+      <translation>ハンズフリーがオンです。そのまま話してください。ボタンを押している間の録音もできます。</translation>
+    </message>
+    <message>
+      <source>Hands-free waits for the model</source>
+      <translation>ハンズフリーはモデルの読み込みを待っています</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
@@ -1601,6 +1629,30 @@
       <source>The system prompt is too long (%1 characters; at most %2).</source>
       <translation>システムプロンプトが長すぎます（%1 文字。最大 %2 文字）。</translation>
     </message>
+    <message>
+      <source>Hands-free: listen all the time, answer when I pause</source>
+      <translation>ハンズフリー: 常に聞き取り、話し終えたら答える</translation>
+    </message>
+    <message>
+      <source>Echo cancellation (the app does not hear its own voice from the speakers)</source>
+      <translation>エコーキャンセル (スピーカーから出るアプリ自身の声を聞き取らない)</translation>
+    </message>
+    <message>
+      <source>Headphones are still best. With speakers, the first seconds of the first answer teach the echo canceller the room; until then speak louder than the answer to interrupt it.</source>
+      <translation>ヘッドホンがいちばん確実です。スピーカーの場合は、最初の回答の最初の数秒でエコーキャンセラーが部屋の響きを学習します。それまでは、回答を止めるには回答より大きな声で話してください。</translation>
+    </message>
+    <message>
+      <source>Hands-free</source>
+      <translation>ハンズフリー</translation>
+    </message>
+    <message>
+      <source>Silence that ends what you say</source>
+      <translation>話し終わりとみなす無音の長さ</translation>
+    </message>
+    <message>
+      <source>Shortest speech that counts</source>
+      <translation>発話とみなす最短の長さ</translation>
+    </message>
   </context>
   <context>
     <name>StateIndicator</name>
@@ -1633,6 +1685,18 @@
       <location filename="../widgets/meters.py" line="56" />
       <source>No model</source>
       <translation>モデルなし</translation>
+    </message>
+    <message>
+      <source>Microphone muted</source>
+      <translation>マイクはミュート中</translation>
+    </message>
+    <message>
+      <source>Listening</source>
+      <translation>聞き取り中</translation>
+    </message>
+    <message>
+      <source>Hearing you</source>
+      <translation>あなたの声を聞いています</translation>
     </message>
   </context>
   <context>

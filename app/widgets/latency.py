@@ -1,6 +1,7 @@
 """Latency meter: the waterfall of the last turn and p50/p95 over the session.
 
-Every stage is measured in milliseconds from the push-to-talk release, so the bars of the waterfall
+Every stage is measured in milliseconds from the push-to-talk release (hands-free: from the end of speech,
+the last voiced 10 ms frame, with the wait for the end-of-speech silence as its own first bar), so the bars of the waterfall
 start at 0 and each one ends where that stage completed; the gaps between bar ends are the cost of
 each step. "First sample audible" includes the output device's latency as reported by PortAudio.
 """
@@ -19,6 +20,9 @@ from engine.protocol import TurnMetrics
 
 # (attribute of TurnMetrics, colour). The labels are in LatencyMeter.stage_names() for translation.
 STAGES: tuple[tuple[str, str], ...] = (
+    # Hands-free: the silence waited for before the take ended (the figures count from the end of speech,
+    # so this wait is part of every bar below; push-to-talk turns show "—").
+    ("end_of_speech_wait_ms", "#9e9e9e"),
     ("audio_encoded_ms", "#8e24aa"),
     ("prefill_done_ms", "#3949ab"),
     ("first_text_ms", "#00897b"),
@@ -133,6 +137,7 @@ class LatencyMeter(QWidget):
 
     def stage_names(self) -> list[str]:
         return [
+            self.tr("End-of-speech wait"),
             self.tr("Audio encoded"),
             self.tr("Prefill done"),
             self.tr("First text"),
@@ -170,7 +175,8 @@ class LatencyMeter(QWidget):
         bars = []
         for (attr, color), name in zip(STAGES, names):
             ms = getattr(self.last, attr) if self.last is not None else None
-            bars.append(_Bar(name, ms, color))
+            if attr != "end_of_speech_wait_ms" or ms is not None:  # a push-to-talk turn has no such wait
+                bars.append(_Bar(name, ms, color))
             values = self.values(attr)
             this_cell, p50_cell, p95_cell = self.cells[attr]
             this_cell.setText("…" if self.measuring else self._fmt(ms))

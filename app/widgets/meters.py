@@ -27,6 +27,8 @@ class StateIndicator(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._state = EngineState.LOADING
+        self.hands_free = False  # hands-free: "Listening" / "Hearing you" instead of "Ready" / "Recording"
+        self.muted = False
         self._dot = QLabel(self)
         self._dot.setFixedSize(18, 18)
         self.label = QLabel(self)
@@ -45,6 +47,10 @@ class StateIndicator(QWidget):
         # Spelled out (not a dict built at import time) so lupdate sees every string.
         if state is EngineState.LOADING:
             return self.tr("Loading")
+        if state is EngineState.IDLE and self.hands_free:
+            return self.tr("Microphone muted") if self.muted else self.tr("Listening")
+        if state is EngineState.RECORDING and self.hands_free:
+            return self.tr("Hearing you")
         if state is EngineState.IDLE:
             return self.tr("Ready")
         if state is EngineState.RECORDING:
@@ -58,6 +64,10 @@ class StateIndicator(QWidget):
     @property
     def state(self) -> EngineState:
         return self._state
+
+    def set_hands_free(self, hands_free: bool, muted: bool) -> None:
+        self.hands_free, self.muted = hands_free, muted
+        self.set_state(self._state)
 
     def set_state(self, state: EngineState) -> None:
         self._state = state

@@ -9,7 +9,12 @@ Threads and who owns what
   including the take buffers, are allocated when the stream opens).
 * Callers (the engine thread) only call `open`/`press`/`release`/`close`/`select_device`. `press` and
   `release` just bump counters that the callback reads at the start of its next block, so a press takes effect
-  at most one block (10 ms) later, on an exact stream frame.
+  at most one block (10 ms) later, on an exact stream frame. Presses and releases alternate (press, release,
+  press, ...), so however many of them land in one block, the counters say what happened: every new press
+  since the last block was released again unless there is one more press than releases. Each press has a
+  number (`press_seq`); every take and every rejection carries the number of the last press it
+  answers, so the caller always knows which press a delivered take belongs to, even when presses were
+  merged (several in one block, or a press again during the tail continues that take) or refused.
 * A worker thread resamples the take to 16 kHz while it is being recorded (so little is left to do at
   release), delivers finished takes, publishes input levels at `level_interval_s`, and reports a stream that
   died (unplugged device). `on_take` and `on_event` are called on that worker thread.
@@ -61,6 +66,9 @@ class CapturedTake:
     press_frame: int
     release_frame: int | None  # None when the cap ended the take
     end_frame: int
+    # The number `press()` returned for the last press this take answers (a press again during the tail
+    # continues the take, so a take may answer several).
+    press_seq: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -71,11 +79,12 @@ class _ActiveTake:
     """Mutable take state. Written only by the audio callback; read by the worker (append-only fields)."""
 
     __slots__ = ("take_id", "rate", "buffer", "pool", "start_frame", "press_frame", "release_frame", "end_frame",
-                 "filled", "outcome")
+                 "filled", "outcome", "press_seq")
 
     def __init__(self, take_id: int, rate: int, buffer: np.ndarray, pool: queue.SimpleQueue, start_frame: int,
-                 press_frame: int) -> None:
+                 press_frame: int, press_seq: int) -> None:
         self.take_id = take_id
+        self.press_seq = press_seq
         self.rate = rate  # the stream's rate; the worker may still convert this take after a reopen
         self.buffer = buffer
         self.pool = pool
@@ -105,10 +114,13 @@ class PushToTalkRecorder(DeviceStream):
         level_interval_s: float = 0.05,
         on_take: Callable[[CapturedTake], None] | None = None,
         on_event: Callable[[Event], None] | None = None,
+        on_rejected: Callable[[TakeRejected, int], None] | None = None,
     ) -> None:
         """`device`: a name from `list_devices()` (None: system default). `samplerate`: None opens the device at
         its native rate. Takes are delivered to `on_take` (default: the `takes` queue); events (InputLevel,
-        TakeRejected, EngineError) to `on_event` (default: the `events` queue)."""
+        TakeRejected, EngineError) to `on_event` (default: the `events` queue). `on_rejected`, if given, gets
+        each TakeRejected instead, with the `press_seq` of the press it is about (reason "too_short",
+        "too_long" or "busy": a press refused because both take buffers were still busy)."""
         self.device_name = device
         self.requested_samplerate = samplerate
         self.preroll_s = preroll_s
@@ -121,6 +133,7 @@ class PushToTalkRecorder(DeviceStream):
         self.events: queue.Queue[Event] = queue.Queue()
         self._on_take = on_take or self.takes.put
         self._on_event = on_event or self.events.put
+        self._on_rejected = on_rejected
 
         self._init_device_stream()
         self._stream_lock = threading.Lock()  # serialises open/close between engine and worker; never in callback
@@ -134,9 +147,20 @@ class PushToTalkRecorder(DeviceStream):
         self._worker: threading.Thread | None = None
         self._take_counter = 0
         self._refused_presses = 0  # presses the callback could not start (no free take buffer)
+        self._refused_seq = 0  # the number of the last of them
+        self.reference: Any = None  # a StreamingPlayer whose output is the echo reference (hands-free)
         self._init_stream_state(rate=16_000, channels=1)
 
     # ------------------------------------------------------------------ public API (engine thread)
+
+    def listen_source(self) -> tuple[int, int, np.ndarray, int, int, np.ndarray] | None:
+        """For the hands-free listener: (stream serial, rate, history ring, frames captured, block size,
+        per-block reference positions), or None while no stream is open. The ring is written by the
+        callback; a reader keeps within its last 2 s."""
+        if not self.is_open:
+            return None
+        return (self._stream_serial, self._rate, self._history, self._frames_captured, self._blocksize,
+                self._pairs)
 
     @property
     def samplerate(self) -> int:
@@ -178,16 +202,26 @@ class PushToTalkRecorder(DeviceStream):
         return self.open()
 
     def press(self) -> bool:
-        """Push-to-talk pressed: start a take (with pre-roll). Reopens the stream if it died or never opened.
-        Returns False (after emitting an EngineError) if no stream could be opened."""
+        """Push-to-talk pressed: start a take (with pre-roll), or continue the last one if it is still in its
+        tail. Reopens the stream if it died or never opened. Returns False (after emitting an EngineError) if
+        no stream could be opened. A press while one is held is ignored: presses and releases alternate.
+        `press_seq` then is this press's number."""
         if not self.is_open and not self.open():
             return False
-        self._press_requests += 1
+        if self._press_requests == self._release_requests:
+            self._press_requests += 1
         return True
 
+    @property
+    def press_seq(self) -> int:
+        """The number of the last press (what its take or its rejection will carry)."""
+        return self._press_requests
+
     def release(self) -> None:
-        """Push-to-talk released: the take ends `tail_s` later (in stream frames) and is delivered."""
-        self._release_requests += 1
+        """Push-to-talk released: the take ends `tail_s` later (in stream frames) and is delivered. A release
+        without a press held is ignored."""
+        if self._release_requests < self._press_requests:
+            self._release_requests += 1
 
     def close_stream(self) -> None:
         """Close the input stream only (e.g. before `rescan_devices()`); `press()` or `open()` reopens it."""
@@ -233,8 +267,13 @@ class PushToTalkRecorder(DeviceStream):
         self._tail_frames = round(self.tail_s * rate)
         self._min_take_frames = round(self.min_take_s * rate)
         self._max_take_frames = max(1, round(self.max_take_s * rate))
-        # The history ring only has to reach back one pre-roll plus a block of press latency.
-        self._history = np.zeros(self._preroll_frames + 4 * max_block, dtype=np.float32)
+        # The history ring reaches back one pre-roll plus a block of press latency, and 2 s for the hands-free
+        # listener (engine/audio/voice.py), which reads the stream from it on its own thread.
+        self._history = np.zeros(max(self._preroll_frames + 4 * max_block, 2 * rate), dtype=np.float32)
+        # Per block: how far the reference player (hands-free echo cancellation) had played when the block
+        # was captured, so the listener pairs the microphone with what the speaker was playing.
+        self._pairs = np.full(512, -1, dtype=np.int64)
+        self._stream_serial = getattr(self, "_stream_serial", 0) + 1
         self._frames_captured = 0
         self._overflows = 0
         # Take buffers are allocated once per stream; the worker puts each back once the take is converted.
@@ -242,7 +281,9 @@ class PushToTalkRecorder(DeviceStream):
         for _ in range(_TAKE_BUFFERS):
             self._pool.put(np.zeros(self._max_take_frames, dtype=np.float32))
         self._active: _ActiveTake | None = None
-        # Requests made before this stream existed are void: a stream starts idle.
+        # Requests made before this stream existed are void: a stream starts idle (a press still held is
+        # released here, so the next press starts a take).
+        self._release_requests = self._press_requests
         self._handled_presses = self._press_requests
         self._handled_releases = self._release_requests
         # Level ring: one slot per block; the worker reads slots [read, written).
@@ -288,18 +329,25 @@ class PushToTalkRecorder(DeviceStream):
         self._level_frames[slot] = frames
         self._level_written += 1
 
-        # Press/release requests take effect at the first frame of this block.
+        # Press/release requests take effect at the first frame of this block. Releases are read first: a
+        # release never runs ahead of its press, so `releases <= presses` holds for what is read here.
+        releases = self._release_requests
         presses = self._press_requests
         if presses != self._handled_presses:
             self._handled_presses = presses
-            if self._active is not None:  # pressed again during the tail: finish that take now
-                self._finish(self._active, "complete")
-            self._begin_take(block_start)
-        releases = self._release_requests
+            take = self._active
+            if take is not None and take.outcome == "":
+                # Pressed again before the last take ended (in its tail, or its release landed in this
+                # block too): the same take goes on, now answering this press.
+                take.release_frame = None
+                take.end_frame = None
+                take.press_seq = presses
+            else:
+                self._begin_take(block_start, presses)
         if releases != self._handled_releases:
             self._handled_releases = releases
             take = self._active
-            if take is not None and take.release_frame is None:
+            if take is not None and take.release_frame is None and releases == presses:
                 take.release_frame = block_start
                 if block_start - take.press_frame < self._min_take_frames:
                     self._finish(take, "too_short")
@@ -307,6 +355,9 @@ class PushToTalkRecorder(DeviceStream):
                     take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
 
         ring_write(self._history, block_start, mono)
+        reference = self.reference
+        self._pairs[(block_start // self._blocksize) % len(self._pairs)] = (
+            reference.frames_played if reference is not None else -1)
 
         take = self._active
         if take is not None:
@@ -320,17 +371,18 @@ class PushToTalkRecorder(DeviceStream):
 
         self._frames_captured = block_start + frames
 
-    def _begin_take(self, press_frame: int) -> None:
+    def _begin_take(self, press_frame: int, press_seq: int) -> None:
         try:
             buffer = self._pool.get_nowait()
         except queue.Empty:
+            self._refused_seq = press_seq
             self._refused_presses += 1
             return
         preroll = min(self._preroll_frames, press_frame, len(buffer))
         start = press_frame - preroll
         ring_read(self._history, start, buffer[:preroll])
         self._take_counter += 1
-        take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame)
+        take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame, press_seq)
         take.filled = preroll
         self._active = take
 
@@ -387,6 +439,8 @@ class PushToTalkRecorder(DeviceStream):
                     reported_refusals = self._refused_presses
                     self._on_event(EngineError(kind="take", message="The previous take is still being processed; "
                                                                      "press again in a moment."))
+                    if self._on_rejected is not None:
+                        self._on_rejected(TakeRejected(reason="busy", duration_s=0.0), self._refused_seq)
                 self._check_stream_health()
             except Exception as exc:  # a failing consumer callback must not kill the capture worker
                 converting, pieces = None, []
@@ -400,7 +454,7 @@ class PushToTalkRecorder(DeviceStream):
             pressed_s = (pressed_end - take.press_frame) / rate
             if take.outcome == "too_short" or (take.outcome == "interrupted" and
                                                pressed_s < self.min_take_s):
-                self._on_event(TakeRejected(reason="too_short", duration_s=pressed_s))
+                self._reject(TakeRejected(reason="too_short", duration_s=pressed_s), take.press_seq)
                 return
             device_audio = take.buffer[: take.filled]
             if rate == MODEL_SAMPLE_RATE:
@@ -426,12 +480,19 @@ class PushToTalkRecorder(DeviceStream):
                 press_frame=take.press_frame,
                 release_frame=take.release_frame,
                 end_frame=take.end_frame,
+                press_seq=take.press_seq,
             )
             if truncated:
-                self._on_event(TakeRejected(reason="too_long", duration_s=captured.duration_s))
+                self._reject(TakeRejected(reason="too_long", duration_s=captured.duration_s), take.press_seq)
             self._on_take(captured)
         finally:
             take.pool.put(take.buffer)
+
+    def _reject(self, event: TakeRejected, press_seq: int) -> None:
+        if self._on_rejected is not None:
+            self._on_rejected(event, press_seq)
+        else:
+            self._on_event(event)
 
     def _read_level(self) -> InputLevel | None:
         written = self._level_written

@@ -118,6 +118,13 @@ class StreamingPlayer(DeviceStream):
         """Frames (audio or silence) handed to the device since the stream opened."""
         return self._frames_played
 
+    def played_source(self) -> tuple[int, int, np.ndarray, int] | None:
+        """For the hands-free listener: (stream serial, rate, ring of what was handed to the device by output
+        frame, frames played), or None while no stream is open."""
+        if not self.is_open:
+            return None
+        return (self._stream_serial, self._rate, self._played, self._frames_played)
+
     @property
     def underruns(self) -> int:
         """Times (over the player's lifetime) that an utterance that was playing found the buffer empty."""
@@ -200,6 +207,9 @@ class StreamingPlayer(DeviceStream):
         self._flush_to = 0  # set by flush(); the callback never reads below it
         self._utterance: _Utterance | None = None
         self._frames_played = 0
+        # What was handed to the device, by output frame (the last 2 s): the hands-free echo reference.
+        self._played = np.zeros(2 * rate, dtype=np.float32)
+        self._stream_serial = getattr(self, "_stream_serial", 0) + 1
         # Callback-owned observations about utterance `_cb_uid`.
         self._cb_uid = 0
         self._cb_started = False
@@ -367,6 +377,7 @@ class StreamingPlayer(DeviceStream):
                     self._cb_starving = False
 
         self._read_pos = read + count
+        ring_write(self._played, self._frames_played, outdata[:frames, 0])
         self._frames_played += frames
 
     def _audible_time(self, time_info: object, offset: int) -> float:

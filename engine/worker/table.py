@@ -49,6 +49,17 @@ class SetPrompt:
     prompt: str
 
 
+@dataclass(frozen=True)
+class VoiceStarted:
+    """Internal: the hands-free listener heard speech (its take `seq` has begun, pre-roll included).
+
+    It goes through the table exactly like the talk button's StartTake, so speech during an answer
+    stops it the same way (barge-in by voice); the listener puts it on the command queue."""
+
+    seq: int
+    heard_t: float  # time.monotonic() when the speech was confirmed
+
+
 class Outcome(enum.Enum):
     RUN = "run now"
     CANCEL_THEN_RUN = "cancel, then run"
@@ -99,6 +110,10 @@ _ROWS: dict[type, tuple[Rule, ...]] = {
     p.Load:          (RUN,          CANCEL,       RUN, CANCEL,         AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
     p.StartTake:     (_REFUSE_TAKE, _REFUSE_TAKE, RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
     p.EndTake:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER),
+    # Barge-in by voice: as StartTake, but never refused (without a model it is simply not acted on).
+    VoiceStarted:    (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
+    # Flags for the listener only: at once in every phase (a mute during a voice take drops it).
+    p.SetHandsFree:  (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
     p.Cancel:        (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   RUN),
     p.ReplayTurn:    (RUN,          AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
     p.Export:        (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER),

@@ -34,9 +34,10 @@ class TakeReady:
 
 @dataclass(frozen=True)
 class TakeNote:
-    """The recorder dropped (too short) or cut (too long) a take."""
+    """The recorder dropped (too short), cut (too long) or refused ("busy": no free take buffer) a take."""
 
     event: p.TakeRejected
+    press_seq: int = 0  # the press it is about (the number `PushToTalkRecorder.press` returned)
 
 
 TakeMessage = TakeReady | TakeNote
@@ -54,11 +55,12 @@ class Takes:
         self.device: str | None = None
         self.recorder: Any = None
         self.released_t: float | None = None  # monotonic time of the release (None: still held)
-        # The take in progress, by the stream frame at its press: a take the recorder delivers belongs to
-        # it if it was pressed at or after that frame (presses take effect at the next block). Counting
-        # presses would not do: the recorder merges presses within one block and refuses one while both
-        # of its buffers are busy, so some presses never become a take.
-        self.press_frame: int | None = None
+        # The take in progress, by the number the recorder gave its press: what the recorder delivers
+        # (a take, or a note that it dropped, cut or refused one) carries the number of the last press it
+        # answers, so it belongs to the take in progress exactly when the numbers are equal. (Stream
+        # frames would not do: the engine cannot read the frame a press lands on without racing the
+        # audio callback, which may run several blocks between the press and the read.)
+        self.press_seq: int | None = None
         self.dropped = False
 
     # ------------------------------------------------------------------ device
@@ -73,7 +75,8 @@ class Takes:
         from engine.audio.capture import PushToTalkRecorder
 
         self.recorder = PushToTalkRecorder(self.device, on_take=self._from_recorder_take,
-                                           on_event=self._from_recorder_event, **self._options)
+                                           on_event=self._post, on_rejected=self._from_recorder_rejection,
+                                           **self._options)
         return self.recorder
 
     def is_open(self) -> bool:
@@ -97,23 +100,38 @@ class Takes:
     def _from_recorder_take(self, take: Any) -> None:
         self.channel.put(TakeReady(take))
 
-    def _from_recorder_event(self, event: p.Event) -> None:
-        if isinstance(event, p.TakeRejected):
-            self.channel.put(TakeNote(event))  # it changes the engine's phase
-        else:
-            self._post(event)  # InputLevel, EngineError: straight to the window
+    def _from_recorder_rejection(self, event: p.TakeRejected, press_seq: int) -> None:
+        self.channel.put(TakeNote(event, press_seq))  # it changes the engine's phase
+    # (InputLevel and EngineError go straight to the window.)
 
     # ------------------------------------------------------------------ the take
 
+    @property
+    def held(self) -> bool:
+        """A take is in progress and its press has not been released."""
+        return self.press_seq is not None and self.released_t is None
+
     def press(self) -> bool:
-        """Start a take; False if the microphone could not be opened (the recorder has said why, once)."""
+        """Start a take (a press during the last take's tail continues it); False if the microphone could not
+        be opened (the recorder has said why, once)."""
         recorder = self.recorder or self._new_recorder()  # press() opens it if needed
         if not recorder.press():
             return False
-        self.press_frame = recorder.frames_captured
+        self.press_seq = recorder.press_seq
         self.dropped = False
         self.released_t = None
         return True
+
+    def voice(self, seq: int) -> None:
+        """The hands-free listener started take `seq` (negative): it is the take in progress now, held until
+        the listener hears its end (or a release/cancel ends it)."""
+        self.press_seq = seq
+        self.dropped = False
+        self.released_t = None
+
+    @property
+    def is_voice(self) -> bool:
+        return self.press_seq is not None and self.press_seq < 0
 
     def release(self) -> bool:
         """End the held take (it arrives `tail_s` later); False if it was already released."""
@@ -130,25 +148,23 @@ class Takes:
 
     def belongs(self, message: TakeMessage) -> bool:
         """Whether `message` is about the take in progress (else about a cancelled or merged one)."""
-        if self.press_frame is None or self.dropped:
+        if self.press_seq is None or self.dropped:
             return False
         if isinstance(message, TakeReady):
-            return int(message.take.press_frame) >= self.press_frame
-        if message.event.reason == "too_short":
-            return self.released_t is not None  # decided at the release, so not about a take still held
-        return True  # too_long: the take that was cut follows
+            return int(message.take.press_seq) == self.press_seq
+        return message.press_seq == self.press_seq
 
     def settled(self) -> None:
         """The take in progress arrived (or was rejected): there is none now."""
-        self.press_frame = None
+        self.press_seq = None
 
     def lost(self, now: float) -> bool:
         """Released long ago and nothing came (a press the recorder merged or refused): give up on it."""
-        return self.press_frame is not None and self.released_t is not None and now - self.released_t > TAKE_LOST_AFTER_S
+        return self.press_seq is not None and self.released_t is not None and now - self.released_t > TAKE_LOST_AFTER_S
 
     def forget(self) -> None:
         """The recorder is closed: no take in progress will arrive, and what it sent is stale."""
-        self.press_frame = None
+        self.press_seq = None
         self.released_t = None
         while self.next_message(None) is not None:
             pass

@@ -46,9 +46,10 @@ from engine.worker.table import (
     Outcome,
     Phase,
     SetPrompt,
+    VoiceStarted,
     rule_for,
 )
-from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
+from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, TakeReady, Takes
 from engine.worker.turn import ActiveTurn, TurnClock, stream_answer
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,10 @@ class EngineWorker:
         self._pending: collections.deque[Any] = collections.deque()  # AFTER_TURN and cancelled-then-run commands
         self._stopping = False
         self._helper_cancel: threading.Event | None = None
+        # Hands-free listening (engine/audio/voice.py): what the window asked for, and the listener thread.
+        self.hands_free = p.SetHandsFree(enabled=False)
+        self.listener: Any = None
+        self._listener_key: tuple | None = None
 
     # ------------------------------------------------------------------ thread handle
 
@@ -390,6 +395,8 @@ class EngineWorker:
     # ------------------------------------------------------------------ periodic work
 
     def _tick(self) -> None:
+        if self.hands_free.enabled or self.listener is not None:
+            self._reconcile_listener()
         if self.phase is Phase.PLAYING_OUT and self.turn is not None:
             finished = self._playback_finished()
             if self.turn.metrics is None and (finished or self._first_audible(self.turn) is not None):
@@ -594,6 +601,7 @@ class EngineWorker:
             self._need_player()
 
     def _close_audio(self) -> None:
+        self._stop_listener()
         self.takes.close()
         player, self.player = self.player, None
         if player is not None:
@@ -620,14 +628,87 @@ class EngineWorker:
     def _on_StartTake(self, command: p.StartTake) -> None:
         if self.session is None:
             raise UserFacingError("The model is not loaded yet.")
-        if self.phase is Phase.RECORDING:
+        if self.phase is Phase.RECORDING and self.takes.held:
             return  # a second press (key and mouse together): one take
+        # RECORDING but released: the last take is still in its tail or on its way (a burst of quick presses
+        # outruns the recorder's notes). This press is a take of its own (or continues that one in its tail);
+        # whatever the recorder says about the earlier presses no longer belongs to the take in progress.
         if self.phase in RESTING and not self.takes.is_open():
             # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
             # that was not open has no pre-roll to lose).
             self._rescan_audio()
         if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
-            self._set_phase(Phase.RECORDING)
+            if self.phase is not Phase.RECORDING:
+                self._set_phase(Phase.RECORDING)
+        elif self.phase is Phase.RECORDING:
+            self.takes.settled()
+            self._set_phase(self._rest_phase())
+
+    # ------------------------------------------------------------------ hands-free
+
+    def _on_SetHandsFree(self, command: p.SetHandsFree) -> None:
+        self.hands_free = command
+        if (command.muted or not command.enabled) and self.phase is Phase.RECORDING and self.takes.is_voice:
+            self.takes.drop()  # muted (or switched off) while talking: that take is not sent
+            self._set_phase(self._rest_phase())
+        self._reconcile_listener()
+
+    def _on_VoiceStarted(self, command: VoiceStarted) -> None:
+        """The listener heard speech: the same as a press of the talk button (the table has already stopped
+        an answer), except that the take began before, with its pre-roll, and ends when the speech does."""
+        if not self.hands_free.enabled or self.hands_free.muted or self.session is None:
+            return
+        if self.phase is Phase.RECORDING or self.phase not in RESTING:
+            return  # a take is in progress already (a press, or this voice's), or the engine is busy
+        self.takes.voice(command.seq)
+        self._set_phase(Phase.RECORDING)
+
+    def _reconcile_listener(self) -> None:
+        """Run the listener exactly when hands-free is on and a model is loaded, bound to the current
+        recorder and player (they are replaced when devices change)."""
+        want = self.hands_free.enabled and self.session is not None and self.phase is not Phase.LOADING
+        if not want:
+            self._stop_listener()
+            self._post_hands_free()
+            return
+        recorder = self.takes.open()
+        player = self._need_player()
+        recorder.reference = player
+        key = (id(recorder), id(player), self.hands_free.end_of_speech_s, self.hands_free.min_speech_s,
+               self.hands_free.echo_cancellation)
+        if self.listener is None or key != self._listener_key or not self.listener.running:
+            self._stop_listener()
+            from engine.audio.voice import VoiceListener, VoiceOptions
+
+            options = VoiceOptions(end_silence_s=self.hands_free.end_of_speech_s,
+                                   min_speech_s=self.hands_free.min_speech_s,
+                                   echo_cancellation=self.hands_free.echo_cancellation,
+                                   max_take_s=float(self.takes._options.get("max_take_s", 60.0)))
+            self.listener = VoiceListener(
+                recorder, player, options,
+                on_start=lambda seq, event: self._commands.put(VoiceStarted(seq, time.monotonic())),
+                on_take=lambda take: self.takes.channel.put(TakeReady(take)),
+                on_error=lambda exc: self._post(p.EngineError(kind="take", message="Hands-free listening failed.",
+                                                              details=repr(exc))))
+            self._listener_key = key
+            self.listener.start()
+        self.listener.set_muted(self.hands_free.muted)
+        self._post_hands_free()
+
+    def _stop_listener(self) -> None:
+        listener, self.listener = self.listener, None
+        self._listener_key = None
+        if listener is not None:
+            listener.stop()
+            if listener.recorder is not None:
+                listener.recorder.reference = None
+
+    def _post_hands_free(self) -> None:
+        state = p.HandsFreeState(enabled=self.hands_free.enabled, listening=self.listener is not None,
+                                 muted=self.hands_free.muted)
+        if state != getattr(self, "_hands_free_posted", None):
+            self._hands_free_posted = state
+            self._post(state)
 
     def _on_EndTake(self, command: p.EndTake) -> None:
         # Nothing to end when the press failed or the take was cancelled or cut at the limit. The take
@@ -647,9 +728,9 @@ class EngineWorker:
     def _on_take_message(self, message: TakeMessage) -> None:
         keep = self.phase is Phase.RECORDING and self.takes.belongs(message)
         if isinstance(message, TakeNote):
-            if keep:
+            if keep and message.event.reason != "busy":  # busy: the recorder has told the window already
                 self._post(message.event)
-            if keep and message.event.reason == "too_short":
+            if keep and message.event.reason in ("too_short", "busy"):
                 self.takes.settled()
                 self._set_phase(self._rest_phase())
             # too_long: the cut take follows and is answered like any other.
@@ -658,7 +739,14 @@ class EngineWorker:
             return  # cancelled, or overtaken by a Load/Reset
         self.takes.settled()
         take = message.take
-        # Cut at the limit while still held: the take ends now, so "release" is now.
+        # Cut at the limit while still held: the take ends now, so "release" is now. A hands-free take ended
+        # when the speech did: the latency counts from there (what the user feels), the wait for the
+        # end-of-speech silence included and measured on its own.
+        wait_ms = None
+        end_of_speech_t = getattr(take, "end_of_speech_t", None)
+        if end_of_speech_t is not None and self.takes.released_t is None:
+            self.takes.released_t = end_of_speech_t
+            wait_ms = max(0.0, (time.monotonic() - end_of_speech_t) * 1000.0)
         if self.takes.released_t is None:
             self.takes.released_t = time.monotonic()
         # On the 24-bit grid (inaudibly): the saved take then re-embeds bit for bit when continued.
@@ -666,15 +754,15 @@ class EngineWorker:
         user = self.book.add(TurnRecord(self._new_id(), "user", wave, int(take.sample_rate)))
         self._post(p.UserTakeAdded(user.turn_id, user.duration_s))
         self.book.finish(user)
-        self._run_turn(wave, self.takes.released_t)
+        self._run_turn(wave, self.takes.released_t, end_of_speech_wait_ms=wait_ms)
 
     # ------------------------------------------------------------------ a turn
 
-    def _run_turn(self, wave: np.ndarray, release_t: float) -> None:
+    def _run_turn(self, wave: np.ndarray, release_t: float, *, end_of_speech_wait_ms: float | None = None) -> None:
         session = self.session
         player = self._need_player()
         turn = ActiveTurn(self._new_id(), TurnClock(release_t, time.monotonic()), self.sampling.greedy,
-                          sampling=self.sampling)
+                          sampling=self.sampling, end_of_speech_wait_ms=end_of_speech_wait_ms)
         self.turn = turn
         # None when the speaker cannot be opened: the player has said why, and the answer is still
         # generated and kept (replay/export once the device is back).

@@ -64,6 +64,7 @@ class ActiveTurn:
     metrics: p.TurnMetrics | None = None
     sampling: p.SamplingSettings | None = None  # what it was generated with (kept in the history)
     heard_samples: int | None = None  # set when it is cut: how much of it had been heard
+    end_of_speech_wait_ms: float | None = None  # hands-free: from the end of speech to the take's end
 
     @property
     def audio_s(self) -> float:
@@ -92,6 +93,7 @@ class ActiveTurn:
             text=self.text,
             cancelled=self.cancelled,
             underruns=underruns,
+            end_of_speech_wait_ms=self.end_of_speech_wait_ms,
         )
 
 

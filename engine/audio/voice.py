@@ -1,0 +1,387 @@
+"""Hands-free listening: echo cancellation, noise suppression and voice activity at 10 ms frames.
+
+Three layers, each usable (and tested) on its own:
+
+* `VoiceProcessor`: one 10 ms frame at 16 kHz in, the cleaned frame and "speech or not" out. The microphone
+  frame goes through WebRTC's audio processing module (AEC3 with the app's own playback as the far-end
+  reference, its noise suppressor and high-pass filter; `pywebrtc-audio`, a direct C++ binding that releases
+  the GIL), then WebRTC's voice activity detector (`webrtcvad-wheels`) decides on the cleaned frame, with a
+  level floor so that the residue of a cancelled echo or a quiet room never counts.
+* `Segmenter`: frame by frame, where a take starts and ends: speech must last `min_speech_s` (coughs and
+  clicks are shorter) before the take starts, and the take starts `preroll_s` before the first voiced
+  frame, so no syllable is lost; it ends `end_silence_s` after the last voiced frame (the take keeps
+  `tail_s` of that silence), or is cut at `max_take_s`.
+* `VoiceListener`: a thread that reads the microphone's stream from the recorder's history ring (the audio
+  callback only moves samples there) and the playback that was handed to the speaker at the same moment
+  (the player's played ring, paired per block in the capture callback), converts both to 16 kHz, runs the
+  two layers above on every 10 ms frame and delivers takes of the cleaned audio.
+
+Nothing here runs in an audio callback, and nothing here imports torch or Qt.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.audio.resample import StreamingResampler
+from engine.audio.ring import ring_read
+from engine.constants import USER_SAMPLE_RATE
+
+RATE = USER_SAMPLE_RATE  # 16 kHz: the model's input rate, and a rate both WebRTC modules run natively
+FRAME = RATE // 100  # 10 ms
+
+
+@dataclass(frozen=True)
+class VoiceOptions:
+    """How hands-free listening decides (the settings dialog's values)."""
+
+    end_silence_s: float = 0.6  # silence after the last voiced frame that ends the take
+    min_speech_s: float = 0.1  # voiced time before a take starts (shorter sounds are ignored)
+    preroll_s: float = 0.3  # audio kept from before the first voiced frame
+    tail_s: float = 0.15  # audio kept after the last voiced frame
+    max_take_s: float = 60.0
+    echo_cancellation: bool = True
+    noise_suppression: bool = True
+    aggressiveness: int = 3  # webrtcvad's mode, 0 (most permissive) to 3 (least)
+    floor_dbfs: float = -48.0  # a frame quieter than this (after cleaning) is never speech
+    # While something plays (or its echo may still arrive), a frame counts as speech only if the raw
+    # microphone is this much louder than the echo expected from what was played (a Geigel-style double-talk
+    # check with the echo path's loss learnt from frames without speech; it starts at 0 dB, "the echo is as
+    # loud as the playback", and learns within the first seconds of the first answer). AEC3 leaves a few
+    # hundred ms of residual echo after the user talked over the assistant, which the VAD alone takes for
+    # speech.
+    double_talk_margin_db: float = 3.0
+    residual_gate_db: float = 20.0  # how far non-speech frames are turned down while the far end plays
+
+
+def _dbfs(frame: np.ndarray) -> float:
+    power = float(np.dot(frame, frame)) / max(1, len(frame))
+    return 10.0 * np.log10(power + 1e-20)
+
+
+class VoiceProcessor:
+    """AEC3 + noise suppression, then voice activity, on 10 ms frames at 16 kHz (one thread only)."""
+
+    def __init__(self, options: VoiceOptions = VoiceOptions()) -> None:
+        import pywebrtc_audio
+        import webrtcvad
+
+        self.options = options
+        self._apm = pywebrtc_audio.AudioProcessor(
+            sample_rate=RATE, echo_cancellation=options.echo_cancellation,
+            noise_suppression=options.noise_suppression, high_pass_filter=True, ns_level=2)
+        self._vad = webrtcvad.Vad(int(options.aggressiveness))
+        self._pcm = np.zeros(FRAME, dtype=np.int16)
+        self._erl = 0.0  # dB: how much louder (< 0: quieter) the echo comes back than the playback
+        self._far_recent = np.full(30, -200.0)  # the far end's level over the last 300 ms (echo delays)
+        self._far_index = 0
+        self._gate = np.float32(10 ** (-options.residual_gate_db / 20))
+        self._hangover = 0
+        self._gain = 1.0
+
+    def process(self, near: np.ndarray, far: np.ndarray | None) -> tuple[np.ndarray, bool]:
+        """`near`: FRAME float32 samples from the microphone; `far`: the FRAME samples handed to the speaker
+        at the same moment (None or zeros: nothing playing). Returns the cleaned frame and whether it is speech.
+
+        After AEC3 and the noise suppressor, frames that are not speech while the far end plays (or its echo
+        may still arrive) are turned down by `residual_gate_db`, with a 30 ms hangover after speech and a
+        ramp within the frame, so a take does not carry AEC3's residual echo to the model."""
+        options = self.options
+        far_reference: float | None = None
+        if options.echo_cancellation:
+            far = far if far is not None else np.zeros(FRAME, np.float32)
+            clean = self._apm.process(near, far)
+            self._far_recent[self._far_index % len(self._far_recent)] = _dbfs(far)
+            self._far_index += 1
+            recent = float(self._far_recent.max())
+            if recent > options.floor_dbfs:
+                far_reference = recent
+        else:
+            clean = self._apm.process(near)
+        level = _dbfs(clean)
+        voiced = level >= options.floor_dbfs and self._vad_says(clean)
+        speech = voiced
+        if far_reference is not None:
+            raw = _dbfs(near)
+            above = raw - (far_reference + self._erl)  # how far the microphone is above the expected echo
+            speech = voiced and above > options.double_talk_margin_db
+            if not voiced and above < options.double_talk_margin_db:
+                # Echo alone (and room noise): learn how loud the echo comes back, keeping to its loud end.
+                step = 0.02 if above < 0 else 0.1
+                self._erl = float(np.clip(self._erl + step * above, -60.0, 10.0))
+        if speech:
+            self._hangover = 3
+        elif self._hangover > 0:
+            self._hangover -= 1
+        target = self._gate if far_reference is not None and not speech and self._hangover == 0 else 1.0
+        if target != 1.0 or self._gain != 1.0:
+            clean = clean * np.linspace(self._gain, target, FRAME, dtype=np.float32)
+            self._gain = target
+        return clean, speech
+
+    def _vad_says(self, frame: np.ndarray) -> bool:
+        self._pcm[:] = np.clip(frame, -1.0, 1.0) * 32767.0
+        return bool(self._vad.is_speech(self._pcm.tobytes(), RATE))
+
+    def reset(self) -> None:
+        self._apm.reset()
+        self._erl = 0.0
+        self._far_recent.fill(-200.0)
+        self._hangover = 0
+        self._gain = 1.0
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    start: int  # first frame of the take (pre-roll included)
+    onset: int  # first voiced frame
+    confirmed: int  # the frame at which the speech was long enough to count
+
+
+@dataclass(frozen=True)
+class SpeechEnded:
+    start: int
+    onset: int
+    last_voiced: int  # the last voiced frame: the end of speech
+    end: int  # one past the take's last frame
+    cut: bool  # ended at max_take_s, not by silence
+
+
+class Segmenter:
+    """Where takes start and end, frame by frame (pure: frame indices in, events out)."""
+
+    # A voiced run may have gaps this long (between syllables) and still count towards `min_speech_s`.
+    MAX_ONSET_GAP_FRAMES = 8
+
+    def __init__(self, options: VoiceOptions = VoiceOptions()) -> None:
+        self.options = options
+        self._min = max(1, round(options.min_speech_s * 100))
+        self._silence = max(1, round(options.end_silence_s * 100))
+        self._preroll = max(0, round(options.preroll_s * 100))
+        self._tail = max(0, min(round(options.tail_s * 100), self._silence))
+        self._max = max(self._min + 1, round(options.max_take_s * 100))
+        self.reset()
+
+    def reset(self) -> None:
+        self._onset: int | None = None
+        self._voiced = 0
+        self._last_voiced = -1
+        self._start: int | None = None  # set while a take is in progress
+
+    @property
+    def in_take(self) -> bool:
+        return self._start is not None
+
+    def push(self, index: int, speech: bool) -> SpeechStarted | SpeechEnded | None:
+        """Frame `index` (consecutive from the caller's 0) was speech or not."""
+        if self._start is None:
+            if speech:
+                if self._onset is None:
+                    self._onset, self._voiced = index, 0
+                self._voiced += 1
+                self._last_voiced = index
+                if self._voiced >= self._min:
+                    self._start = max(0, self._onset - self._preroll)
+                    return SpeechStarted(self._start, self._onset, index)
+            elif self._onset is not None and index - self._last_voiced > self.MAX_ONSET_GAP_FRAMES:
+                self._onset = None
+            return None
+        if speech:
+            self._last_voiced = index
+        start, onset = self._start, self._onset if self._onset is not None else self._start
+        if index + 1 - start >= self._max:
+            self.reset()
+            return SpeechEnded(start, onset, index, index + 1, cut=True)
+        if index - self._last_voiced >= self._silence:
+            last = self._last_voiced
+            self.reset()
+            return SpeechEnded(start, onset, last, last + 1 + self._tail, cut=False)
+        return None
+
+
+@dataclass(frozen=True)
+class VoiceTake:
+    """A take found by the listener: its cleaned 16 kHz audio and where it lies in the listener's frames."""
+
+    seq: int  # negative: the listener's numbering, apart from the push-to-talk presses (positive)
+    audio: np.ndarray
+    sample_rate: int
+    start_frame: int
+    onset_frame: int
+    end_of_speech_frame: int
+    end_frame: int
+    truncated: bool
+    end_of_speech_t: float  # time.monotonic() when the last voiced frame was captured (estimate)
+    preroll_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def press_seq(self) -> int:  # as a push-to-talk take's: what the engine matches it by
+        return self.seq
+
+
+class VoiceListener:
+    """The hands-free thread: reads a recorder's stream (and a player's output as the echo reference), runs a
+    VoiceProcessor and a Segmenter on every 10 ms frame, and reports speech starts and finished takes.
+
+    `recorder` must offer `listen_source()` (see PushToTalkRecorder); `player`, if given, `played_source()`.
+    Callbacks run on this thread: `on_start(seq, event)`, `on_take(take)`, `on_frame(clean, speech)`
+    (optional, tests and meters)."""
+
+    def __init__(self, recorder: Any, player: Any, options: VoiceOptions, *,
+                 on_start: Callable[[int, SpeechStarted], None], on_take: Callable[[VoiceTake], None],
+                 on_frame: Callable[[np.ndarray, np.ndarray, bool], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
+        self.recorder = recorder
+        self.player = player
+        self.options = options
+        self._on_start = on_start
+        self._on_take = on_take
+        self._on_frame = on_frame
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self._muted = False
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+        self.frames = 0  # 10 ms frames processed
+        self.busy_s = 0.0  # time spent in VoiceProcessor.process (CPU cost per frame = busy_s / frames)
+        capacity = round((options.max_take_s + options.preroll_s + 2.0) * RATE)
+        self._clean = np.zeros(capacity, dtype=np.float32)  # cleaned audio by 16 kHz sample index
+
+    # -------------------------------------------------------------- control (engine thread)
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="voice-listener", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=5)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def set_muted(self, muted: bool) -> None:
+        """Muted: every frame counts as silence and the take in progress is forgotten (the engine drops it)."""
+        self._muted = muted
+
+    # -------------------------------------------------------------- the thread
+
+    def _run(self) -> None:
+        processor = VoiceProcessor(self.options)
+        segmenter = Segmenter(self.options)
+        near_rs: StreamingResampler | None = None
+        far_rs: StreamingResampler | None = None
+        near_rate = far_rate = 0
+        mic_cursor: int | None = None
+        far_cursor: int | None = None
+        stream_id = None
+        near_buf = np.zeros(0, np.float32)
+        far_buf = np.zeros(0, np.float32)
+        muted_before = False
+        while not self._stop.is_set():
+            try:
+                source = self.recorder.listen_source()
+                if source is None:  # no stream open
+                    time.sleep(0.02)
+                    continue
+                ident, rate, history, captured, block, pairs = source
+                if ident != stream_id or mic_cursor is None or captured - mic_cursor > len(history) - 4 * block:
+                    # A new stream (or we fell behind by more than the ring holds): start again from now.
+                    stream_id, near_rate = ident, rate
+                    near_rs = StreamingResampler(rate, RATE)
+                    mic_cursor = captured - (captured % block)
+                    far_cursor, far_rs = None, None
+                    near_buf = far_buf = np.zeros(0, np.float32)
+                    segmenter.reset()
+                if captured <= mic_cursor:
+                    time.sleep(0.005)
+                    continue
+                count = captured - mic_cursor
+                chunk = np.empty(count, np.float32)
+                ring_read(history, mic_cursor, chunk)
+                mic_cursor = captured
+                near_buf = np.concatenate((near_buf, near_rs.process(chunk)))
+                # The far end: what the player had handed to the device when the last of these blocks was
+                # captured (paired in the capture callback), continuously from where we were.
+                played = self.player.played_source() if self.player is not None else None
+                last_block = (captured // block) - 1
+                paired = int(pairs[last_block % len(pairs)]) if pairs is not None else -1
+                if played is not None and paired >= 0:
+                    p_ident, p_rate, p_ring, p_frames = played
+                    target = min(paired, p_frames)
+                    if far_rs is None or p_rate != far_rate or far_cursor is None or \
+                            abs(target - far_cursor) > len(p_ring) // 2 or target < far_cursor - p_rate // 5:
+                        far_rate, far_rs = p_rate, StreamingResampler(p_rate, RATE)
+                        far_cursor = max(0, target - len(chunk) * p_rate // max(1, near_rate))
+                        far_buf = np.zeros(max(0, len(near_buf) - FRAME), np.float32)
+                    if target > far_cursor:
+                        piece = np.empty(target - far_cursor, np.float32)
+                        ring_read(p_ring, far_cursor, piece)
+                        far_cursor = target
+                        far_buf = np.concatenate((far_buf, far_rs.process(piece)))
+                # Pair the two 16 kHz streams frame by frame; a far end that ran dry is silence.
+                frames = len(near_buf) // FRAME
+                if frames == 0:
+                    continue
+                if len(far_buf) < frames * FRAME:
+                    far_buf = np.concatenate((far_buf, np.zeros(frames * FRAME - len(far_buf), np.float32)))
+                muted = self._muted
+                if muted and not muted_before:
+                    segmenter.reset()
+                muted_before = muted
+                for k in range(frames):
+                    near = near_buf[k * FRAME:(k + 1) * FRAME]
+                    far = far_buf[k * FRAME:(k + 1) * FRAME]
+                    t0 = time.perf_counter()
+                    clean, speech = processor.process(near, far)
+                    self.busy_s += time.perf_counter() - t0
+                    index = self.frames
+                    self.frames += 1
+                    position = index * FRAME
+                    start = position % len(self._clean)
+                    self._clean[start:start + FRAME] = clean  # the capacity is a whole number of frames
+                    if self._on_frame is not None:
+                        self._on_frame(near, clean, speech)
+                    event = segmenter.push(index, speech and not muted)
+                    if isinstance(event, SpeechStarted):
+                        self._seq -= 1
+                        self._on_start(self._seq, event)
+                    elif isinstance(event, SpeechEnded):
+                        self._deliver(event, frames - 1 - k)
+                near_buf = near_buf[frames * FRAME:]
+                far_buf = far_buf[frames * FRAME:]
+                # A far end that runs ahead of the microphone (clock drift) is trimmed to a frame.
+                if len(far_buf) > 20 * FRAME:
+                    far_buf = far_buf[-FRAME:]
+            except Exception as exc:  # noqa: BLE001 - reported; listening goes on from the next block
+                if self._on_error is not None:
+                    self._on_error(exc)
+                time.sleep(0.1)
+                mic_cursor = None
+
+    def _deliver(self, event: SpeechEnded, frames_after: int) -> None:
+        first, last = event.start * FRAME, event.end * FRAME
+        last = min(last, self.frames * FRAME)
+        audio = np.empty(last - first, np.float32)
+        ring_read(self._clean, first, audio)
+        # When the last voiced frame was captured: this batch's newest frame is (about) now.
+        after_speech = (self.frames - 1 - event.last_voiced) / 100.0
+        take = VoiceTake(
+            seq=self._seq, audio=audio, sample_rate=RATE, start_frame=event.start, onset_frame=event.onset,
+            end_of_speech_frame=event.last_voiced, end_frame=event.end, truncated=event.cut,
+            end_of_speech_t=time.monotonic() - after_speech, preroll_s=(event.onset - event.start) / 100.0)
+        self._on_take(take)
