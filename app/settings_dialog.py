@@ -210,7 +210,7 @@ class SettingsDialog(QDialog):
         self.ptt_key = QKeySequenceEdit(QKeySequence.fromString(s.ptt_key, QKeySequence.SequenceFormat.PortableText),
                                         tab)
         self.ptt_key.setMaximumSequenceLength(1)
-        self.global_ptt = QCheckBox(self.tr("The key also works when VoiceChat is not the active window"), tab)
+        self.global_ptt = QCheckBox(self.tr("The key also works in other windows"), tab)
         self.global_ptt.setChecked(s.global_ptt)
         global_note = QLabel(self.tr("Hold the key while you use another program (a game, a browser) and speak. "
                                      "VoiceChat then watches this key system-wide; the key still reaches the "
@@ -245,10 +245,10 @@ class SettingsDialog(QDialog):
         self.min_speech.setDecimals(2)
         self.min_speech.setSuffix(self.tr(" s"))
         self.min_speech.setValue(s.min_speech_s)
-        self.echo_cancellation = QCheckBox(self.tr("Echo cancellation (the app does not hear its own voice from "
-                                                   "the speakers)"), tab)
+        self.echo_cancellation = QCheckBox(self.tr("Echo cancellation"), tab)
         self.echo_cancellation.setChecked(s.echo_cancellation)
-        hands_free_note = QLabel(self.tr("Headphones are still best. With speakers, the first seconds of the first "
+        hands_free_note = QLabel(self.tr("Echo cancellation keeps the app from hearing its own voice from the speakers. "
+                                         "Headphones are still best. With speakers, the first seconds of the first "
                                          "answer teach the echo canceller the room; until then speak louder than "
                                          "the answer to interrupt it."), tab)
         hands_free_note.setWordWrap(True)

@@ -1617,7 +1617,7 @@
       <translation>接続してください。この一覧は設定を開くたびに更新されます。</translation>
     </message>
     <message>
-      <source>The key also works when VoiceChat is not the active window</source>
+      <source>The key also works in other windows</source>
       <translation>VoiceChat がアクティブでないときもキーを使う</translation>
     </message>
     <message>
@@ -1634,12 +1634,12 @@
       <translation>ハンズフリー: 常に聞き取り、話し終えたら答える</translation>
     </message>
     <message>
-      <source>Echo cancellation (the app does not hear its own voice from the speakers)</source>
-      <translation>エコーキャンセル (スピーカーから出るアプリ自身の声を聞き取らない)</translation>
+      <source>Echo cancellation</source>
+      <translation>エコーキャンセル</translation>
     </message>
     <message>
-      <source>Headphones are still best. With speakers, the first seconds of the first answer teach the echo canceller the room; until then speak louder than the answer to interrupt it.</source>
-      <translation>ヘッドホンがいちばん確実です。スピーカーの場合は、最初の回答の最初の数秒でエコーキャンセラーが部屋の響きを学習します。それまでは、回答を止めるには回答より大きな声で話してください。</translation>
+      <source>Echo cancellation keeps the app from hearing its own voice from the speakers. Headphones are still best. With speakers, the first seconds of the first answer teach the echo canceller the room; until then speak louder than the answer to interrupt it.</source>
+      <translation>エコーキャンセルで、スピーカーから出るアプリ自身の声を聞き取らないようにします。ヘッドホンがいちばん確実です。スピーカーの場合は、最初の回答の最初の数秒でエコーキャンセラーが部屋の響きを学習します。それまでは、回答を止めるには回答より大きな声で話してください。</translation>
     </message>
     <message>
       <source>Hands-free</source>
