@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from engine import protocol as p
-from engine.worker.records import ANSWER_RATE
+from engine.history.service import answer_tokens
+from engine.worker.records import ANSWER_RATE, TurnRecord
+from engine.worker.table import Phase
 
 LIVE_RTF_AFTER_S = 0.3  # the first live RTF figure after this much audio (earlier ones mean nothing)
 LIVE_RTF_EVERY_S = 0.1
@@ -65,6 +67,14 @@ class ActiveTurn:
     sampling: p.SamplingSettings | None = None  # what it was generated with (kept in the history)
     heard_samples: int | None = None  # set when it is cut: how much of it had been heard
     end_of_speech_wait_ms: float | None = None  # hands-free: from the end of speech to the take's end
+
+    def note_heard(self, queued: int | None) -> None:
+        """How much of the answer was heard when it is cut (the history keeps that much of its sound):
+        `queued`, the samples still in the player (None: no player)."""
+        if self.heard_samples is None and queued is not None and self.utterance_id is not None:
+            self.heard_samples = max(0, self.samples - queued)
+            if self.record is not None:
+                self.record.heard_samples = self.heard_samples
 
     @property
     def audio_s(self) -> float:
@@ -148,3 +158,68 @@ def _queue_audio(turn: ActiveTurn, player: Any, pcm: np.ndarray, post: Callable[
     if turn.audio_s >= LIVE_RTF_AFTER_S and now - turn.last_rtf_t >= LIVE_RTF_EVERY_S and turn.first_output_t:
         turn.last_rtf_t = now
         post(p.LiveRtf(turn.turn_id, (now - turn.first_output_t) / turn.audio_s, turn.frames))
+
+
+def run_turn(worker: Any, wave: np.ndarray, release_t: float, *, end_of_speech_wait_ms: float | None = None) -> None:
+    """One answer to a take, from respond() to the end of its generation (the engine thread, `worker`, owns
+    the phases and the records; its `_close_turn` ends the turn once the sound has played out)."""
+    session = worker.session
+    player = worker.audio.need_player()
+    turn = ActiveTurn(worker._new_id(), TurnClock(release_t, time.monotonic()), worker.sampling.greedy,
+                      sampling=worker.sampling, end_of_speech_wait_ms=end_of_speech_wait_ms)
+    worker.turn = turn
+    # None when the speaker cannot be opened: the player has said why, and the answer is still
+    # generated and kept (replay/export once the device is back).
+    turn.utterance_id = player.begin_utterance()
+    turn.underruns_before = player.underruns
+    worker._set_phase(Phase.THINKING)
+    worker._post(p.AssistantTurnStarted(turn.turn_id, greedy=turn.greedy))
+    turn.clock = TurnClock(release_t, time.monotonic())
+    try:
+        answer = session.respond(wave, worker.sampling, max_answer_seconds=worker.max_answer_seconds,
+                                 cancel=turn.cancel)
+        stream_answer(turn, answer, player=player, post=worker._post, context_used=lambda: session.context_used,
+                      on_first_audio=lambda: _first_audio(worker), between_pieces=worker._between_pieces)
+    except Exception as exc:  # noqa: BLE001 - shown; the conversation stays usable
+        turn.failed = True
+        worker._report(exc)
+    finally:
+        turn.generating = False
+        _end_of_generation(worker, turn)
+
+
+def _first_audio(worker: Any) -> None:
+    if worker.phase is Phase.THINKING:
+        worker._set_phase(Phase.SPEAKING)
+
+def _end_of_generation(worker: Any, turn: ActiveTurn) -> None:
+    if turn.failed and not turn.pieces and not turn.text:
+        # Nothing was produced: close the window's item, keep no empty record, measure nothing.
+        worker._post(p.AssistantTurnFinished(turn.turn_id, "", 0.0, True))
+        worker.turn = None
+        worker._set_phase(worker._rest_phase())
+        worker._post_context()
+        return
+    stats = turn.stats
+    turn.cancelled = turn.cancelled or bool(stats is not None and stats.cancelled)
+    if stats is not None and stats.text:
+        turn.text = stats.text
+    record = worker.book.add(TurnRecord(turn.turn_id, "assistant", turn.pcm(), ANSWER_RATE, text=turn.text,
+                                      cancelled=turn.cancelled, greedy=turn.greedy))
+    turn.record = record
+    # For the history: what the model generated (to continue from), what was heard, how it was sampled.
+    record.tokens = None if turn.failed else answer_tokens(worker.session)
+    record.heard_samples = turn.heard_samples
+    record.sampling = turn.sampling
+    if not turn.cancelled and worker.player is not None and turn.utterance_id is not None:
+        worker.player.mark_end_of_stream()  # lets the rest drain without counting as an underrun
+    worker._post(p.AssistantTurnFinished(turn.turn_id, turn.text, record.duration_s, turn.cancelled))
+    if stats is not None and stats.rtf is not None and not turn.cancelled:
+        worker._post(p.LiveRtf(turn.turn_id, float(stats.rtf), turn.frames))
+    worker._post_context()
+    if worker.session is not None:
+        worker._post(worker.session.info)
+    if worker.phase is Phase.SPEAKING and not turn.cancelled:
+        worker._set_phase(Phase.PLAYING_OUT)  # metrics once the first sample was heard
+    else:
+        worker._close_turn()  # text only, or stopped: nothing more will be heard
