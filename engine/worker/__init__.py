@@ -1,9 +1,12 @@
 """The engine thread and what it keeps, by concern:
 
-- `thread`: `EngineWorker`, the thread's loops and the command handlers;
+- `thread`: `EngineWorker`, the thread's loops and one handler per command;
 - `table`: what each command does in each phase (the one table every loop reads);
+- `audio_ports`: the microphone, the speaker, the chosen devices and the hands-free listener;
+- `loading`: a Load command's work (the folder found or downloaded, the session opened);
 - `takes`: the recorder, its own channel to the engine, the take in progress;
-- `turn`: one answer's streaming to the player and the window, and its latency metrics;
+- `turn`: one answer, from respond() to its end, streamed to the player and the window, and its metrics;
+- `helper_thread`: work handed to a helper thread while the engine thread reads commands;
 - `records`: the kept conversation (`RecordBook` of `TurnRecord`s, the history's value type from
   engine/history/turn_record.py, with the turn-finished seam) and export.
 """
