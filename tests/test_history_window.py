@@ -136,7 +136,8 @@ def test_deleting_asks_first_and_cancel_deletes_nothing(qtbot, window) -> None: 
     window.history.confirmation.button(QMessageBox.StandardButton.Yes).click()
     qtbot.waitUntil(lambda: commands_of(window, p.DeleteHistory) == [p.DeleteHistory((2,))])
     window.history.export_to(3, "/tmp/somewhere/talk")
-    assert commands_of(window, p.ExportHistory) == [p.ExportHistory(3, "/tmp/somewhere/talk.wav")]
+    [export] = commands_of(window, p.ExportHistory)
+    assert (export.conversation_id, export.wav_path, export.labels.user) == (3, "/tmp/somewhere/talk.wav", "ユーザー")
 
 
 def test_a_saved_turn_without_its_audio_is_shown_without_replay(qtbot, window) -> None:  # noqa: ANN001
