@@ -248,10 +248,9 @@ class ChatSession:
             model_id = source if not Path(source).expanduser().exists() else None
         torch_device = torch.device(device) if device else default_device()
         if torch_device.type == "cuda":
-            use_expandable_cuda_segments()
-            compile_in_background(torch_device)  # the fused kernels compile while the weights load
-        if torch_device.type == "cuda":
+            use_expandable_cuda_segments()  # before the first allocation
             check_room(folder, torch_device, context_tokens=context_tokens)  # before a minute of loading, not after
+            compile_in_background(torch_device)  # the fused kernels compile while the weights load
         report(Progress("load_weights", None, str(folder)))
         loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
         fallback_reason: str | None = None

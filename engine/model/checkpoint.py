@@ -37,6 +37,17 @@ _DTYPES = {
 STAGING_BYTES = 64 << 20
 
 
+def read_safetensors_header(path: Path) -> tuple[int, dict[str, dict]]:
+    """Where a safetensors file's tensor bytes start, and its header's entries by tensor name (dtype, shape,
+    data_offsets), the metadata left out. Raises OSError or ValueError for a file that is not one."""
+    with Path(path).open("rb") as f:
+        length = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(length))
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: the safetensors header is not a JSON object")
+    return 8 + length, {name: entry for name, entry in header.items() if name != "__metadata__"}
+
+
 class CheckpointTensors:
     """One safetensors file, memory-mapped: tensors (or row ranges of them) are read on demand."""
 
@@ -46,12 +57,9 @@ class CheckpointTensors:
         self.path = Path(path)
         self._file = safe_open(str(self.path), framework="pt", device="cpu")
         self.names: frozenset[str] = frozenset(self._file.keys())
-        with self.path.open("rb") as f:
-            length = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(length))
-        self._data_start = 8 + length
+        self._data_start, entries = read_safetensors_header(self.path)
         # name -> (dtype name, first byte, end byte) within the data section
-        self._spans = {name: (e["dtype"], *e["data_offsets"]) for name, e in header.items() if name != "__metadata__"}
+        self._spans = {name: (e["dtype"], *e["data_offsets"]) for name, e in entries.items()}
 
     def in_file_order(self, names: Iterable[str]) -> list[str]:
         return sorted(names, key=lambda name: self._spans[name][1])

@@ -9,13 +9,13 @@ the real-time engine adds on top, measured on the H200 at the app's 4096-token c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from engine.errors import GpuMemoryError
+from engine.model.checkpoint import read_safetensors_header
 from engine.model.loading import UNUSED_TOKEN_TABLE
 
 GB = 1e9
@@ -80,11 +80,9 @@ def check_room(folder: Path, device: torch.device, *, context_tokens: int) -> Me
 
 def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] = ()) -> int:
     """Bytes of a safetensors file's tensors once loaded (but `skip`), floating ones at `floating_element_size`."""
-    with path.open("rb") as f:
-        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
     total = 0
-    for name, entry in header.items():
-        if name == "__metadata__" or name in skip:
+    for name, entry in read_safetensors_header(path)[1].items():
+        if name in skip:
             continue
         count = 1
         for size in entry["shape"]:

@@ -168,14 +168,13 @@ def _read_safetensors_header(path: Path, label: str, problems: list[Problem]) ->
 
 def _safetensors_payload_end(path: Path) -> int | None:
     """The file size the header promises (8-byte length + header + the last tensor's end offset)."""
+    from engine.model.checkpoint import read_safetensors_header
+
     try:
-        with path.open("rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(header_len))
+        data_start, entries = read_safetensors_header(path)
     except (OSError, ValueError):
         return None
-    ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
-    return 8 + header_len + max(ends, default=0)
+    return data_start + max((entry["data_offsets"][1] for entry in entries.values()), default=0)
 
 
 _EXPECTED_CACHE: dict[str, dict[str, tuple[int, ...]]] = {}
