@@ -55,9 +55,12 @@ def test_the_real_time_layer_imports_nothing_from_the_engine_thread() -> None:
     assert "engine.realtime.graphs" in realtime and "engine.realtime.streaming" in realtime
     loaded = _loaded_after(realtime)
     engine_modules = {m for m in loaded if m.startswith("engine.") and not m.startswith("engine.realtime")}
-    # Only the torch-free decoding settings (and the empty package around them) and the app's constants from
-    # outside the layer; never the queue protocol, the worker, the session, the settings or the model store.
-    assert engine_modules == {"engine.constants", "engine.chat", "engine.chat.decoding"}, sorted(engine_modules)
+    # Only the torch-free decoding settings (and the empty package around them), the app's constants and the
+    # int8 weights' representation (engine/model/quantized.py, torch only) from outside the layer; never the
+    # queue protocol, the worker, the session, the settings or the model store and loader.
+    assert engine_modules == {
+        "engine.constants", "engine.chat", "engine.chat.decoding", "engine.model", "engine.model.quantized"
+    }, sorted(engine_modules)
 
 
 # The foundation every layer may use (engine/*.py at the top level).
@@ -72,7 +75,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine.audio": FOUNDATION,
     # The GPU code: the app's constants, the decoding settings, and the loaded model it runs (a type only);
     # the compiled-kernel cache's folder and atomic write (engine/realtime/kernels/runtime.py).
-    "engine.realtime": {"engine.constants", "engine.chat.decoding", "engine.model.loading", "engine.paths", "engine.files"},
+    # The int8 matrices it reads are engine.model.quantized's (torch only).
+    "engine.realtime": {
+        "engine.constants", "engine.chat.decoding", "engine.model.loading", "engine.model.quantized", "engine.paths", "engine.files",
+    },
     # The chat core runs the model on the real-time engine; a saved conversation is restored through
     # engine.history.context. It never reaches up into the engine thread or the tools.
     "engine.chat": FOUNDATION | {"engine.model", "engine.realtime", "engine.history.context"},

@@ -37,6 +37,7 @@ from engine.chat.generation import (
 from engine.model.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
 from engine.model.lora import VoiceSwitcher, load_voice
 from engine.model.memory import check_room, free_bytes, model_need
+from engine.model.quantized import Precision
 from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.kernels import compile_in_background
@@ -237,7 +238,10 @@ class ChatSession:
         use_cuda_graphs: bool = True,
         progress: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
+        precision: Precision = "bf16",
     ) -> "ChatSession":
+        """`precision`: "bf16", or "int8" for the large matrices as int8 with per-row scales (about half the
+        weights' memory and of the bytes each step reads; engine/model/quantized.py)."""
         report = progress or (lambda _p: None)
         if demo:
             folder, model_id = ensure_demo_model(), None
@@ -249,10 +253,12 @@ class ChatSession:
         torch_device = torch.device(device) if device else default_device()
         if torch_device.type == "cuda":
             use_expandable_cuda_segments()  # before the first allocation
-            check_room(folder, torch_device, context_tokens=context_tokens)  # before a minute of loading, not after
+            check_room(folder, torch_device, context_tokens=context_tokens, precision=precision)  # before loading, not after
             compile_in_background(torch_device)  # the fused kernels compile while the weights load
         report(Progress("load_weights", None, str(folder)))
-        loaded = load_model(folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name))
+        loaded = load_model(
+            folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name), precision=precision
+        )
         fallback_reason: str | None = None
         graphs_ready = False
         backend: StepBackend
@@ -342,7 +348,7 @@ class ChatSession:
             [len(layout.text), *(len(w) for w in where), codes.numel()]
         )
         embed_tokens = model.lfm.embed_tokens
-        out = torch.empty((layout.positions, embed_tokens.embedding_dim), dtype=embed_tokens.weight.dtype, device=device)
+        out = torch.empty((layout.positions, embed_tokens.embedding_dim), dtype=self.loaded.dtype, device=device)
         if text.numel():
             out.index_copy_(0, text_at, embed_tokens(text))
         if layout.takes:

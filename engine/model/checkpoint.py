@@ -109,13 +109,15 @@ def parameters_on_meta() -> Iterator[None]:
         nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
-def materialize_parameters(model: nn.Module, *, device: torch.device, dtype: torch.dtype) -> None:
+def materialize_parameters(model: nn.Module, *, device: torch.device, dtype: torch.dtype, skip: set[str] | None = None) -> None:
     """Give every meta parameter uninitialised storage on `device` (floating ones in `dtype`), keeping ties:
-    a parameter shared by two modules stays one parameter."""
+    a parameter shared by two modules stays one parameter. Parameters named in `skip` (or tied to one)
+    stay on meta."""
     made: dict[int, nn.Parameter] = {}
+    left = {id(param) for name, param in model.named_parameters(remove_duplicate=False) if name in (skip or ())}
     for module in model.modules():
         for name, param in list(module._parameters.items()):
-            if param is None or not param.is_meta:
+            if param is None or not param.is_meta or id(param) in left:
                 continue
             real = made.get(id(param))
             if real is None:

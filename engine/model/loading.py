@@ -26,6 +26,7 @@ from engine.model.checkpoint import (
     materialize_parameters,
     parameters_on_meta,
 )
+from engine.model.quantized import Precision, quantize_model, quantized_module_names
 from engine.model.store import build_model_from_config, check_model_folder
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class LoadedModel:
     # The memory-mapped checkpoint the weights were loaded from: where a voice switch reads the pristine
     # weights back. None for a model built in memory (the benchmark's random model).
     weights: CheckpointTensors | None = None
+    # "int8": the large matrices are int8 with per-row scales (engine/model/quantized.py).
+    precision: Precision = "bf16"
 
     @property
     def uses_mimi(self) -> bool:
@@ -94,6 +97,7 @@ def load_model(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     name: str | None = None,
+    precision: Precision = "bf16",
 ) -> LoadedModel:
     """Load model, processor and audio decoder from a checked folder in the Hub layout.
 
@@ -110,7 +114,7 @@ def load_model(
         raise ModelFilesError(folder, problems)
 
     try:
-        model, weights = load_weights(folder, device=device, dtype=dtype)
+        model, weights = load_weights(folder, device=device, dtype=dtype, precision=precision)
         try:
             processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
         except torch.OutOfMemoryError:
@@ -149,23 +153,49 @@ def load_model(
         interleaved_n_audio=int(config["interleaved_n_audio"]),
         codebooks=int(config["codebooks"]),
         weights=weights,
+        precision=precision,
     )
 
 
-def load_weights(folder: Path, *, device: torch.device, dtype: torch.dtype) -> tuple[LFM2AudioModel, CheckpointTensors]:
+def load_weights(
+    folder: Path, *, device: torch.device, dtype: torch.dtype, precision: Precision = "bf16"
+) -> tuple[LFM2AudioModel, CheckpointTensors]:
     """liquid-audio's `LFM2AudioModel.from_pretrained`, less its float32 copy of the model: built as it
     builds it (buffers computed on the device), but with every parameter allocated once, in `dtype`, and
-    filled straight from the memory-mapped checkpoint (engine/model/checkpoint.py)."""
+    filled straight from the memory-mapped checkpoint (engine/model/checkpoint.py). With "int8" the
+    matrices `quantized_module_names` lists are never allocated in `dtype`: each is quantized from the
+    checkpoint a chunk of rows at a time, straight into its int8 storage."""
     from liquid_audio.utils import module_exists
 
     with (folder / "config.json").open() as f:
         config = json.load(f)
-    model = build_model_from_config(config, device=device, dtype=dtype, empty_parameters=True)
+    quantized = (lambda model: [f"{name}.weight" for name in quantized_module_names(model)]) if precision == "int8" else None
+    model = build_model_from_config(config, device=device, dtype=dtype, empty_parameters=True, left_on_meta=quantized)
     # As from_pretrained chooses it.
     model.lfm.set_attn_implementation("flash_attention_2" if module_exists("flash_attn") else "sdpa")
     weights = CheckpointTensors(folder / "model.safetensors")
-    fill_from_checkpoint(model, weights)
+    skip: tuple[str, ...] = ()
+    if precision == "int8":
+        names = {name: _stored_name(weights, f"{name}.weight") for name in quantized_module_names(model)}
+        aliases = [alias for alias in _tied_aliases(model) if alias in weights]
+        quantize_model(model, device=device, source=lambda name, start, stop: weights.rows(names[name], start, stop))
+        skip = (*names.values(), *aliases)
+    fill_from_checkpoint(model, weights, skip=skip)
     return model.eval(), weights
+
+
+def _stored_name(weights: CheckpointTensors, name: str) -> str:
+    """The name a weight has in the checkpoint: its own, or for a tied codebook table its logits head's."""
+    alias = name.removesuffix("embedding.weight") + "to_logits.weight" if name.endswith(".embedding.weight") else name
+    for candidate in (name, alias):
+        if candidate in weights:
+            return candidate
+    raise MissingWeights([name])
+
+
+def _tied_aliases(model: nn.Module) -> list[str]:
+    """The other name a tied codebook table has in a checkpoint (its logits head's)."""
+    return [f"depth_embeddings.{i}.to_logits.weight" for i in range(len(model.depth_embeddings))]
 
 
 def load_detokenizer(folder: Path, *, device: torch.device) -> nn.Module:

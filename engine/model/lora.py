@@ -24,6 +24,7 @@ from torch import nn
 
 from engine.errors import LoraError
 from engine.model.checkpoint import CheckpointTensors
+from engine.model.quantized import QuantizedLinear, quantize_rows, row_chunks
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -219,6 +220,8 @@ class PristineWeights:
         """Call before the first write to `module`'s weight."""
         if module in self._host or self._in_checkpoint(module):
             return
+        if module not in self._weights:  # an int8 layer: its bf16 rows exist only in the checkpoint
+            raise LoraError.of("The voice needs the model's bf16 weights for {module}, which are not available.", module=module)
         self._host[module] = self._weights[module].detach().to("cpu", copy=True)
 
     def rows(self, module: str, start: int, stop: int) -> torch.Tensor:
@@ -275,12 +278,12 @@ class VoiceSwitcher:
                     "The voice {voice} does not fit this model: it targets {module}, which the model does not have.",
                     voice=voice.name, module=delta.module,
                 )
-            if not isinstance(module, nn.Linear):
+            if not isinstance(module, (nn.Linear, QuantizedLinear)):
                 raise LoraError.of(
                     "The voice {voice} targets {module}, a {kind}; only linear layers are supported.",
                     voice=voice.name, module=delta.module, kind=type(module).__name__,
                 )
-            out_features, in_features = module.weight.shape
+            out_features, in_features = module.out_features, module.in_features
             r = delta.a.shape[0]
             if delta.a.shape != (r, in_features) or delta.b.shape != (out_features, r):
                 raise LoraError.of(
@@ -308,32 +311,42 @@ class VoiceSwitcher:
         self.voice = voice
 
     @torch.no_grad()
-    def _merge(self, planned: list[tuple[nn.Linear, LoraDelta]]) -> None:
+    def _merge(self, planned: list[tuple[nn.Module, LoraDelta]]) -> None:
         modules = dict(self.model.named_modules())
         touched = {delta.module for _, delta in planned}
         for name in sorted(self._merged - touched):  # what the previous voice changed and this one does not
-            weight = modules[name].weight
-            for start, stop in _row_chunks(weight):
-                weight[start:stop].copy_(self.pristine.rows(name, start, stop))
+            module = modules[name]
+            for start, stop in _row_chunks(module):
+                _write_rows(module, start, stop, self.pristine.rows(name, start, stop))
             self._merged.discard(name)
         for module, delta in planned:
-            weight = module.weight
             self.pristine.remember(delta.module)
             self._merged.add(delta.module)
-            a = delta.a.to(device=weight.device, dtype=torch.float32)
-            b = delta.b.to(device=weight.device, dtype=torch.float32)
-            for start, stop in _row_chunks(weight):
-                # In float32, then rounded once into the weight's dtype, in place (the graphs keep their storage).
-                rows = self.pristine.rows(delta.module, start, stop).to(device=weight.device, dtype=torch.float32, copy=True)
+            device = _device_of(module)
+            a = delta.a.to(device=device, dtype=torch.float32)
+            b = delta.b.to(device=device, dtype=torch.float32)
+            for start, stop in _row_chunks(module):
+                # In float32, then rounded once into the weight's dtype (or quantized once into its int8 rows),
+                # in place (the graphs keep their storage).
+                rows = self.pristine.rows(delta.module, start, stop).to(device=device, dtype=torch.float32, copy=True)
                 rows.addmm_(b[start:stop], a, alpha=delta.scale)
-                weight[start:stop].copy_(rows)
+                _write_rows(module, start, stop, rows)
 
 
-def _row_chunks(weight: torch.Tensor) -> Iterator[tuple[int, int]]:
-    rows, columns = weight.shape
-    step = max(1, MERGE_CHUNK_ELEMENTS // max(1, columns))
-    for start in range(0, rows, step):
-        yield start, min(rows, start + step)
+def _device_of(module: nn.Module) -> torch.device:
+    return module.values.device if isinstance(module, QuantizedLinear) else module.weight.device
+
+
+def _write_rows(module: nn.Module, start: int, stop: int, rows: torch.Tensor) -> None:
+    """Rows start:stop of a layer's weight := rows (rounded to its dtype, or quantized for an int8 layer)."""
+    if isinstance(module, QuantizedLinear):
+        quantize_rows(rows, module.values[start:stop], module.scales[start:stop])
+    else:
+        module.weight[start:stop].copy_(rows)
+
+
+def _row_chunks(module: nn.Module) -> Iterator[tuple[int, int]]:
+    return row_chunks(module.out_features, module.in_features, MERGE_CHUNK_ELEMENTS)
 
 
 def _same_base(adapter_base: str, model_id: str) -> bool:

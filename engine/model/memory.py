@@ -17,6 +17,7 @@ import torch
 from engine.errors import GpuMemoryError
 from engine.model.checkpoint import read_safetensors_header
 from engine.model.loading import UNUSED_TOKEN_TABLE
+from engine.model.quantized import Precision, is_quantized_tensor
 
 GB = 1e9
 # Measured through ChatSession.open on the H200 (full-size checkpoint, 4096-token context, bench/results/
@@ -42,9 +43,12 @@ class MemoryNeed:
         return self.weights + self.runtime
 
 
-def model_need(folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.bfloat16) -> MemoryNeed:
-    """Bytes the model will hold on the GPU: its weights (from the file headers) and the engine's runtime."""
-    weights = _tensor_bytes(folder / "model.safetensors", torch.empty((), dtype=dtype).element_size())
+def model_need(
+    folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.bfloat16, precision: Precision = "bf16"
+) -> MemoryNeed:
+    """Bytes the model will hold on the GPU: its weights (from the file headers; with "int8" the quantized
+    matrices at a byte per weight and 4 per row) and the engine's runtime."""
+    weights = _tensor_bytes(folder / "model.safetensors", torch.empty((), dtype=dtype).element_size(), int8=precision == "int8")
     detokenizer = folder / "audio_detokenizer" / "model.safetensors"
     if detokenizer.is_file():  # (less its token table, which the loader drops unused)
         weights += _tensor_bytes(detokenizer, 4, skip=(UNUSED_TOKEN_TABLE,))
@@ -62,9 +66,9 @@ def free_bytes(device: torch.device) -> int:
     return max(free, 0)
 
 
-def check_room(folder: Path, device: torch.device, *, context_tokens: int) -> MemoryNeed:
+def check_room(folder: Path, device: torch.device, *, context_tokens: int, precision: Precision = "bf16") -> MemoryNeed:
     """Raise GpuMemoryError (with needed vs free and what to do) when the model cannot fit on this card."""
-    need = model_need(folder, context_tokens=context_tokens)
+    need = model_need(folder, context_tokens=context_tokens, precision=precision)
     free = free_bytes(device)
     if need.total > free:
         raise GpuMemoryError.of(
@@ -78,8 +82,9 @@ def check_room(folder: Path, device: torch.device, *, context_tokens: int) -> Me
     return need
 
 
-def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] = ()) -> int:
-    """Bytes of a safetensors file's tensors once loaded (but `skip`), floating ones at `floating_element_size`."""
+def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] = (), *, int8: bool = False) -> int:
+    """Bytes of a safetensors file's tensors once loaded (but `skip`), floating ones at `floating_element_size`,
+    or with `int8` those the loader quantizes at one byte each plus a float32 scale per row."""
     total = 0
     for name, entry in read_safetensors_header(path)[1].items():
         if name in skip:
@@ -89,5 +94,8 @@ def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] 
             count *= int(size)
         stored = entry["data_offsets"][1] - entry["data_offsets"][0]
         floating = entry["dtype"] in ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")
-        total += count * floating_element_size if floating else stored
+        if int8 and floating and is_quantized_tensor(name, entry["shape"]):
+            total += count + 4 * int(entry["shape"][0])
+        else:
+            total += count * floating_element_size if floating else stored
     return total

@@ -180,6 +180,16 @@ def _safetensors_payload_end(path: Path) -> int | None:
 _EXPECTED_CACHE: dict[str, dict[str, tuple[int, ...]]] = {}
 
 
+def _buffers_to(model: Any, device: Any, dtype: Any) -> Any:
+    """`model.to(device, dtype)` for a model some of whose parameters are still on meta (which `.to` cannot
+    move): the same conversion `Module.to` applies, to every tensor but those."""
+
+    def convert(t: Any) -> Any:
+        return t if t.is_meta else t.to(device, dtype if t.is_floating_point() or t.is_complex() else None)
+
+    return model._apply(convert)
+
+
 def _stored_as_tied(name: str, header: _Header) -> bool:
     """liquid-audio's SharedEmbedding ties `to_logits.weight` to `embedding.weight`; checkpoints store it once."""
     if not name.endswith("to_logits.weight"):
@@ -220,11 +230,15 @@ def _expected_detokenizer_shapes(config: dict[str, Any], problems: list[Problem]
     return shapes
 
 
-def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any = None, empty_parameters: bool = False) -> Any:
+def build_model_from_config(
+    config: dict[str, Any], *, device: Any, dtype: Any = None, empty_parameters: bool = False, left_on_meta: Any = None
+) -> Any:
     """Construct `LFM2AudioModel` from a config.json dict exactly as liquid-audio's from_pretrained does.
 
     With `empty_parameters` the parameters are allocated once, uninitialised, in `dtype` (the caller fills
-    them from a checkpoint) instead of initialised in float32 and cast: the buffers are the same."""
+    them from a checkpoint) instead of initialised in float32 and cast: the buffers are the same.
+    `left_on_meta` (with `empty_parameters`): model → names of parameters that stay on meta (the caller
+    replaces their modules, e.g. with int8 ones)."""
     import copy
 
     import torch
@@ -247,7 +261,8 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
 
         with init_on_device(device, include_buffers=True), parameters_on_meta():
             model = LFM2AudioModel(conf)
-        materialize_parameters(model, device=device, dtype=dtype or torch.float32)
+        skip = set(left_on_meta(model)) if left_on_meta is not None else set()
+        materialize_parameters(model, device=device, dtype=dtype or torch.float32, skip=skip)
         # The conformer computes its positional encodings on its parameters' device (meta above): again, now
         # that they are real (float32 then cast, as from_pretrained gets them).
         del model.conformer.pos_enc.pe  # (extend_pe keeps an encoding that is long enough, real or not)
@@ -255,8 +270,8 @@ def build_model_from_config(config: dict[str, Any], *, device: Any, dtype: Any =
         unset = [name for name, buffer in model.named_buffers() if buffer.is_meta]
         if unset:
             raise RuntimeError(f"buffers computed from the parameters' device were left on meta: {unset}")
-        # The buffers, as from_pretrained moves and casts them; the parameters are already in place.
-        return model.to(device=device, dtype=dtype)
+        # The buffers, as from_pretrained moves and casts them; the parameters are already in place (or on meta).
+        return model.to(device=device, dtype=dtype) if not skip else _buffers_to(model, device, dtype)
     # On the meta device only parameters go there: liquid-audio computes some buffers with .item().
     with init_on_device(device, include_buffers=device.type != "meta"):
         model = LFM2AudioModel(conf)

@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
 from engine.chat.decoding import SamplingSettings
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
-from engine.realtime.static_model import StaticBackbone, StaticDepthformer
+from engine.model.quantized import Int8Matrix
+from engine.realtime.static_model import StaticBackbone, StaticDepthformer, layer_weight, lookup, plain
 from engine.realtime.streaming import StreamingState
 
 if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
@@ -70,15 +70,20 @@ class GraphedBackend(StreamingState):
         model = loaded.model
         self.model = model
         self.device = loaded.device
-        embed = model.lfm.embed_tokens.weight
-        self.embed = embed
+        dtype = loaded.dtype
+        self.dtype = dtype
+        self.embed = layer_weight(model.lfm.embed_tokens)  # the tied token table: text input and text head
         self.text_sampling = DeviceSampling(self.device)
         self.audio_sampling = DeviceSampling(self.device)
         self.backbone = StaticBackbone(model.lfm, context_tokens)
         self.depthformer = StaticDepthformer(model, self.audio_sampling)
+        # The int8 text head: the backbone's int8 matrix-vector kernel (65,536 rows), when it runs there.
+        matvec = self.backbone.matvec
+        int8_head = isinstance(self.embed, Int8Matrix) and matvec is not None and matvec.supports(self.embed.shape[1], int8=True)
+        self.text_product = matvec if int8_head and self.embed.is_aligned() else None
         hidden = self.backbone.hidden
-        self.input = torch.zeros((1, hidden), device=self.device, dtype=embed.dtype)  # next backbone input
-        self.hidden = torch.zeros((1, hidden), device=self.device, dtype=embed.dtype)  # last backbone output
+        self.input = torch.zeros((1, hidden), device=self.device, dtype=dtype)  # next backbone input
+        self.hidden = torch.zeros((1, hidden), device=self.device, dtype=dtype)  # last backbone output
         self.token = torch.zeros((1,), dtype=torch.long, device=self.device)
         self.frame = self.depthformer.frame
         on_cuda = self.device.type == "cuda"
@@ -93,7 +98,7 @@ class GraphedBackend(StreamingState):
             prefill_buckets = PREFILL_BUCKETS if capturing else ()
         self.prefill_buckets = tuple(sorted(rows for rows in prefill_buckets if rows <= context_tokens))
         largest = self.prefill_buckets[-1] if self.prefill_buckets else 0
-        self.prefill_input = torch.zeros((largest, hidden), device=self.device, dtype=embed.dtype)
+        self.prefill_input = torch.zeros((largest, hidden), device=self.device, dtype=dtype)
         self.steps = self._steps()  # every graph's eager twin, by graph name
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
@@ -106,10 +111,24 @@ class GraphedBackend(StreamingState):
     def _decode(self) -> None:
         self.hidden.copy_(self.backbone.decode_step(self.input))
 
+    def text_logits(self) -> torch.Tensor:
+        """The text head's logits (vocab,) of the last backbone output: the tied token table's product."""
+        table = self.embed
+        if isinstance(table, Int8Matrix) and self.text_product is not None:
+            return self.text_product(self.hidden, table)[0]
+        return torch.mm(self.hidden, plain(table, self.dtype).t())[0]
+
+    def feed_token(self, token: torch.Tensor) -> None:
+        """Make text token (1,) the next backbone input."""
+        self.input.copy_(lookup(token, self.embed, self.dtype))
+
+    def feed_frame(self, codes: torch.Tensor) -> None:
+        """Make an audio frame (codebooks,) the next backbone input."""
+        self.input.copy_(self.depthformer.frame_embedding(codes))
+
     def _text_head(self) -> None:
-        logits = torch.mm(self.hidden, self.embed.t())[0]
-        self.text_sampling.sample(logits, out=self.token)
-        self.input.copy_(F.embedding(self.token, self.embed))
+        self.text_sampling.sample(self.text_logits(), out=self.token)
+        self.feed_token(self.token)
 
     def _audio_head(self) -> None:
         self.input.copy_(self.depthformer.frame_step(self.hidden))

@@ -11,6 +11,10 @@ graph the gap between kernels is small (~0.6 µs on the H200), but every kernel 
 - residual adds ride on the projections (addmm's bias), silu(gate) * up is one kernel, and the
   rotary tables (with the q/k norm weights folded in) are precomputed.
 Everything a step needs is preallocated, so `torch.cuda.CUDAGraph` can capture it unchanged.
+
+With an int8 model (engine/model/quantized.py) every matrix here is an `Int8Matrix`: the decode step's
+products and the text head run the int8 matrix-vector kernels, the depthformer its int8 kernel, and the
+plain paths (prefill, the CPU, a kernel that failed its check) multiply by the dequantized matrix.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from engine.model.quantized import Int8Matrix, QuantizedEmbedding, QuantizedLinear
 from engine.realtime.kernels import (
     DEPTH_TABLE_FIELDS,
     BackboneAttention,
@@ -50,8 +55,19 @@ log = logging.getLogger(__name__)
 ATTENTION_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
-def _fuse_linear_weights(linears: list[nn.Linear]) -> torch.Tensor:
-    """Concatenate the weights of `linears` (rows) and make each parameter a view into the result."""
+Weight = torch.Tensor | Int8Matrix  # a matrix as the steps read it: bf16, or int8 with its row scales
+
+
+def _fuse_linear_weights(linears: list[nn.Module]) -> Weight:
+    """Concatenate the weights of `linears` (rows) and make each parameter a view into the result (for
+    int8 layers their values and scales: the fused matrix is the only copy either way)."""
+    if all(isinstance(linear, QuantizedLinear) for linear in linears):
+        fused_int8 = Int8Matrix.concatenated([linear.matrix for linear in linears])
+        start = 0
+        for linear in linears:
+            linear.point_at(fused_int8.rows(start, start + linear.out_features))
+            start += linear.out_features
+        return fused_int8
     fused = torch.cat([linear.weight.detach() for linear in linears], dim=0).contiguous()
     start = 0
     for linear in linears:
@@ -59,6 +75,23 @@ def _fuse_linear_weights(linears: list[nn.Linear]) -> torch.Tensor:
         linear.weight.data = fused[start : start + rows]
         start += rows
     return fused
+
+
+def layer_weight(module: nn.Module) -> Weight:
+    """A linear layer's or a table's matrix as the steps read it (never a dequantized copy)."""
+    return module.matrix if isinstance(module, (QuantizedLinear, QuantizedEmbedding)) else module.weight
+
+
+def plain(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """The matrix for the plain PyTorch ops: itself, or dequantized (a temporary the size of the matrix)."""
+    return weight.dequantized(dtype) if isinstance(weight, Int8Matrix) else weight
+
+
+def lookup(ids: torch.Tensor, table: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """F.embedding of `ids` in `table`, int8 rows dequantized (only the rows looked up)."""
+    if isinstance(table, Int8Matrix):
+        return Int8Matrix(table.values.index_select(0, ids), table.scales.index_select(0, ids)).dequantized(dtype)
+    return F.embedding(ids, table)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -69,33 +102,40 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 @dataclass
 class _AttentionLayer:
     norm: torch.Tensor
-    qkv: torch.Tensor
+    qkv: Weight
     q_norm: torch.Tensor
     k_norm: torch.Tensor
-    out: torch.Tensor
+    out: Weight
     keys: torch.Tensor  # (1, kv_heads, max_positions, head_dim)
     values: torch.Tensor
     ffn_norm: torch.Tensor
-    w13: torch.Tensor
-    w2: torch.Tensor
+    w13: Weight
+    w2: Weight
 
 
 @dataclass
 class _ConvLayer:
     norm: torch.Tensor
-    in_proj: torch.Tensor
+    in_proj: Weight
     conv: torch.Tensor  # (hidden, kernel)
-    out: torch.Tensor
+    out: Weight
     state: torch.Tensor  # (hidden, kernel): the last `kernel` gated inputs
     ffn_norm: torch.Tensor
-    w13: torch.Tensor
-    w2: torch.Tensor
+    w13: Weight
+    w2: Weight
 
 
-def product_label(shape: tuple[int, int, bool, bool, bool]) -> str:
+# A decode product: (rows, columns, with a residual, of a norm, gated, int8 weights).
+ProductKey = tuple[int, int, bool, bool, bool, bool]
+
+
+def product_label(shape: ProductKey) -> str:
     """A decode product's name in `matvec_timings_us`, from its `_decode_products` key, e.g. "norm, 16384x2048, SwiGLU"."""
-    rows, columns, with_residual, with_norm, gated = shape
-    return f"{'norm, ' if with_norm else ''}{rows}x{columns}{' + residual' if with_residual else ''}{', SwiGLU' if gated else ''}"
+    rows, columns, with_residual, with_norm, gated, int8 = shape
+    return (
+        f"{'norm, ' if with_norm else ''}{rows}x{columns}{' + residual' if with_residual else ''}"
+        f"{', SwiGLU' if gated else ''}{', int8' if int8 else ''}"
+    )
 
 
 class StaticBackbone(StreamingState):
@@ -111,8 +151,7 @@ class StaticBackbone(StreamingState):
         self.eps = config.norm_eps
         self.scale = self.head_dim**-0.5  # SDPA's default softmax scale
         self.max_positions = max_positions
-        weight = lfm.embed_tokens.weight
-        device, dtype = weight.device, weight.dtype
+        device, dtype = lfm.layers[0].operator_norm.weight.device, lfm.layers[0].operator_norm.weight.dtype
         self.device, self.dtype = device, dtype
         if any(layer.conv.conv.bias is not None for layer in lfm.layers if not layer.is_attention_layer):
             raise RuntimeError("conv layers with a bias are not supported by the static decoder")
@@ -129,12 +168,12 @@ class StaticBackbone(StreamingState):
                         qkv=_fuse_linear_weights([attn.q_proj, attn.k_proj, attn.v_proj]),
                         q_norm=attn.q_layernorm.weight,
                         k_norm=attn.k_layernorm.weight,
-                        out=attn.out_proj.weight,
+                        out=layer_weight(attn.out_proj),
                         keys=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
                         values=torch.zeros((1, self.kv_heads, max_positions, self.head_dim), device=device, dtype=dtype),
                         ffn_norm=layer.ffn_norm.weight,
                         w13=w13,
-                        w2=mlp.w2.weight,
+                        w2=layer_weight(mlp.w2),
                     )
                 )
             else:
@@ -142,13 +181,13 @@ class StaticBackbone(StreamingState):
                 self.layers.append(
                     _ConvLayer(
                         norm=layer.operator_norm.weight,
-                        in_proj=conv.in_proj.weight,
+                        in_proj=layer_weight(conv.in_proj),
                         conv=conv.conv.weight[:, 0, :],
-                        out=conv.out_proj.weight,
+                        out=layer_weight(conv.out_proj),
                         state=torch.zeros((self.hidden, conv.conv_kernel_size), device=device, dtype=dtype),
                         ffn_norm=layer.ffn_norm.weight,
                         w13=w13,
-                        w2=mlp.w2.weight,
+                        w2=layer_weight(mlp.w2),
                     )
                 )
         self.final_norm = lfm.embedding_norm.weight
@@ -178,7 +217,7 @@ class StaticBackbone(StreamingState):
         self.matvec = Matvec.create(device, dtype)
         # The products the kernel runs, by `_decode_products` key: empty as the timing starts (every product
         # on cuBLAS), filled as it chooses, so that a gated product is timed against its plain product's choice.
-        self.matvec_shapes: set[tuple[int, int, bool, bool, bool]] = set()
+        self.matvec_shapes: set[ProductKey] = set()
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
@@ -217,13 +256,13 @@ class StaticBackbone(StreamingState):
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
             return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
-        gate, up = F.linear(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
-        return x + F.linear(swiglu(gate, up), layer.w2)
+        gate, up = F.linear(self._norm(x, layer.ffn_norm), plain(layer.w13, self.dtype)).chunk(2, dim=-1)
+        return x + F.linear(swiglu(gate, up), plain(layer.w2, self.dtype))
 
     def _product(
         self,
         x: torch.Tensor,
-        weight: torch.Tensor,
+        weight: Weight,
         *,
         residual: torch.Tensor | None = None,
         norm: torch.Tensor | None = None,
@@ -234,36 +273,43 @@ class StaticBackbone(StreamingState):
         inside, the SwiGLU as its epilogue) for the products where it beat cuBLAS (and the norm and SwiGLU
         kernels) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
         rides on the product (addmm's bias, or the kernel's)."""
-        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None, gated) in self.matvec_shapes:
+        int8 = isinstance(weight, Int8Matrix)
+        if (weight.shape[0], weight.shape[1], residual is not None, norm is not None, gated, int8) in self.matvec_shapes:
             return self.matvec(x, weight, residual, norm, self.eps, gated=gated)
         if gated:
             return swiglu(*self._product(x, weight, residual=residual, norm=norm).chunk(2, dim=-1))
         h = self._norm(x, norm) if norm is not None else x
         if residual is None:
-            return F.linear(h, weight)
-        return torch.addmm(residual, h, weight.t())
+            return F.linear(h, plain(weight, self.dtype))
+        return torch.addmm(residual, h, plain(weight, self.dtype).t())
 
-    def _decode_products(self) -> dict[tuple[int, int, bool, bool, bool], tuple[torch.Tensor, torch.Tensor | None]]:
-        """The decode step's matrix-vector products by (rows, columns, with a residual, of a norm, gated),
-        with one weight (and norm weight) of each; the gated ones (w1|w3 with its SwiGLU) last."""
-        products: dict[tuple[int, int, bool, bool, bool], tuple[torch.Tensor, torch.Tensor | None]] = {}
+    def _decode_products(self) -> dict[ProductKey, tuple[Weight, torch.Tensor | None]]:
+        """The decode step's matrix-vector products by `ProductKey`, with one weight (and norm weight) of
+        each; the gated ones (w1|w3 with its SwiGLU) last."""
+        products: dict[ProductKey, tuple[Weight, torch.Tensor | None]] = {}
+
+        def key(weight: Weight, residual: bool, norm: bool, gated: bool) -> ProductKey:
+            return (weight.shape[0], weight.shape[1], residual, norm, gated, isinstance(weight, Int8Matrix))
+
         for layer in self.layers:
             first = layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj
             for weight, residual, norm in ((first, False, layer.norm), (layer.out, True, None), (layer.w13, False, layer.ffn_norm), (layer.w2, True, None)):
-                products.setdefault((weight.shape[0], weight.shape[1], residual, norm is not None, False), (weight, norm))
+                products.setdefault(key(weight, residual, norm is not None, False), (weight, norm))
         for layer in self.layers:
-            products.setdefault((layer.w13.shape[0], layer.w13.shape[1], False, True, True), (layer.w13, layer.ffn_norm))
+            products.setdefault(key(layer.w13, False, True, True), (layer.w13, layer.ffn_norm))
         return products
 
     @torch.no_grad()
-    def _choose_matvec_shapes(self) -> set[tuple[int, int, bool, bool, bool]]:
+    def _choose_matvec_shapes(self) -> set[ProductKey]:
         """The products for which the matrix-vector kernel is faster than cuBLAS (with the norm kernel
         before it, where the product is of a norm) here, each timed as a CUDA graph of 20 products on the
         model's own weights (start-up, ~0.1 s), and checked against them first. At batch 1 cuBLAS runs
         5-18 µs per product; which wins depends on the shape and the GPU (H200:
         bench/results/run-33-frame-probes/3-matvec-and-beside-timing/probe_frame.json). A gated product
         (w1|w3 with the SwiGLU as the kernel's epilogue) is timed last, against what runs without it:
-        the product as just chosen, then the SwiGLU kernel."""
+        the product as just chosen, then the SwiGLU kernel. An int8 product has nothing to be timed against
+        (cuBLAS has no int8-weight product, and dequantizing first reads the matrix three times): the
+        kernel runs it whenever it agrees with the plain dequantized product."""
         self.matvec_timings_us: dict[str, dict[str, float]] = {}
         chosen = self.matvec_shapes  # grows as products are chosen: a gated one's plain path uses them
         if self.matvec is None:
@@ -273,9 +319,10 @@ class StaticBackbone(StreamingState):
         # good (H200 bench run 34).
         side = graphs.side_stream(self.device)
         for shape, (weight, norm) in self._decode_products().items():
-            rows, columns, with_residual, _, gated = shape
-            aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (weight, *([norm] if norm is not None else [])))
-            if not aligned or not self.matvec.supports(columns, gated=gated):
+            rows, columns, with_residual, _, gated, int8 = shape
+            matrix = weight.values if isinstance(weight, Int8Matrix) else weight
+            aligned = all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (matrix, *([norm] if norm is not None else [])))
+            if not aligned or not self.matvec.supports(columns, gated=gated, int8=int8):
                 continue
             x = (torch.randn((1, columns), device=self.device, generator=generator) * 3).to(self.dtype)
             residual = torch.randn((rows,), device=self.device, generator=generator).to(self.dtype) if with_residual else None
@@ -284,6 +331,9 @@ class StaticBackbone(StreamingState):
             error = float((got.float() - plain.float()).norm() / plain.float().norm())
             if not error < 1e-2:
                 log.warning("matrix-vector kernel disagrees with cuBLAS for %s (relative error %.3g); not used", shape, error)
+                continue
+            if int8:
+                chosen.add(shape)
                 continue
             baseline = "separate" if gated else "cublas"  # what runs without the kernel
             times = {
@@ -521,18 +571,18 @@ class StaticBackbone(StreamingState):
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, F.linear(h, layer.qkv), cos, sin)
+                q, k, v = self._qkv(layer, F.linear(h, plain(layer.qkv, self.dtype)), cos, sin)
                 layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
                 layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
-                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), layer.out)
+                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), plain(layer.out, self.dtype))
             else:
-                b, c, u = F.linear(h, layer.in_proj).chunk(3, dim=-1)
+                b, c, u = F.linear(h, plain(layer.in_proj, self.dtype)).chunk(3, dim=-1)
                 full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + rows)
                 kernel = layer.conv.shape[1]
                 conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -rows:]
                 # The new state is the last `kernel` columns of the real inputs: columns n .. n + kernel - 1.
                 layer.state.copy_(full.index_select(1, self.span_length + self.key_index[:kernel]))
-                y = F.linear(c * conv.transpose(0, 1), layer.out)
+                y = F.linear(c * conv.transpose(0, 1), plain(layer.out, self.dtype))
             x = self._mlp(layer, x + y)
         last = x.index_select(0, self.span_length - 1)
         self.position.add_(self.span_length)
@@ -560,9 +610,12 @@ class StaticDepthformer:
         self.heads = first.num_heads
         self.kv_heads = first.gqa_dim
         self.head_dim = first.head_dim
-        weight = model.depth_linear.weight
+        weight = model.audio_embedding.embedding.weight
         device, dtype = weight.device, weight.dtype
         self.device, self.dtype = device, dtype
+        self.int8 = isinstance(model.depth_linear, QuantizedLinear)
+        self.depth_linear = layer_weight(model.depth_linear)
+        self.depth_bias = model.depth_linear.bias
         qk_heads = self.heads + self.kv_heads
         qkv_width = (self.heads + 2 * self.kv_heads) * self.head_dim
         # liquid-audio's rotary: interleaved pairs (2j, 2j+1) rotated by freqs_cis[position].
@@ -593,14 +646,14 @@ class StaticDepthformer:
                 {
                     "norm": block.operator_norm.weight,
                     "norm_eps": block.operator_norm.eps,
-                    "qkv": op.qkv_proj.weight,
+                    "qkv": layer_weight(op.qkv_proj),
                     "qk_eps": attention.q_layernorm.eps,
                     "rope": rope,
-                    "out": op.out_proj.weight,
+                    "out": layer_weight(op.out_proj),
                     "ffn_norm": block.ffn_norm.weight,
                     "ffn_eps": block.ffn_norm.eps,
                     "w13": _fuse_linear_weights([glu.w1, glu.w3]),
-                    "w2": glu.w2.weight,
+                    "w2": layer_weight(glu.w2),
                     # Per position: q|k|v as projected (v is read from here as the value cache) ...
                     "qkv_rows": torch.zeros((self.codebooks, qkv_width), device=device, dtype=dtype),
                     # ... and q|k normed and roped (k is read from here as the key cache).
@@ -609,7 +662,7 @@ class StaticDepthformer:
             )
         # Norm weights stay tied to the modules (norms are not LoRA targets; see engine.model.lora).
         self.heads_out = [
-            (e.embedding_norm.weight, e.embedding_norm.eps, e.to_logits.weight, e.embedding.weight)
+            (e.embedding_norm.weight, e.embedding_norm.eps, layer_weight(e.to_logits), layer_weight(e.embedding))
             for e in model.depth_embeddings
         ]
         self.audio_embedding = model.audio_embedding.embedding.weight
@@ -622,21 +675,33 @@ class StaticDepthformer:
         self._exchange = torch.zeros((words,), device=device, dtype=torch.int32)  # the fused step's vectors between blocks
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
         self.grid_timings_ms: dict[str, dict[int, float]] = {}  # ms per frame by grid, per way it was timed
+        self.input_product = self._int8_input_product()
         self.fused = self._fused_step()
+
+    def _table_entry(self, layer: dict, name: str) -> torch.Tensor:
+        """What the kernel's layer table points at for `name`: a tensor, an int8 matrix's values, or (the
+        "_scales" fields) its row scales; for bf16 matrices the scales fields point at the matrix (unread)."""
+        field = layer[name.removesuffix("_scales")]
+        if isinstance(field, Int8Matrix):
+            return field.scales if name.endswith("_scales") else field.values
+        return field
 
     def _fused_step(self) -> DepthformerCodebookStep | None:
         """The one-launch codebook kernel, if it compiles, fits this model and agrees with the plain ops."""
-        step = DepthformerCodebookStep.create(self.device, self.dtype)
-        tensors = [layer[name] for layer in self.layers for name in DEPTH_TABLE_FIELDS]
-        tensors += [t for _, _, to_logits, embedding in self.heads_out for t in (to_logits, embedding)]
+        step = DepthformerCodebookStep.create(self.device, self.dtype, int8=self.int8)
+        tensors = [self._table_entry(layer, name) for layer in self.layers for name in DEPTH_TABLE_FIELDS]
+        for _, _, to_logits, embedding in self.heads_out:
+            for table in (to_logits, embedding):
+                tensors += [table.values, table.scales] if isinstance(table, Int8Matrix) else [table]
         if step is None or not DepthformerCodebookStep.supports(
             dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, weights=tensors
         ):
             return None
         # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
         self._table = torch.tensor(
-            [[layer[name].data_ptr() for name in DEPTH_TABLE_FIELDS] for layer in self.layers], dtype=torch.int64, device=self.device
-        )
+            [[self._table_entry(layer, name).data_ptr() for name in DEPTH_TABLE_FIELDS] for layer in self.layers],
+            dtype=torch.int64, device=self.device,
+        )  # fmt: skip
         self._eps = torch.tensor(
             [[layer["norm_eps"], layer["qk_eps"], layer["ffn_eps"]] for layer in self.layers], dtype=torch.float32, device=self.device
         )
@@ -647,6 +712,21 @@ class StaticDepthformer:
             return None
         self.choose_grid()
         return step
+
+    def _int8_input_product(self) -> Matvec | None:
+        """The int8 matrix-vector kernel for depth_linear (bias as its residual), if it runs and agrees."""
+        weight = self.depth_linear
+        matvec = Matvec.create(self.device, self.dtype) if isinstance(weight, Int8Matrix) else None
+        if matvec is None or not matvec.supports(weight.shape[1], int8=True) or not weight.is_aligned():
+            return None
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        hidden = torch.randn((1, weight.shape[1]), device=self.device, generator=generator).to(self.dtype)
+        expected = torch.addmm(self.depth_bias, hidden, plain(weight, self.dtype).t())
+        error = float((matvec(hidden, weight, self.depth_bias).float() - expected.float()).norm() / expected.float().norm())
+        if not error < 1e-2:
+            log.warning("int8 matrix-vector kernel disagrees for the depthformer's input (relative error %.3g); not used", error)
+            return None
+        return matvec
 
     def grid_candidates(self) -> list[int]:
         """The fused kernel's grids worth timing: a block on every SM, on 3/4, 1/2 and 1/3 of them."""
@@ -662,7 +742,7 @@ class StaticDepthformer:
         step = self.fused
         if step is None:
             return
-        inputs = self._inputs(torch.zeros((1, self.model.depth_linear.weight.shape[1]), device=self.device, dtype=self.dtype))
+        inputs = self._inputs(torch.zeros((1, self.depth_linear.shape[1]), device=self.device, dtype=self.dtype))
         codes = torch.zeros((self.codebooks,), dtype=torch.long, device=self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         timings: dict[int, float] = {}
@@ -683,7 +763,7 @@ class StaticDepthformer:
     def _fused_disagreement(self) -> str | None:
         """Teacher-forced logits of the fused kernel against the plain ops on random inputs (start-up)."""
         generator = torch.Generator(device=self.device).manual_seed(0)
-        hidden_size = self.model.depth_linear.weight.shape[1]
+        hidden_size = self.depth_linear.shape[1]
         hidden = torch.randn((1, hidden_size), device=self.device, generator=generator).to(self.dtype)
         codes = torch.randint(0, self.heads_out[0][3].shape[0], (self.codebooks,), device=self.device, generator=generator)
         fused = self.teacher_forced_logits(hidden, codes)
@@ -704,23 +784,26 @@ class StaticDepthformer:
         embedding = self.heads_out[i - 1][3] if i else self.heads_out[0][3]
         norm_w, norm_eps, to_logits, _ = self.heads_out[i]
         if self.fused is not None:
+            int8 = self.fused.int8
             return self.fused(
                 table=self._table, eps=self._eps, layers=len(self.layers), position=i,
                 dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs_row=inputs[i],
-                previous_code=previous_code, embedding=embedding, exchange=self._exchange,
-                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits, logits=self._logits,
+                previous_code=previous_code, embedding=embedding.values if int8 else embedding, exchange=self._exchange,
+                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits.values if int8 else to_logits, logits=self._logits,
+                embedding_scales=embedding.scales if int8 else None, head_scales=to_logits.scales if int8 else None,
             )  # fmt: skip
         x = inputs[i : i + 1]
         if previous_code is not None:
-            x = x + F.embedding(previous_code, embedding)
+            x = x + lookup(previous_code, embedding, self.dtype)
+        dtype = self.dtype
         for layer in self.layers:
             h = F.rms_norm(x, (self.dim,), layer["norm"], layer["norm_eps"])
-            torch.mm(h, layer["qkv"].t(), out=layer["qkv_rows"][i : i + 1])
-            x = torch.addmm(x[0], self._attend(i, layer), layer["out"].t())
+            torch.mm(h, plain(layer["qkv"], dtype).t(), out=layer["qkv_rows"][i : i + 1])
+            x = torch.addmm(x[0], self._attend(i, layer), plain(layer["out"], dtype).t())
             g = F.rms_norm(x, (self.dim,), layer["ffn_norm"], layer["ffn_eps"])
-            gate, up = torch.mm(g, layer["w13"].t()).chunk(2, dim=-1)
-            x = torch.addmm(x[0], swiglu(gate, up), layer["w2"].t())
-        return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), to_logits.t())
+            gate, up = torch.mm(g, plain(layer["w13"], dtype).t()).chunk(2, dim=-1)
+            x = torch.addmm(x[0], swiglu(gate, up), plain(layer["w2"], dtype).t())
+        return torch.mm(F.rms_norm(x, (self.dim,), norm_w, norm_eps), plain(to_logits, dtype).t())
 
     def _attend(self, i: int, layer: dict) -> torch.Tensor:
         """Position i's attention over positions 0..i, from the normed and roped cache rows: (1, dim)."""
@@ -736,7 +819,12 @@ class StaticDepthformer:
         return F.scaled_dot_product_attention(query, keys, values, enable_gqa=True).reshape(1, self.dim)
 
     def _inputs(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(self.model.depth_linear.bias, hidden, self.model.depth_linear.weight.t()).view(self.codebooks, self.dim)
+        """The codebooks' inputs (codebooks, dim): depth_linear(hidden), the int8 product's kernel with the
+        bias as its residual where it runs."""
+        weight = self.depth_linear
+        if isinstance(weight, Int8Matrix) and self.input_product is not None:
+            return self.input_product(hidden, weight, self.depth_bias).view(self.codebooks, self.dim)
+        return torch.addmm(self.depth_bias, hidden, plain(weight, self.dtype).t()).view(self.codebooks, self.dim)
 
     def frame_step(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (1, backbone hidden) → sampled codes (codebooks,), written into `self.frame`.
@@ -751,7 +839,11 @@ class StaticDepthformer:
             logits = self._codebook_logits(i, inputs, previous)[0]
             self.sampling.choose(logits, negative_log_noise[i], out=self.frame[i : i + 1])
         self.frame.masked_fill_(self.frame[0] == END_OF_AUDIO, END_OF_AUDIO)
-        return F.embedding(self.frame + self.offsets, self.audio_embedding).sum(0, keepdim=True)
+        return self.frame_embedding(self.frame)
+
+    def frame_embedding(self, codes: torch.Tensor) -> torch.Tensor:
+        """The backbone input of an audio frame (codebooks,): its codes' audio embeddings summed (1, hidden)."""
+        return F.embedding(codes + self.offsets, self.audio_embedding).sum(0, keepdim=True)
 
     def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """Logits (codebooks, vocab) of every codebook given the previous codebooks' true codes."""

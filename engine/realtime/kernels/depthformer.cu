@@ -15,6 +15,16 @@
 // the result is deterministic (a graph replay equals the eager launch bit for bit).
 // DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM,
 // DEPTH_MAX_KV_WIDTH and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
+// WEIGHT_INT8 (sources.py: 0 for `depthformer_codebook`, 1 for `depthformer_codebook_int8`): the layers'
+// matrices, the codebooks' tied embedding / logits tables are int8 with a float32 scale per row
+// (engine/model/quantized.py); a row's sum is times its scale, and an embedding row is bf16(q * scale).
+#if WEIGHT_INT8
+typedef signed char weight_t;
+#define WEIGHT_BYTES 1
+#else
+typedef unsigned short weight_t;
+#define WEIGHT_BYTES 2
+#endif
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
@@ -50,47 +60,78 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {  // 
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// One warp: row . h over K bf16 (K % 8 == 0, row and h 16-byte aligned); every lane gets the sum.
-__device__ __forceinline__ float row_dot(const unsigned short* __restrict__ row, const unsigned short* h, int K) {
-    const uint4* weights = reinterpret_cast<const uint4*>(row);
+#if WEIGHT_INT8
+// 4 int8 weights (one word) against 4 bf16 of h (two words), in order. Each byte b, xor 0x80 (b + 128),
+// becomes the low byte of 0x4B000000 (8388608.0f): the float 8388608 + b + 128 exactly, less 8388736 is b.
+__device__ __forceinline__ float quad_dot(unsigned int w, unsigned int h01, unsigned int h23) {
+    const unsigned int u = w ^ 0x80808080u;
+    return (__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7540)) - 8388736.0f) * __uint_as_float(h01 << 16)
+         + (__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7541)) - 8388736.0f) * __uint_as_float(h01 & 0xffff0000u)
+         + (__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7542)) - 8388736.0f) * __uint_as_float(h23 << 16)
+         + (__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7543)) - 8388736.0f) * __uint_as_float(h23 & 0xffff0000u);
+}
+// 16 int8 weights (one 16-byte load) against h's 16 bf16 at chunk c (two 16-byte shared loads).
+__device__ __forceinline__ float chunk_dot(uint4 w, const uint4* inputs, int c) {
+    const uint4 a = inputs[2 * c], b = inputs[2 * c + 1];
+    return quad_dot(w.x, a.x, a.y) + quad_dot(w.y, a.z, a.w) + quad_dot(w.z, b.x, b.y) + quad_dot(w.w, b.z, b.w);
+}
+#define WEIGHTS_PER_CHUNK 16
+#else
+__device__ __forceinline__ float chunk_dot(uint4 w, const uint4* inputs, int c) {
+    const uint4 v = inputs[c];
+    return pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
+}
+#define WEIGHTS_PER_CHUNK 8
+#endif
+
+// A row's scale: times its sum for int8 weights, nothing for bf16 ones.
+__device__ __forceinline__ float row_scale(const float* scales, long long r) {
+#if WEIGHT_INT8
+    return scales[r];
+#else
+    return 1.0f;
+#endif
+}
+
+// One warp: row r of W . h over K (K % 16 == 0, rows and h 16-byte aligned), times the row's scale; every lane gets it.
+__device__ __forceinline__ float row_dot(const weight_t* __restrict__ W, const float* __restrict__ scales, long long r,
+                                         const unsigned short* h, int K) {
+    const uint4* weights = reinterpret_cast<const uint4*>(W + r * K);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
     float acc = 0.0f;
     #pragma unroll 4
-    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
-        uint4 w = __ldg(weights + c);
-        uint4 v = inputs[c];
-        acc += pair_dot(w.x, v.x) + pair_dot(w.y, v.y) + pair_dot(w.z, v.z) + pair_dot(w.w, v.w);
-    }
-    return warp_sum(acc);
+    for (int c = threadIdx.x & 31; c < K / WEIGHTS_PER_CHUNK; c += 32) acc += chunk_dot(__ldg(weights + c), inputs, c);
+    return warp_sum(acc) * row_scale(scales, r);
 }
 
-// One warp: two rows against the same h, their loads in flight together (w1 and w3 of SwiGLU).
-__device__ __forceinline__ void row_dot2(const unsigned short* __restrict__ row_a, const unsigned short* __restrict__ row_b,
-                                         const unsigned short* h, int K, float* a, float* b) {
-    const uint4* wa = reinterpret_cast<const uint4*>(row_a);
-    const uint4* wb = reinterpret_cast<const uint4*>(row_b);
+// One warp: rows ra and rb against the same h, their loads in flight together (w1 and w3 of SwiGLU).
+__device__ __forceinline__ void row_dot2(const weight_t* __restrict__ W, const float* __restrict__ scales, long long ra,
+                                         long long rb, const unsigned short* h, int K, float* a, float* b) {
+    const uint4* wa = reinterpret_cast<const uint4*>(W + ra * K);
+    const uint4* wb = reinterpret_cast<const uint4*>(W + rb * K);
     const uint4* inputs = reinterpret_cast<const uint4*>(h);
     float acc_a = 0.0f, acc_b = 0.0f;
     #pragma unroll 4
-    for (int c = threadIdx.x & 31; c < K / 8; c += 32) {
+    for (int c = threadIdx.x & 31; c < K / WEIGHTS_PER_CHUNK; c += 32) {
         uint4 x = __ldg(wa + c), y = __ldg(wb + c);
-        uint4 v = inputs[c];
-        acc_a += pair_dot(x.x, v.x) + pair_dot(x.y, v.y) + pair_dot(x.z, v.z) + pair_dot(x.w, v.w);
-        acc_b += pair_dot(y.x, v.x) + pair_dot(y.y, v.y) + pair_dot(y.z, v.z) + pair_dot(y.w, v.w);
+        acc_a += chunk_dot(x, inputs, c);
+        acc_b += chunk_dot(y, inputs, c);
     }
-    *a = warp_sum(acc_a);
-    *b = warp_sum(acc_b);
+    *a = warp_sum(acc_a) * row_scale(scales, ra);
+    *b = warp_sum(acc_b) * row_scale(scales, rb);
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
 // HBM while the grid works on, or waits for the vector of, an earlier phase. Weights never depend
 // on the activations, so they can be fetched before the vector they multiply exists.
-__device__ __forceinline__ void prefetch_rows(const unsigned short* W, int rows, int K, int first_row, int row_step) {
+// Rows of `row_bytes` bytes each.
+__device__ __forceinline__ void prefetch_rows(const void* W, int rows, int row_bytes, int first_row, int row_step) {
 #if DEPTH_PREFETCH
-    const int lane = threadIdx.x & 31, lines = (K + 63) / 64;  // 128-byte lines per row
+    const char* bytes = (const char*)W;
+    const int lane = threadIdx.x & 31, lines = (row_bytes + 127) / 128;  // 128-byte lines per row
     for (int r = first_row; r < rows; r += row_step)
         for (int c = lane; c < lines; c += 32)
-            asm volatile("prefetch.global.L2 [%0];" :: "l"(W + (long long)r * K + c * 64));
+            asm volatile("prefetch.global.L2 [%0];" :: "l"(bytes + (long long)r * row_bytes + c * 128));
 #endif
 }
 
@@ -286,11 +327,11 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
 
 // next[r] = previous[r] + W[r] . h, tagged, for every row r of W (rows x K) that this warp owns (the
 // same warp owns row r of every residual phase, so previous[r] is its own earlier word).
-__device__ __forceinline__ void residual_rows(const unsigned short* __restrict__ W, int rows, int K, const unsigned short* h,
-                                              const unsigned int* previous, unsigned int* next, unsigned int tag,
-                                              int first_row, int row_step) {
+__device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, const float* __restrict__ scales, int rows, int K,
+                                              const unsigned short* h, const unsigned int* previous, unsigned int* next,
+                                              unsigned int tag, int first_row, int row_step) {
     for (int r = first_row; r < rows; r += row_step) {
-        float acc = row_dot(W + (long long)r * K, h, K);
+        float acc = row_dot(W, scales, r, h, K);
         if ((threadIdx.x & 31) == 0)
             store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
     }
@@ -299,33 +340,33 @@ __device__ __forceinline__ void residual_rows(const unsigned short* __restrict__
 // Prefetches this warp's rows of phase q's weights (see depthformer_codebook), and the norm weights
 // and rope entries that phase's stage and attention read; nothing past the last phase.
 __device__ __forceinline__ void prefetch_phase(int q, int i, const long long* table, int layers, int dim, int heads, int kv_heads,
-                                               int ff, const unsigned short* head_norm, const unsigned short* to_logits, int vocab,
+                                               int ff, const unsigned short* head_norm, const weight_t* to_logits, int vocab,
                                                int first_row, int row_step) {
     if (q >= 4 * layers + 1) return;
     if (q == 4 * layers) {
-        prefetch_rows(head_norm, 1, dim, first_row, row_step);
-        prefetch_rows(to_logits, vocab, dim, first_row, row_step);
+        prefetch_rows(head_norm, 1, 2 * dim, first_row, row_step);
+        prefetch_rows(to_logits, vocab, WEIGHT_BYTES * dim, first_row, row_step);
         return;
     }
     const long long* p = table + (long long)(q / 4) * DEPTH_TABLE;
     const int qk_heads = heads + kv_heads;
     switch (q % 4) {
         case 0:
-            prefetch_rows((const unsigned short*)p[0], 1, dim, first_row, row_step);
-            prefetch_rows((const unsigned short*)p[1], dim + 2 * kv_heads * DEPTH_HEAD_DIM, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[0], 1, 2 * dim, first_row, row_step);
+            prefetch_rows((const weight_t*)p[1], dim + 2 * kv_heads * DEPTH_HEAD_DIM, WEIGHT_BYTES * dim, first_row, row_step);
             break;
         case 1:  // position i's rope entries (one row of 32 x 32 per q|k head; none when i < 0)
             if (i >= 0)
                 prefetch_rows((const unsigned short*)p[2] + (long long)i * qk_heads * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM, qk_heads,
-                              DEPTH_HEAD_DIM * DEPTH_HEAD_DIM, first_row, row_step);
-            prefetch_rows((const unsigned short*)p[3], dim, dim, first_row, row_step);
+                              2 * DEPTH_HEAD_DIM * DEPTH_HEAD_DIM, first_row, row_step);
+            prefetch_rows((const weight_t*)p[3], dim, WEIGHT_BYTES * dim, first_row, row_step);
             break;
         case 2:  // w1 and w3 rows r and r + ff belong to the same warp
-            prefetch_rows((const unsigned short*)p[4], 1, dim, first_row, row_step);
-            prefetch_rows((const unsigned short*)p[5], ff, dim, first_row, row_step);
-            prefetch_rows((const unsigned short*)p[5] + (long long)ff * dim, ff, dim, first_row, row_step);
+            prefetch_rows((const unsigned short*)p[4], 1, 2 * dim, first_row, row_step);
+            prefetch_rows((const weight_t*)p[5], ff, WEIGHT_BYTES * dim, first_row, row_step);
+            prefetch_rows((const weight_t*)p[5] + (long long)ff * dim, ff, WEIGHT_BYTES * dim, first_row, row_step);
             break;
-        default: prefetch_rows((const unsigned short*)p[6], dim, ff, first_row, row_step); break;
+        default: prefetch_rows((const weight_t*)p[6], dim, WEIGHT_BYTES * ff, first_row, row_step); break;
     }
 }
 
@@ -336,13 +377,14 @@ __device__ __forceinline__ void prefetch_phase(int q, int i, const long long* ta
 // the SwiGLU output (ff) and x after the feed-forward (dim); each warp writes its rows of them.
 // `sync` is two zeroed words: the launch counter and the blocks that have read it.
 extern "C" __global__ void __launch_bounds__(DEPTH_THREADS, 1)
-depthformer_codebook(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int i,
+DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int i,
                      int dim, int heads, int kv_heads, int ff,
                      const unsigned short* __restrict__ inputs_row, int has_previous,
-                     const long long* __restrict__ previous_code, const unsigned short* __restrict__ embedding,
+                     const long long* __restrict__ previous_code, const weight_t* __restrict__ embedding,
+                     const float* __restrict__ embedding_scales,
                      unsigned int* exchange, const unsigned short* __restrict__ head_norm, int head_eps_bits,
-                     const unsigned short* __restrict__ to_logits, unsigned short* logits, int vocab,
-                     unsigned int* sync) {
+                     const weight_t* __restrict__ to_logits, const float* __restrict__ head_scales,
+                     unsigned short* logits, int vocab, unsigned int* sync) {
     __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
@@ -360,7 +402,12 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     long long code = has_previous ? previous_code[0] : 0;
     for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
         unsigned short bits = inputs_row[k];
+#if WEIGHT_INT8
+        if (has_previous)
+            bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(float_to_bf16((float)embedding[code * dim + k] * embedding_scales[code])));
+#else
         if (has_previous) bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(embedding[code * dim + k]));
+#endif
         h[k] = bits;
     }
     __syncthreads();
@@ -377,14 +424,19 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
     for (int l = 0; l < layers; ++l) {
         const long long* p = table + (long long)l * DEPTH_TABLE;
         const unsigned short* norm = (const unsigned short*)p[0];
-        const unsigned short* qkv = (const unsigned short*)p[1];
+        const weight_t* qkv = (const weight_t*)p[1];
         const unsigned short* rope = (const unsigned short*)p[2];
-        const unsigned short* out = (const unsigned short*)p[3];
+        const weight_t* out = (const weight_t*)p[3];
         const unsigned short* ffn_norm = (const unsigned short*)p[4];
-        const unsigned short* w13 = (const unsigned short*)p[5];
-        const unsigned short* w2 = (const unsigned short*)p[6];
+        const weight_t* w13 = (const weight_t*)p[5];
+        const weight_t* w2 = (const weight_t*)p[6];
         unsigned short* qkv_rows = (unsigned short*)p[7];
         unsigned short* qk_rows = (unsigned short*)p[8];
+        // The rows' scales (int8 weights; bf16 ones have none and ignore these).
+        const float* qkv_scales = (const float*)p[9];
+        const float* out_scales = (const float*)p[10];
+        const float* w13_scales = (const float*)p[11];
+        const float* w2_scales = (const float*)p[12];
         unsigned int* qkv_now = exchange + dim + (long long)l * layer_words;
         unsigned int* x_mid = qkv_now + qkv_width;
         unsigned int* act = x_mid + dim;
@@ -393,7 +445,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
         for (int r = first_row; r < qkv_width; r += row_step) {
-            unsigned short bits = float_to_bf16(row_dot(qkv + (long long)r * dim, h, dim));
+            unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
             if (lane == 0) {
                 qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
                 store_relaxed(qkv_now + r, tagged(tag, bits));
@@ -404,7 +456,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         STAMP(9 * l + 2);
         attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
         STAMP(9 * l + 3);
-        residual_rows(out, dim, dim, h, x, x_mid, tag, first_row, row_step);
+        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step);
         prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 4);
         STAMP(9 * l + 5);
@@ -413,7 +465,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
         STAMP(64 + 3 * l + 1);
         for (int r = first_row; r < ff; r += row_step) {
             float gate, up;
-            row_dot2(w13 + (long long)r * dim, w13 + (long long)(r + ff) * dim, h, dim, &gate, &up);
+            row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
             gate = bf16_to_float(float_to_bf16(gate));
             up = bf16_to_float(float_to_bf16(up));
             if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
@@ -424,7 +476,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 
         stage(act, tag, 0, 0.0f, ff, h, partial);
         STAMP(64 + 3 * l + 2);
-        residual_rows(w2, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
+        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
         prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 8);
         STAMP(9 * l + 9);
@@ -433,7 +485,7 @@ depthformer_codebook(const long long* __restrict__ table, const float* __restric
 
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
-        float acc = row_dot(to_logits + (long long)r * dim, h, dim);
+        float acc = row_dot(to_logits, head_scales, r, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
     STAMP(126);

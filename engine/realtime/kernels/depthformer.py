@@ -30,8 +30,9 @@ class DepthformerCodebookStep:
     (`exchange_words`) and checks it against the plain ops on the model's own weights before using it.
     """
 
-    def __init__(self, kernel: Any, device: torch.device) -> None:
+    def __init__(self, kernel: Any, device: torch.device, *, int8: bool = False) -> None:
         self.kernel = kernel
+        self.int8 = int8  # the int8-weight kernel (depthformer_codebook_int8): every matrix int8, per-row scales
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.blocks = self.sms  # the grid; StaticDepthformer.choose_grid times the candidates
         # The launch counter (mod 65535: the tag of the words a launch writes is it plus one) and how
@@ -39,11 +40,11 @@ class DepthformerCodebookStep:
         self.sync = torch.zeros((2,), dtype=torch.int32, device=device)
 
     @classmethod
-    def create(cls, device: torch.device, dtype: torch.dtype) -> "DepthformerCodebookStep | None":
+    def create(cls, device: torch.device, dtype: torch.dtype, *, int8: bool = False) -> "DepthformerCodebookStep | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
-        kernel = compiled("depthformer_codebook")
-        return cls(kernel, device) if kernel is not None else None
+        kernel = compiled("depthformer_codebook_int8" if int8 else "depthformer_codebook")
+        return cls(kernel, device, int8=int8) if kernel is not None else None
 
     @staticmethod
     def exchange_words(*, dim: int, kv_heads: int, ff: int, layers: int) -> int:
@@ -53,7 +54,8 @@ class DepthformerCodebookStep:
 
     @staticmethod
     def supports(*, dim: int, heads: int, kv_heads: int, ff: int, positions: int, weights: list[torch.Tensor]) -> bool:
-        """Whether the kernel's fixed limits hold for this depthformer."""
+        """Whether the kernel's fixed limits hold for this depthformer (`weights`: every matrix, bf16, or int8
+        values with their float32 scales)."""
         return (
             dim == heads * DEPTH_HEAD_DIM
             and heads % kv_heads == 0
@@ -61,9 +63,11 @@ class DepthformerCodebookStep:
             and kv_heads * DEPTH_HEAD_DIM <= DEPTH_MAX_KV_WIDTH
             and positions <= DEPTH_MAX_POSITIONS
             and max(dim, ff) <= DEPTH_MAX_K
-            and dim % 8 == 0
-            and ff % 8 == 0
-            and all(w.dtype == torch.bfloat16 and w.is_contiguous() and w.data_ptr() % 16 == 0 for w in weights)
+            and dim % 16 == 0
+            and ff % 16 == 0
+            and all(
+                w.dtype in (torch.bfloat16, torch.int8, torch.float32) and w.is_contiguous() and w.data_ptr() % 16 == 0 for w in weights
+            )
         )
 
     def __call__(
@@ -82,7 +86,10 @@ class DepthformerCodebookStep:
         head_eps: float,
         to_logits: torch.Tensor,
         logits: torch.Tensor,
+        embedding_scales: torch.Tensor | None = None,
+        head_scales: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """`embedding` and `to_logits` are int8 with their row scales for the int8 kernel, bf16 otherwise."""
         dim, heads, kv_heads, ff = dims
         has_previous = previous_code is not None
         self.kernel(
@@ -91,7 +98,9 @@ class DepthformerCodebookStep:
             args=[
                 table, eps, layers, position, dim, heads, kv_heads, ff,
                 inputs_row, int(has_previous), previous_code if has_previous else table, embedding,
-                exchange, head_norm, float_bits(head_eps), to_logits, logits, to_logits.shape[0], self.sync,
+                embedding_scales if embedding_scales is not None else eps,
+                exchange, head_norm, float_bits(head_eps), to_logits, head_scales if head_scales is not None else eps,
+                logits, to_logits.shape[0], self.sync,
             ],
         )  # fmt: skip
         return logits

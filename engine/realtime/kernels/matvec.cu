@@ -1,18 +1,46 @@
 // matvec and matvec_gated: the batch-1 matrix-vector product, optionally of its input's RMS norm and plus
 // a residual row, or with the SwiGLU of the product's halves as its epilogue (wrapper: matvec.py). One
-// source, two kernels: sources.py defines MATVEC_NAME and GATED (0 or 1) for each, and MATVEC_WARPS,
-// MATVEC_DEPTH, MATVEC_MAX_K and MATVEC_MIN_BLOCKS from the Python constants of the same names.
+// source, four kernels: sources.py defines MATVEC_NAME, GATED (0 or 1) and WEIGHT_INT8 (0: bf16 weights;
+// 1: int8 weights with a float32 scale per row, W8A16, engine/model/quantized.py) for each, and
+// MATVEC_WARPS, MATVEC_DEPTH, MATVEC_MAX_K and MATVEC_MIN_BLOCKS from the Python constants of the same names.
 // Programmatic dependent launches in the backbone decode step (common.cuh).
 
 #include "common.cuh"
 
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
+#if WEIGHT_INT8
+#define PER_CHUNK 16  // weights per 16-byte load
+typedef signed char weight_t;
+#else
+#define PER_CHUNK 8
+typedef unsigned short weight_t;
+#endif
 
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 256 * split;
+// 16 int8 weights (one 16-byte load) against 16 staged floats, in a fixed order. Each byte b, xor 0x80
+// (b + 128, 0..255), becomes the low byte of 0x4B000000 (8388608.0f), which then reads as the float
+// 8388608 + b + 128, exactly; less 8388736 it is b. One byte permute and one add per weight, on the
+// full-rate pipes (an int-to-float conversion runs at a quarter of the rate on most GPUs).
+__device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restrict__ x) {
+    const unsigned int words[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u, w.w ^ 0x80808080u};
+    float acc = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float4 h = x[j];
+        acc += (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7540)) - 8388736.0f) * h.x
+             + (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7541)) - 8388736.0f) * h.y
+             + (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7542)) - 8388736.0f) * h.z
+             + (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7543)) - 8388736.0f) * h.w;
+    }
+    return acc;
+}
+
+// out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 32 * PER_CHUNK * split;
+// with WEIGHT_INT8, W is int8 and row r's sum is multiplied by scales[r] (float32) before the residual:
+// out = bf16(scales[r] * sum_k q[r][k] h[k] (+ residual[r])), each weight dequantized in registers;
 // h = x, or with has_norm h = bf16(x * rsqrt(mean(x^2) + eps) * norm) as F.rms_norm outputs it (each
 // block normalizes its own copy of x: one launch instead of the norm's and the product's).
 // Each row is `split` warps of one block, each warp a contiguous part of the row with ALL of that
@@ -25,10 +53,14 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
 // from the product's bf16 outputs): a block's first half of rows are gates, its second half their ups,
 // so the SwiGLU is the product's epilogue, not a kernel of its own. No residual.
 extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) MATVEC_NAME(
-        const unsigned short* __restrict__ W, const unsigned short* __restrict__ x, int has_norm,
+        const weight_t* __restrict__ W, const float* __restrict__ scales, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
         const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
+#if WEIGHT_INT8
+    __shared__ float4 xf[MATVEC_MAX_K / 4];  // x (or its norm) as floats: 4 LDS.128 per 16 weights, no unpacking
+#else
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
+#endif
     __shared__ float partial[MATVEC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #if GATED
@@ -37,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
 #else
     const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
 #endif
-    const int per_lane = K / (256 * split), first = part * (K / 8 / split);
+    const int per_lane = K / (32 * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
     const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
     uint4 w[MATVEC_DEPTH];
     #pragma unroll
@@ -47,18 +79,39 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
         const uint4 v = reinterpret_cast<const uint4*>(x)[c];
-        xs[c] = v;
         const unsigned int words[4] = {v.x, v.y, v.z, v.w};
+        float f[8];
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float lo = __uint_as_float(words[j] << 16), hi = __uint_as_float(words[j] & 0xffff0000u);
-            squares += lo * lo + hi * hi;
+            f[2 * j] = __uint_as_float(words[j] << 16);
+            f[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+            squares += f[2 * j] * f[2 * j] + f[2 * j + 1] * f[2 * j + 1];
         }
+#if WEIGHT_INT8
+        xf[2 * c] = make_float4(f[0], f[1], f[2], f[3]);
+        xf[2 * c + 1] = make_float4(f[4], f[5], f[6], f[7]);
+#else
+        xs[c] = v;
+#endif
     }
     if (has_norm) {
         const float inv_rms = block_inv_rms(squares, partial, lane, warp, MATVEC_WARPS, K, eps_bits);
         for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
-            const uint4 v = xs[c], g = reinterpret_cast<const uint4*>(norm)[c];
+            const uint4 g = reinterpret_cast<const uint4*>(norm)[c];
+#if WEIGHT_INT8
+            const float4 a = xf[2 * c], b = xf[2 * c + 1];
+            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const unsigned int gains[4] = {g.x, g.y, g.z, g.w};
+            float n[8];
+            #pragma unroll
+            for (int j = 0; j < 4; ++j) {  // rounded to bf16 as F.rms_norm outputs it
+                n[2 * j] = bf16_to_float(float_to_bf16(v[2 * j] * inv_rms * __uint_as_float(gains[j] << 16)));
+                n[2 * j + 1] = bf16_to_float(float_to_bf16(v[2 * j + 1] * inv_rms * __uint_as_float(gains[j] & 0xffff0000u)));
+            }
+            xf[2 * c] = make_float4(n[0], n[1], n[2], n[3]);
+            xf[2 * c + 1] = make_float4(n[4], n[5], n[6], n[7]);
+#else
+            const uint4 v = xs[c];
             const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
             unsigned int packed[4];
             #pragma unroll
@@ -68,6 +121,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
                 packed[j] = (unsigned int)float_to_bf16(lo) | ((unsigned int)float_to_bf16(hi) << 16);
             }
             xs[c] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+#endif
         }
         __syncthreads();  // partial[] is reused below
     }
@@ -76,8 +130,12 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t) {
         if (t < per_lane) {
+#if WEIGHT_INT8
+            acc += int8_chunk_dot(w[t], xf + 4 * (first + lane + 32 * t));
+#else
             const uint4 h = xs[first + lane + 32 * t];
             acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
+#endif
         }
     }
     for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
@@ -87,6 +145,10 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     if (part == 0 && lane == 0 && local < half && out_row < N / 2) {
         float gate = 0.0f, up = 0.0f;  // the up row's warps are half * split after the gate row's
         for (int p = 0; p < split; ++p) { gate += partial[warp + p]; up += partial[warp + half * split + p]; }
+#if WEIGHT_INT8
+        gate *= scales[out_row];
+        up *= scales[out_row + N / 2];
+#endif
         gate = bf16_to_float(float_to_bf16(gate));
         up = bf16_to_float(float_to_bf16(up));
         out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
@@ -95,6 +157,9 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     if (part == 0 && lane == 0 && row < N) {
         float total = 0.0f;
         for (int p = 0; p < split; ++p) total += partial[warp + p];
+#if WEIGHT_INT8
+        total *= scales[row];
+#endif
         if (has_residual) total += bf16_to_float(residual[row]);
         out[row] = float_to_bf16(total);
     }

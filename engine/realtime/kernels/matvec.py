@@ -1,5 +1,7 @@
 """The batch-1 matrix-vector product as one kernel (matvec.cu: `matvec`, and `matvec_gated` with the
-SwiGLU epilogue); the backbone decode step uses it where a start-up timing finds it beats cuBLAS."""
+SwiGLU epilogue, each for bf16 weights and for int8 weights with per-row scales); the backbone decode step
+uses the bf16 ones where a start-up timing finds they beat cuBLAS, and the int8 ones always (cuBLAS has no
+W8A16 product)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Any
 
 import torch
 
+from engine.model.quantized import Int8Matrix
 from engine.realtime.kernels.runtime import compiled, float_bits, launch_after_previous
 from engine.realtime.kernels.sources import MATVEC_DEPTH, MATVEC_MAX_K, MATVEC_MAX_SPLIT, MATVEC_WARPS
 
@@ -16,37 +19,47 @@ class Matvec:
     norm and plus a residual row, or (`gated`) a SwiGLU of the product's two halves. The backbone decode
     step uses it for the weights where it beats cuBLAS on this GPU (`StaticBackbone` times both at start-up)."""
 
-    def __init__(self, kernel: Any, gated_kernel: Any | None, depth: int = MATVEC_DEPTH) -> None:
+    def __init__(
+        self, kernel: Any, gated_kernel: Any | None, depth: int = MATVEC_DEPTH, *, int8: Any | None = None, gated_int8: Any | None = None
+    ) -> None:
         self.kernel = kernel
         self.gated_kernel = gated_kernel  # None: `gated` products unavailable
         self.depth = depth  # the kernels' MATVEC_DEPTH
+        self.int8_kernel = int8  # the same for int8 weights (None: unavailable)
+        self.gated_int8_kernel = gated_int8
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
         if device.type != "cuda" or dtype != torch.bfloat16:
             return None
         kernel = compiled("matvec")
-        return cls(kernel, compiled("matvec_gated")) if kernel is not None else None
+        if kernel is None:
+            return None
+        return cls(kernel, compiled("matvec_gated"), int8=compiled("matvec_int8"), gated_int8=compiled("matvec_gated_int8"))
 
     @staticmethod
-    def split(columns: int, depth: int = MATVEC_DEPTH) -> int | None:
-        """Warps per row for `columns` (each takes at most `depth` chunks per lane), or None if unsupported."""
+    def split(columns: int, depth: int = MATVEC_DEPTH, *, int8: bool = False) -> int | None:
+        """Warps per row for `columns` (each takes at most `depth` 16-byte chunks per lane: 8 bf16 or 16 int8
+        weights each), or None if unsupported."""
+        per_warp = 32 * (16 if int8 else 8)
         split = 1
-        while columns > 256 * depth * split:
+        while columns > per_warp * depth * split:
             split *= 2
-        if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (256 * split):
+        if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (per_warp * split):
             return None
         return split
 
-    def supports(self, columns: int, *, gated: bool = False) -> bool:
+    def supports(self, columns: int, *, gated: bool = False, int8: bool = False) -> bool:
         """Whether products over `columns` can run here (gated: a block holds a gate row and its up row)."""
-        split = self.split(columns, self.depth)
+        if int8 and (self.int8_kernel is None or (gated and self.gated_int8_kernel is None)):
+            return False
+        split = self.split(columns, self.depth, int8=int8)
         return split is not None and (not gated or (self.gated_kernel is not None and MATVEC_WARPS // split >= 2))
 
     def __call__(
         self,
         x: torch.Tensor,
-        weight: torch.Tensor,
+        weight: torch.Tensor | Int8Matrix,
         residual: torch.Tensor | None = None,
         norm: torch.Tensor | None = None,
         eps: float = 0.0,
@@ -55,10 +68,13 @@ class Matvec:
         """h @ weight.T (+ residual) → a new (1, N), h = rms_norm(x, norm, eps) or x if norm is None.
         `gated` (no residual): silu(gate) * up of the product's halves (gate, up) = (:N/2, N/2:), each
         rounded to bf16 first → a new (1, N/2), as `swiglu(*product.chunk(2, dim=-1))`.
-        x (1, K), weight (N, K) and norm (K,) contiguous and 16-byte aligned; residual (N,) or None."""
+        x (1, K), weight (N, K) and norm (K,) contiguous and 16-byte aligned; residual (N,) or None. An
+        Int8Matrix weight: each row's sum is times its scale (the product with `weight.dequantized()` in float32)."""
+        int8 = isinstance(weight, Int8Matrix)
         rows, columns = weight.shape
-        split = self.split(columns, self.depth)
-        assert split is not None and x.is_contiguous() and weight.is_contiguous()
+        split = self.split(columns, self.depth, int8=int8)
+        assert split is not None and x.is_contiguous() and (weight.is_aligned() if int8 else weight.is_contiguous())
+        values, scales = (weight.values, weight.scales) if int8 else (weight, weight)
         per_block = MATVEC_WARPS // split
         if gated:
             assert self.supports(columns, gated=True) and residual is None and rows % 2 == 0
@@ -66,13 +82,14 @@ class Matvec:
         else:
             outputs = rows
         out = torch.empty((1, outputs), device=x.device, dtype=x.dtype)
+        kernels = (self.gated_int8_kernel, self.int8_kernel) if int8 else (self.gated_kernel, self.kernel)
         launch_after_previous(
-            self.gated_kernel if gated else self.kernel,
+            kernels[0] if gated else kernels[1],
             (-(-outputs // per_block), 1, 1),
             (MATVEC_WARPS * 32, 1, 1),
             [
-                weight, x, int(norm is not None), norm if norm is not None else weight, float_bits(eps),
-                int(residual is not None), residual if residual is not None else weight, out, rows, columns, split,
+                values, scales, x, int(norm is not None), norm if norm is not None else x, float_bits(eps),
+                int(residual is not None), residual if residual is not None else x, out, rows, columns, split,
             ],
         )  # fmt: skip
         return out

@@ -29,7 +29,10 @@ DEPTH_MAX_POSITIONS = 16  # codebooks
 DEPTH_HEAD_DIM = 32  # one lane per element of a head
 DEPTH_MAX_KV_WIDTH = 256  # kv_heads * head_dim: the keys and values of a position the attention stages
 # The per-layer pointer table, in the order the kernel reads it.
-DEPTH_TABLE_FIELDS = ("norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows")
+# The last four are the matrices' row scales (int8 weights; for bf16 weights the kernel ignores them).
+DEPTH_TABLE_FIELDS = (
+    "norm", "qkv", "rope", "out", "ffn_norm", "w13", "w2", "qkv_rows", "qk_rows", "qkv_scales", "out_scales", "w13_scales", "w2_scales",
+)
 
 # The fused backbone attention's fixed shape.
 ATTENTION_HEAD_DIM = 64
@@ -89,10 +92,15 @@ KERNELS: dict[str, Kernel] = {
     for kernel in (
         Kernel("short_conv_step", "short_conv.cu"),
         Kernel("top_k_gumbel_argmax", "sampler.cu", {"THREADS": SAMPLER_THREADS}),
-        Kernel("depthformer_codebook", "depthformer.cu", _DEPTHFORMER_DEFINES),
+        Kernel("depthformer_codebook", "depthformer.cu", {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 0, "DEPTH_NAME": "depthformer_codebook"}),
+        Kernel("depthformer_codebook_int8", "depthformer.cu",
+               {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
         Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
-        Kernel("matvec", "matvec.cu", {**_MATVEC_DEFINES, "GATED": 0, "MATVEC_NAME": "matvec"}),
-        Kernel("matvec_gated", "matvec.cu", {**_MATVEC_DEFINES, "GATED": 1, "MATVEC_NAME": "matvec_gated"}),
+        *(
+            Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu",
+                   {**_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}"})
+            for int8 in (0, 1) for gated in (0, 1)
+        ),
         Kernel("rms_norm_row", "rms_norm.cu"),
     )
 }
