@@ -71,3 +71,8 @@ def kernel_cache_dir() -> Path:
 def settings_file() -> Path:
     return config_dir() / "settings.json"
 
+
+
+def precision_verdicts_file() -> Path:
+    """The int8 checks' results, one per model checkpoint (engine/model/precision_verdicts.py)."""
+    return data_dir() / "precision-verdicts.json"

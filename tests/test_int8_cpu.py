@@ -217,3 +217,31 @@ def test_the_precision_check_passes_identical_engines_and_measures_int8(tiny_mod
     # The verdict follows the thresholds.
     assert not compare_with_reference(int8, reference, Thresholds(text_top1=0.0, max_kl=0.0)).passed
     assert compare_with_reference(int8, reference, Thresholds(text_top1=0.0, max_kl=1.0)).passed
+
+
+def test_sessions_run_the_int8_check_on_their_own_prompt_and_keep_the_verdict(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from engine.chat.audio_decoding import make_audio_decoder
+    from engine.chat.session import ChatSession
+    from engine.model.precision_verdicts import load_verdict, store_verdict
+    from engine.realtime.backend import GraphedBackend
+
+    def session(precision: str) -> ChatSession:  # the real-time engine, run eagerly (ChatSession.open's CPU path is the eager one)
+        loaded = load_model(tiny_model_dir, device="cpu", precision=precision)
+        return ChatSession(loaded, GraphedBackend(loaded, context_tokens=160, capture=False), make_audio_decoder(loaded, use_cuda_graphs=False),
+                           context_tokens=160, fallback_reason="test", graphs_ready=False, model_id=None)
+
+    bf16, int8 = session("bf16"), session("int8")
+    assert int8.loaded.precision == "int8" and isinstance(int8.loaded.model.lfm.embed_tokens, QuantizedEmbedding)
+    prompt = bf16.check_prompt()
+    assert prompt.shape[1] == int8.check_prompt().shape[1] > 10
+    reference = bf16.record_check_reference()
+    report = int8.compare_with_check_reference(reference)
+    assert set(report.streams) == {"text", *(f"codebook_{i}" for i in range(8))}
+    assert int8.conversation.positions == bf16.conversation.positions  # a fresh conversation after the check
+    verdicts = tmp_path / "verdicts.json"
+    assert load_verdict(tiny_model_dir, "cpu", verdicts) is None
+    store_verdict(tiny_model_dir, "cpu", report.as_dict(), verdicts)
+    assert load_verdict(tiny_model_dir, "cpu", verdicts)["passed"] == report.passed
+    assert load_verdict(tiny_model_dir, "other GPU", verdicts) is None
+    verdicts.write_bytes(verdicts.read_bytes()[:-7])  # damaged: checked again, never taken as a pass
+    assert load_verdict(tiny_model_dir, "cpu", verdicts) is None

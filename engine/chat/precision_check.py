@@ -25,8 +25,9 @@ from engine.chat.decoding import SamplingSettings
 if TYPE_CHECKING:
     from engine.realtime.backend import GraphedBackend
 
-# The turn: `rounds` × (n_text text steps, n_audio audio frames) after the prompt.
+# The turn: `rounds` × (n_text text steps, n_audio audio frames) after the prompt, a short question in text.
 CHECK_ROUNDS = 2
+PRECISION_CHECK_QUESTION = "こんにちは。今日はどんな一日でしたか？"
 TOP_K = SamplingSettings().text_top_k
 
 

@@ -38,6 +38,13 @@ from engine.model.loading import LoadedModel, default_device, load_model, use_ex
 from engine.model.lora import VoiceSwitcher, load_voice
 from engine.model.memory import check_room, free_bytes, model_need
 from engine.model.quantized import Precision
+from engine.chat.precision_check import (
+    PRECISION_CHECK_QUESTION,
+    PrecisionReport,
+    ReferenceTurn,
+    compare_with_reference,
+    record_reference,
+)
 from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
 from engine.realtime.kernels import compile_in_background
@@ -381,6 +388,34 @@ class ChatSession:
         conversation = Conversation(self.loaded.processor.text, codebooks=self.loaded.codebooks)
         conversation.add_text_turn("system", self.system_prompt)
         return conversation
+
+    # ------------------------------------------------------------------ the int8 check
+
+    def check_prompt(self) -> torch.Tensor:
+        """The int8 check's fixed prompt (engine/chat/precision_check.py): the system prompt, a short user
+        question in text and the assistant's turn opened, as backbone inputs (1, n, hidden)."""
+        conversation = self._new_conversation()
+        conversation.add_text_turn("user", PRECISION_CHECK_QUESTION)
+        conversation.open_assistant_turn()
+        saved, self.conversation = self.conversation, conversation
+        try:
+            return self._assemble(conversation.layout(0))
+        finally:
+            self.conversation = saved
+
+    def record_check_reference(self) -> ReferenceTurn:
+        """The bf16 side of the int8 check, on this session's engine (its cache is emptied: call between
+        conversations, e.g. before the session is closed for an int8 one)."""
+        with self._exclusive("the int8 check"):
+            return record_reference(self.backend, self.check_prompt(), self.schedule.n_text, self.schedule.n_audio)
+
+    def compare_with_check_reference(self, reference: ReferenceTurn) -> PrecisionReport:
+        """The int8 side: this session's engine fed the reference's inputs (its cache is emptied after)."""
+        with self._exclusive("the int8 check"):
+            try:
+                return compare_with_reference(self.backend, reference)
+            finally:
+                self.conversation = self._new_conversation()
 
     # ------------------------------------------------------------------ info
 

@@ -99,3 +99,38 @@ def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] 
         else:
             total += count * floating_element_size if floating else stored
     return total
+
+
+@dataclass(frozen=True)
+class StepBytes:
+    """Weight bytes one step reads (from the checkpoint's header, at the precision they load in)."""
+
+    backbone_step: int  # every backbone layer's matrices, once per position
+    depthformer_frame: int  # depth_linear, every codebook's pass over the depthformer's layers, and its head
+    text_head: int  # the tied token table, on text steps
+
+    @property
+    def audio_frame(self) -> int:
+        """An audio frame: the backbone step that makes its input and the depthformer over it."""
+        return self.backbone_step + self.depthformer_frame
+
+
+def step_bytes(folder: Path, *, precision: Precision = "bf16", codebooks: int = 8) -> StepBytes:
+    """What each step reads for the model in `folder`, by the same rules as the loader (int8 matrices at a
+    byte per weight and a float32 scale per row, floating tensors otherwise in bf16)."""
+    backbone = depth_layers = depth_rest = text = 0
+    for name, entry in read_safetensors_header(folder / "model.safetensors")[1].items():
+        shape = [int(size) for size in entry["shape"]]
+        count = 1
+        for size in shape:
+            count *= size
+        size = count + 4 * shape[0] if precision == "int8" and is_quantized_tensor(name, shape) else 2 * count
+        if name.startswith("lfm.layers."):
+            backbone += size
+        elif name.startswith("depthformer.layers."):
+            depth_layers += size
+        elif name.startswith(("depth_linear.", "depth_embeddings.")) and name.endswith(("weight", "bias")) and "norm" not in name:
+            depth_rest += size  # the input projection, and each codebook's head (tied to its embedding, read once)
+        elif name == "lfm.embed_tokens.weight":
+            text = size
+    return StepBytes(backbone_step=backbone, depthformer_frame=codebooks * depth_layers + depth_rest, text_head=text)
