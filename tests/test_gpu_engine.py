@@ -30,6 +30,27 @@ def full_size():
     return random_full_size_model(stop_tokens=True)
 
 
+@pytest.fixture(scope="module")
+def full_size_int8(full_size):
+    """The same model with its large matrices int8 (engine/model/quantized.py), quantized in memory."""
+    import copy
+    import dataclasses
+
+    from engine.model.quantized import quantize_model
+
+    model = copy.deepcopy(full_size.model)
+    quantize_model(model, device=torch.device("cuda"))
+    torch.cuda.empty_cache()
+    return dataclasses.replace(full_size, model=model, precision="int8")
+
+
+PRECISIONS = pytest.mark.parametrize("precision", ["bf16", "int8"])
+
+
+def _model(request, precision: str):
+    return request.getfixturevalue("full_size" if precision == "bf16" else "full_size_int8")
+
+
 def _prompt(loaded, positions: int, seed: int) -> torch.Tensor:
     generator = torch.Generator(device="cuda").manual_seed(seed)
     return torch.randn(1, positions, loaded.model.lfm.config.hidden_size, device="cuda", generator=generator).to(loaded.dtype)
@@ -92,18 +113,23 @@ class ReplayVersusEager:
         return torch.tensor(values), values
 
 
+@PRECISIONS
 @torch.inference_mode()
-def test_graph_replay_is_bitwise_equal_to_eager_steps(full_size) -> None:
+def test_graph_replay_is_bitwise_equal_to_eager_steps(request, precision: str) -> None:
     from engine.chat.generation import GeneratedFrame, GeneratedText, Schedule, interleaved_decode
     from engine.protocol import SamplingSettings
     from engine.realtime.backend import GraphedBackend
 
+    full_size = _model(request, precision)
     backend = GraphedBackend(full_size, context_tokens=1024)
     assert {"decode", "text_head", "audio_head"} < set(backend.graphs)
     # The fused NVRTC kernels are what the graphs replay here (a silent fallback would go untested).
     assert backend.depthformer.fused is not None and backend.backbone.short_conv is not None
     assert backend.backbone.attention_step is not None
     assert backend.text_sampling.fused is not None and backend.audio_sampling.fused is not None
+    if precision == "int8":  # the int8 kernels run every product, the text head and the depthformer's input
+        assert backend.depthformer.fused.int8 and backend.text_product is not None and backend.depthformer.input_product is not None
+        assert len(backend.backbone.matvec_shapes) == 6 and all(shape[5] for shape in backend.backbone.matvec_shapes)
     checking = ReplayVersusEager(backend)
     schedule = Schedule(full_size.interleaved_n_text, full_size.interleaved_n_audio)
     produced = 0
@@ -147,10 +173,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+@PRECISIONS
 @torch.inference_mode()
-def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(full_size) -> None:
+def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(request, precision: str) -> None:
     from engine.realtime.backend import PREFILL_BUCKETS, GraphedBackend
 
+    full_size = _model(request, precision)
     # 4096 slots: the bitwise checks below advance the position by each bucket's rows in turn.
     engine = GraphedBackend(full_size, context_tokens=4096)
     plain = GraphedBackend(full_size, context_tokens=4096, capture=False)  # eager, one unpadded span
@@ -210,11 +238,14 @@ def _clear_top1_agrees(ours: torch.Tensor, reference: torch.Tensor, margin: floa
     return int(clear.sum()), int((agree & clear).sum())
 
 
+@PRECISIONS
 @torch.inference_mode()
-def test_teacher_forced_backbone_matches_transformers(full_size) -> None:
+def test_teacher_forced_backbone_matches_transformers(request, precision: str) -> None:
+    """With int8 the reference is transformers' own modules over the same int8 weights, dequantized."""
     from engine.chat.generation import EagerBackend
     from engine.realtime.backend import GraphedBackend
 
+    full_size = _model(request, precision)
     model = full_size.model
     reference = EagerBackend(model)
     engine = GraphedBackend(full_size, context_tokens=1024)
@@ -244,10 +275,12 @@ def test_teacher_forced_backbone_matches_transformers(full_size) -> None:
     assert checked > 100 and agreeing == checked
 
 
+@PRECISIONS
 @torch.inference_mode()
-def test_teacher_forced_depthformer_matches_liquid_audio(full_size) -> None:
+def test_teacher_forced_depthformer_matches_liquid_audio(request, precision: str) -> None:
     from engine.realtime.backend import GraphedBackend
 
+    full_size = _model(request, precision)
     model = full_size.model
     engine = GraphedBackend(full_size, context_tokens=64, capture=False)
     generator = torch.Generator(device="cuda").manual_seed(5)

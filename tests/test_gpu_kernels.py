@@ -302,6 +302,90 @@ def test_matvec_kernel_matches_the_exact_product(device, rows: int, columns: int
         assert torch.equal(got, matvec(xs, weight, None, norm, eps, gated=True))
 
 
+def _int8(rows: int, columns: int, generator: torch.Generator, device):
+    from engine.model.quantized import Int8Matrix, quantize_rows
+
+    matrix = Int8Matrix.empty(rows, columns, device)
+    weight = torch.randn((rows, columns), device=device, generator=generator) * torch.rand((rows, 1), device=device, generator=generator)
+    quantize_rows(weight, matrix.values, matrix.scales)
+    return matrix
+
+
+@pytest.mark.parametrize(
+    "rows, columns", [(2048, 2048), (6144, 2048), (16384, 2048), (2048, 8192), (65536, 2048), (8192, 2048), (1001, 512), (96, 6144)]
+)
+def test_int8_matvec_kernel_matches_the_dequantized_product(device, rows: int, columns: int) -> None:
+    """The int8-weight kernels (W8A16) against the float64 product with the dequantized matrix (q · scale,
+    exact in float32): within one bf16 step of the output, with and without the residual and the norm,
+    gated, and bit for bit again when run again."""
+    from engine.realtime.kernels import Matvec
+
+    matvec = Matvec.create(device, torch.bfloat16)
+    assert matvec is not None and matvec.supports(columns, int8=True)
+    generator = torch.Generator(device=device).manual_seed(rows * 7 + columns)
+    weight = _int8(rows, columns, generator, device)
+    dequantized = weight.values.double() * weight.scales.double()[:, None]
+    x = torch.randn((1, columns), device=device, generator=generator).to(torch.bfloat16)
+    residual = (torch.randn((rows,), device=device, generator=generator) * 30).to(torch.bfloat16)
+    gain = torch.randn((columns,), device=device, generator=generator).to(torch.bfloat16)
+    normed = F.rms_norm((x.float() * 3).to(torch.bfloat16), (columns,), gain, 1e-5)
+    for h, norm in ((x, None), ((x.float() * 3).to(torch.bfloat16), gain)):
+        exact = (x if norm is None else normed).double() @ dequantized.t()
+        slack = 1e-5 * (exact.abs().max() + 1)  # float32 sums of up to 8192 terms
+        for extra in (None, residual):
+            got = matvec(h, weight, extra, norm, 1e-5)
+            expected = exact if extra is None else exact + extra.double()
+            assert got.shape == (1, rows) and got.dtype == torch.bfloat16
+            if norm is None:  # the kernel's own norm may round an element of h differently from F.rms_norm
+                assert ((got.double() - expected).abs() <= expected.abs() * 2**-7 + slack).all(), extra is None
+            assert _relative(got, expected) < (4e-3 if norm is None else 1e-2)
+            assert torch.equal(got, matvec(h, weight, extra, norm, 1e-5))
+    if rows % 2:
+        return
+    assert matvec.supports(columns, gated=True, int8=True)
+    for h, norm in ((x, None), ((x.float() * 3).to(torch.bfloat16), gain)):
+        gate, up = matvec(h, weight, None, norm, 1e-5).double().chunk(2, dim=-1)  # the plain kernel's bf16 outputs
+        expected = gate / (1 + torch.exp(-gate)) * up
+        got = matvec(h, weight, None, norm, 1e-5, gated=True)
+        assert got.shape == (1, rows // 2)
+        assert ((got.double() - expected).abs() <= expected.abs() * 2**-7 + 1e-30).all()
+        assert torch.equal(got, matvec(h, weight, None, norm, 1e-5, gated=True))
+
+
+@torch.inference_mode()
+def test_int8_depthformer_kernel_matches_the_plain_dequantized_ops_and_any_grid_size(device, full_size) -> None:
+    """The int8 one-launch codebook kernel against the plain ops over the same int8 weights (dequantized),
+    teacher-forced, and bit for bit the same whatever the grid."""
+    import copy
+
+    from engine.model.quantized import quantize_model
+    from engine.realtime.sampling import DeviceSampling
+    from engine.realtime.static_model import StaticDepthformer
+
+    model = copy.deepcopy(full_size.model)
+    quantize_model(model, device=device)
+    depthformer = StaticDepthformer(model, DeviceSampling(device))
+    step = depthformer.fused
+    assert step is not None and step.int8, "the int8 depthformer kernel did not compile or failed its start-up check"
+    assert depthformer.input_product is not None
+    generator = torch.Generator(device=device).manual_seed(8)
+    for trial in range(4):
+        hidden = torch.randn((1, model.lfm.config.hidden_size), device=device, generator=generator).to(torch.bfloat16)
+        codes = torch.randint(0, 2048, (8,), device=device, generator=generator)
+        fused = depthformer.teacher_forced_logits(hidden, codes)
+        depthformer.fused = None
+        plain = depthformer.teacher_forced_logits(hidden, codes)
+        depthformer.fused = step
+        for i in range(8):
+            assert _relative(fused[i], plain[i]) < 2e-2, (trial, i)
+        for grid in (1, 5, step.blocks):
+            blocks, step.blocks = step.blocks, grid
+            assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused), (trial, grid)
+            step.blocks = blocks
+    del depthformer, model
+    torch.cuda.empty_cache()
+
+
 @torch.inference_mode()
 def test_dependent_launches_are_made_and_wait_for_the_kernels_before_them(device) -> None:
     """On Hopper the backbone's kernels are programmatic dependent launches (no launch was refused) that
@@ -347,7 +431,7 @@ def test_backbone_times_the_matvec_kernel_against_cublas_for_every_decode_produc
     backbone = StaticBackbone(full_size.model.lfm, max_positions=256)
     shapes = backbone._decode_products()
     # q|k|v, conv in-projection, out-projections (+ residual), w1|w3, w2 (+ residual), w1|w3 with its SwiGLU
-    assert len(shapes) == 6 and [shape[-1] for shape in shapes] == [False] * 5 + [True]
+    assert len(shapes) == 6 and [shape[4] for shape in shapes] == [False] * 5 + [True] and not any(shape[5] for shape in shapes)
     assert len(backbone.matvec_timings_us) == len(shapes)
     for label, times in backbone.matvec_timings_us.items():
         assert times["kernel"] > 0 and times["separate" if label.endswith("SwiGLU") else "cublas"] > 0

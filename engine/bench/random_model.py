@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from engine.chat.generation import END_OF_AUDIO, IM_END, TEXT_END
-from engine.model.loading import LoadedModel, drop_unused_token_table
+from engine.model.loading import LoadedModel, drop_unused_audio_head, drop_unused_token_table
 from engine.model.store import build_model_from_config
 
 REFERENCE_CONFIG = Path(__file__).resolve().parents[2] / "bench" / "lfm2.5-audio-1.5b-jp.config.json"
@@ -59,8 +59,8 @@ def random_full_size_model(
     config_path: Path = REFERENCE_CONFIG, *, device: str = "cuda", seed: int = 0, stop_tokens: bool = False,
     keep_unused_token_table: bool = False,
 ) -> LoadedModel:
-    """`keep_unused_token_table`: keep the detokenizer's token table, which the app drops after loading (a
-    checkpoint written from this model then has every tensor the Hub's has)."""
+    """`keep_unused_token_table`: keep the detokenizer's token table and the audio embedding's output head, which
+    the app never loads (a checkpoint written from this model then has every tensor the Hub's has)."""
     from liquid_audio import LFM2AudioProcessor
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
     from liquid_audio.processor import PreprocessorConfig
@@ -87,8 +87,9 @@ def random_full_size_model(
     lfm_config.layer_types = ["full_attention" if t == "sliding_attention" else t for t in lfm_config.layer_types]
     with torch.device(device):
         detokenizer = LFM2AudioDetokenizer(lfm_config)
-    if not keep_unused_token_table:
-        drop_unused_token_table(detokenizer)  # as load_model does
+    if not keep_unused_token_table:  # the tables nothing reads, dropped as load_model drops them
+        drop_unused_token_table(detokenizer)
+        drop_unused_audio_head(model)
     processor._audio_detokenizer = detokenizer.eval()  # float32, as liquid-audio loads it
     processor.detokenizer_path = "<random>"
     return LoadedModel(

@@ -90,7 +90,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for sampling, modes in results["summary"].items():
         lines += [f"## {sampling}", "", "| mode | " + " | ".join(c[0] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        for mode in sorted(modes, key=("eager", "recipe", "engine").index):  # baselines first, whatever the run order
+        for mode in sorted(modes, key=("eager", "recipe", "engine", "engine-int8").index):  # baselines first
             summary = modes[mode]
             cells = [fmt.format(summary[key]) if key in summary else "n/a" for _, key, fmt in columns]
             lines.append(f"| {mode} | " + " | ".join(cells) + " |")
@@ -147,6 +147,9 @@ def markdown(results: dict[str, Any]) -> str:
             f"{startup['memory_gb_after_empty_cache']['reserved']:.2f} GB |",
             "",
         ]
+    int8 = results.get("int8")
+    if int8:
+        lines += _int8_lines(int8, results.get("stage_bytes", {}))
     estimate = results.get("card_estimates")
     if estimate:
         lines += [
@@ -163,6 +166,45 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     lines += ["## Notes", "", *results.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def _int8_lines(int8: dict[str, Any], bf16_bytes: dict[str, int]) -> list[str]:
+    """The int8 engine's bytes and its teacher-forced agreement with bf16, per stream."""
+    frame = int8["bytes_per_audio_frame"]
+    bf16_frame = bf16_bytes.get("backbone_step", 0) + bf16_bytes.get("depthformer_frame", 0)
+    lines = [
+        "## int8 weights (W8A16)",
+        "",
+        f"Bytes per audio frame {frame / 1e9:.3f} GB (bf16 {bf16_frame / 1e9:.3f} GB); weights on the GPU "
+        f"{int8['weights_on_gpu_bytes'] / 1e9:.3f} GB (bf16 {int8.get('bf16_weights_on_gpu_bytes', 0) / 1e9:.3f} GB).",
+        "",
+    ]
+    agreement = int8.get("agreement_with_bf16")
+    if agreement:
+        lines += [
+            f"Teacher-forced agreement with bf16 (passed the app's thresholds: {agreement['passed']}):",
+            "",
+            "| stream | steps | top-1 | top-4 overlap | KL mean (nats) | KL max |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, s in agreement["streams"].items():
+            lines.append(f"| {name} | {s['steps']} | {s['top1']:.3f} | {s['top_k_overlap']:.3f} | {s['kl_mean']:.4f} | {s['kl_max']:.4f} |")
+        lines.append("")
+    estimate = int8.get("card_estimates")
+    if estimate:
+        lines += [
+            f"int8 on other GPUs: {estimate['label']}",
+            "",
+            "| card | backbone step ms | depthformer frame ms | ms/frame | RTF | RTF floor | TTFA ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for card, e in estimate["cards"].items():
+            lines.append(
+                f"| {card} | {e['backbone_step_ms']:.2f} | {e['depthformer_frame_ms']:.2f} | {e['ms_per_frame']:.2f} | {e['rtf']:.3f} | "
+                f"{e['rtf_bandwidth_floor']:.3f} | {e['ttfa_ms']:.0f} |"
+            )
+        lines.append("")
+    return lines
 
 
 def summaries(results: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:

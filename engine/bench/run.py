@@ -38,6 +38,48 @@ def _small_cards(args: argparse.Namespace) -> dict[str, Any]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"small_cards": _small_cards}
+# "engine-int8": the same engine on an int8 copy of the model (engine/model/quantized.py), made after the bf16
+# engine's runs, with its own stage bytes, kernel profile and card estimates, and the teacher-forced
+# agreement of int8 with bf16 per stream (engine/chat/precision_check.py).
+MODES = ("engine", "engine-int8", "recipe", "eager")
+# The bench's agreement turn: longer than the app's check (48 text steps, 72 frames).
+AGREEMENT_ROUNDS = 8
+
+
+def _int8_copy(loaded):
+    """The bench's model with its large matrices int8, as the app loads them (quantized in memory here)."""
+    import copy
+    import dataclasses
+
+    from engine.model.quantized import quantize_model
+
+    model = copy.deepcopy(loaded.model)
+    quantize_model(model, device=loaded.device)
+    torch.cuda.empty_cache()
+    return dataclasses.replace(loaded, model=model, precision="int8")
+
+
+def _int8_section(bf16: EngineBench | None, int8: EngineBench, bandwidth: float, workload) -> dict[str, Any]:
+    """int8's stage bytes and bandwidth floors, and its teacher-forced agreement with bf16 per stream."""
+    from engine.chat.precision_check import compare_with_reference, record_reference
+    from engine.model.quantized import weight_bytes
+
+    bytes_per_stage = stage_bytes(int8.loaded)
+    section: dict[str, Any] = {
+        "stage_bytes": bytes_per_stage,
+        "bytes_per_audio_frame": bytes_per_stage["backbone_step"] + bytes_per_stage["depthformer_frame"],
+        "weights_on_gpu_bytes": weight_bytes(int8.loaded.model) + weight_bytes(int8.loaded.processor.audio_detokenizer),
+        "floors_ms": {k: v / (bandwidth * 1e9) * 1e3 for k, v in bytes_per_stage.items()},
+        "startup": int8.startup,
+    }
+    if bf16 is not None:
+        section["bf16_weights_on_gpu_bytes"] = weight_bytes(bf16.loaded.model) + weight_bytes(bf16.loaded.processor.audio_detokenizer)
+        prompt = bf16.session.check_prompt()
+        reference = record_reference(bf16.backend, prompt, workload.n_text, workload.n_audio, rounds=AGREEMENT_ROUNDS)
+        section["agreement_with_bf16"] = compare_with_reference(int8.backend, reference).as_dict()
+        bf16.session.reset()
+        int8.session.reset()
+    return section
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -46,9 +88,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
     quiet_library_logs()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = sorted(set(modes) - {"eager", "recipe", "engine"})
+    unknown = sorted(set(modes) - set(MODES))
     if unknown or not modes:
-        print(f"error: unknown benchmark mode(s) {', '.join(unknown) or '(none given)'}; choose from engine, recipe, eager")
+        print(f"error: unknown benchmark mode(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(MODES)}")
         return 2
     if not torch.cuda.is_available():
         print("error: the benchmark needs a CUDA GPU")
@@ -94,6 +136,7 @@ def run_bench(args: argparse.Namespace) -> int:
         "greedy": SamplingSettings(greedy=True),
     }
     engine = EngineBench(loaded) if "engine" in modes else None
+    engine_int8: EngineBench | None = None
     for label in samplings:
         results["modes"][label] = {}
     out = Path(args.out)
@@ -105,6 +148,11 @@ def run_bench(args: argparse.Namespace) -> int:
             try:
                 if mode == "engine":
                     data = engine.run(workload, sampling)
+                elif mode == "engine-int8":
+                    if engine_int8 is None:
+                        engine_int8 = EngineBench(_int8_copy(loaded))
+                        results["int8"] = _int8_section(engine, engine_int8, bandwidth, workload)
+                    data = engine_int8.run(workload, sampling)
                 elif mode == "recipe":
                     data = run_recipe(loaded, workload, sampling)
                 else:
@@ -140,8 +188,18 @@ def run_bench(args: argparse.Namespace) -> int:
         first = next(iter(samplings))
         if "engine" in results["summary"].get(first, {}):
             results["card_estimates"] = estimate_cards(results, first)
+    if engine_int8 is not None and "int8" in results:
+        int8 = results["int8"]
+        int8["engine_kernels"] = engine_int8.kernel_profile()
+        results["summary"] = summaries(results)
+        first = next(iter(samplings))
+        if "engine-int8" in results["summary"].get(first, {}):
+            as_engine = {"engine": results["summary"][first]["engine-int8"]}
+            view = {**results, "stage_bytes": int8["stage_bytes"], "engine_kernels": int8["engine_kernels"], "summary": {first: as_engine}}
+            int8["card_estimates"] = estimate_cards(view, first)
+        write_results(results, out)
     if SECTIONS:
-        engine = loaded = None  # the model, the graphs and their pools: nothing of the modes stays on the device
+        engine = engine_int8 = loaded = None  # the models, the graphs and their pools: nothing of the modes stays on the device
         gc.collect()
         torch.cuda.empty_cache()
     for name, section in SECTIONS.items():  # the hook for further sections (see SECTIONS above)

@@ -38,9 +38,10 @@ DESKTOP_GB = 0.6
 OUTSIDE_ALLOCATOR_GB = 0.9
 CONTEXT = 4096
 TURNS = 48
-# (label, card memory as sold in GiB, launch): the first launch of a card after the checkpoint is written,
-# then a second one that finds what the first left on disk (compiled kernels, the page cache).
-CARDS = (("6 GB", 6, "first"), ("6 GB", 6, "second"), ("8 GB", 8, "first"))
+# (label, card memory as sold in GiB, launch, precision): the first launch of a card after the checkpoint is
+# written, then a second one that finds what the first left on disk (compiled kernels, the page cache); and
+# the int8 engine (engine/model/quantized.py) on a card of 4 GB.
+CARDS = (("6 GB", 6, "first", "bf16"), ("6 GB", 6, "second", "bf16"), ("8 GB", 8, "first", "bf16"), ("4 GB", 4, "first", "int8"))
 VOICE_TARGETS = {
     "attention_mlp": ("q_proj", "k_proj", "v_proj", "out_proj", "w1", "w2", "w3"),
     "all_linear": None,  # every linear layer but the tied output heads
@@ -50,6 +51,7 @@ LORA_RANK = 16
 # Where the app's limits stand (issue 25).
 LOADING_PEAK_OVER_WEIGHTS = 1.1
 STEADY_STATE_DRIVER_GB = 4.6
+INT8_WEIGHTS_GB = 1.8  # issue 29
 
 
 def allocator_cap_bytes(card_gib: float) -> int:
@@ -137,18 +139,19 @@ def _memory(torch: Any) -> dict[str, float]:
     }
 
 
-def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str, Any]:
+def measure_launch(folder: Path, cap_bytes: int, spawned_at: float, precision: str = "bf16") -> dict[str, Any]:
     import numpy as np
     import torch
 
     from engine.chat.session import ChatSession, TurnDone
     from engine.model.memory import model_need
+    from engine.model.quantized import weight_bytes
     from engine.protocol import SamplingSettings
 
     torch.cuda.init()
     total = torch.cuda.mem_get_info()[1]
     torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total))
-    result: dict[str, Any] = {"cap_gb": cap_bytes / GB, "after_cuda_init": _memory(torch)}
+    result: dict[str, Any] = {"cap_gb": cap_bytes / GB, "precision": precision, "after_cuda_init": _memory(torch)}
     phases: list[dict[str, Any]] = []
     opened = time.perf_counter()
 
@@ -163,7 +166,7 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str,
         phases.append({"phase": p.stage, "at_s": time.perf_counter() - opened, **_memory(torch)})
 
     try:
-        session = ChatSession.open(str(folder), context_tokens=CONTEXT, progress=progress)
+        session = ChatSession.open(str(folder), context_tokens=CONTEXT, progress=progress, precision=precision)
     except Exception as error:  # what the user would see instead of a ready window
         result.update(opened=False, error=f"{type(error).__name__}: {error}", phases=phases)
         return result
@@ -172,9 +175,10 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float) -> dict[str,
     result["phases"] = phases
     result["graphs_ready"] = session.info.graphs_ready
     result["fallback_reason"] = session.info.fallback_reason
-    need = model_need(folder, context_tokens=CONTEXT)
+    need = model_need(folder, context_tokens=CONTEXT, precision=precision)
     result["weights_gb"] = need.weights / GB
     result["estimated_need_gb"] = need.total / GB
+    result["weights_held_gb"] = (weight_bytes(session.loaded.model) + weight_bytes(session.loaded.processor.audio_detokenizer)) / GB
     loading = next((p for p in phases if p["phase"] == "load_weights"), None)
     result["loading_peak_allocated_gb"] = loading.get("peak_allocated_gb") if loading else None
     result["ready"] = _memory(torch)
@@ -250,6 +254,14 @@ def _verdicts(run: dict[str, Any]) -> dict[str, Any]:
     if not run.get("graphs_ready"):
         return {"opened_with_graphs": False}
     voices_ok = all("error" not in s and abs(s["after"]["driver_used_gb"] - s["before"]["driver_used_gb"]) < 0.1 for s in run["voices"])
+    if run.get("precision") == "int8":
+        return {
+            "opened_with_graphs": True,
+            "weights_on_gpu_at_most_1.8_gb": run["weights_held_gb"] <= INT8_WEIGHTS_GB,
+            "all_turns_full_length": all(t["frames"] == run["conversation"]["turns"][0]["frames"] for t in run["conversation"]["turns"]),
+            "voice_switches_keep_memory": voices_ok,
+            "driver_used_gb_max": max([run["conversation"]["driver_used_gb_max"]] + [s["after"]["driver_used_gb"] for s in run["voices"] if "after" in s]),
+        }
     return {
         "opened_with_graphs": True,
         "loading_peak_within_1.1x_weights": run["loading_peak_allocated_gb"] <= LOADING_PEAK_OVER_WEIGHTS * run["weights_gb"],
@@ -267,7 +279,7 @@ CONSUMER_CARDS = {"RTX 3060 12 GB": 12, "RTX 4060 8 GB": 8, "RTX 4060 Laptop 8 G
 def _card_memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Whether each consumer card holds the app with a desktop on it (an estimate from the H200's counts:
     the most the process held, by the driver's count, over the conversation and the voice switches)."""
-    measured = [r for r in runs if r.get("graphs_ready")]
+    measured = [r for r in runs if r.get("graphs_ready") and r.get("precision", "bf16") == "bf16"]
     if not measured:
         return {}
     held = max(
@@ -297,14 +309,16 @@ def run_small_cards(out: Path) -> dict[str, Any]:
     }
     section["checkpoint"]["write_s"] = time.perf_counter() - started
     runs = []
-    for label, gib, launch in CARDS:
+    for label, gib, launch, precision in CARDS:
         cap = allocator_cap_bytes(gib)
-        run = _child(["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time())], timeout=900)
+        command = ["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time()), "--precision", precision]
+        run = _child(command, timeout=900)
         run.update(card=label, card_gib=gib, launch=launch, verdicts=_verdicts(run) if "error" not in run else {})
         runs.append(run)
-        print(json.dumps({k: run.get(k) for k in ("card", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
+        print(json.dumps({k: run.get(k) for k in ("card", "precision", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
     section["runs"] = runs
     section["cards"] = _card_memory(runs)
+    section["cards_int8"] = _card_memory([{**r, "precision": "bf16"} for r in runs if r.get("precision") == "int8"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "small_cards.json").write_text(json.dumps(section, indent=1))
     return section
@@ -318,13 +332,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure", type=Path)
     parser.add_argument("--cap-bytes", type=int)
     parser.add_argument("--spawned-at", type=float)
+    parser.add_argument("--precision", choices=("bf16", "int8"), default="bf16")
     args = parser.parse_args(argv)
     if args.write or args.measure:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from engine.tools.reply import quiet_library_logs
 
         quiet_library_logs()
-        result = write_full_size_checkpoint(args.write) if args.write else measure_launch(args.measure, args.cap_bytes, args.spawned_at)
+        result = write_full_size_checkpoint(args.write) if args.write else measure_launch(args.measure, args.cap_bytes, args.spawned_at, args.precision)
         args.child_out.write_text(json.dumps(result))
         return 0
     section = run_small_cards(args.out)

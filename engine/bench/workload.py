@@ -88,13 +88,27 @@ def _bytes(tensors) -> int:
     return total
 
 
+def _module_bytes(module) -> int:
+    """Bytes of a module's parameters and buffers (int8 values and scales included), each storage once."""
+    seen, total = set(), 0
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.is_complex() or tensor.dim() == 0:
+            continue
+        key = (tensor.data_ptr(), tensor.numel())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def stage_bytes(loaded) -> dict[str, int]:
+    """Weight bytes each stage reads, at the precision the model holds them (bf16, or int8 with its scales)."""
     model = loaded.model
-    backbone = _bytes(p for name, p in model.lfm.named_parameters() if not name.startswith("embed_tokens"))
-    text_head = model.lfm.embed_tokens.weight.numel() * model.lfm.embed_tokens.weight.element_size()
-    depth_stack = _bytes(model.depthformer.parameters())
-    depth_heads = sum(e.to_logits.weight.numel() * e.to_logits.weight.element_size() for e in model.depth_embeddings)
-    depth_linear = _bytes(model.depth_linear.parameters())
+    backbone = sum(_module_bytes(layer) for layer in model.lfm.layers) + _module_bytes(model.lfm.embedding_norm)
+    text_head = _module_bytes(model.lfm.embed_tokens)
+    depth_stack = _module_bytes(model.depthformer)
+    depth_heads = sum(_module_bytes(e.to_logits) for e in model.depth_embeddings)
+    depth_linear = _module_bytes(model.depth_linear)
     detok = loaded.processor.audio_detokenizer
     decoder = _bytes(p for name, p in detok.named_parameters() if not name.startswith("emb.") and not name.startswith("lfm.embed_tokens"))
     return {

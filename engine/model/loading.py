@@ -169,17 +169,21 @@ def load_weights(
 
     with (folder / "config.json").open() as f:
         config = json.load(f)
-    quantized = (lambda model: [f"{name}.weight" for name in quantized_module_names(model)]) if precision == "int8" else None
-    model = build_model_from_config(config, device=device, dtype=dtype, empty_parameters=True, left_on_meta=quantized)
+    def left_on_meta(model: nn.Module) -> list[str]:  # what is never allocated in `dtype`
+        names = [UNUSED_AUDIO_HEAD] if _audio_head_is_unused(model) else []
+        return names + ([f"{name}.weight" for name in quantized_module_names(model)] if precision == "int8" else [])
+
+    model = build_model_from_config(config, device=device, dtype=dtype, empty_parameters=True, left_on_meta=left_on_meta)
+    dropped = drop_unused_audio_head(model)
     # As from_pretrained chooses it.
     model.lfm.set_attn_implementation("flash_attention_2" if module_exists("flash_attn") else "sdpa")
     weights = CheckpointTensors(folder / "model.safetensors")
-    skip: tuple[str, ...] = ()
+    skip: tuple[str, ...] = (UNUSED_AUDIO_HEAD,) if dropped else ()
     if precision == "int8":
         names = {name: _stored_name(weights, f"{name}.weight") for name in quantized_module_names(model)}
         aliases = [alias for alias in _tied_aliases(model) if alias in weights]
         quantize_model(model, device=device, source=lambda name, start, stop: weights.rows(names[name], start, stop))
-        skip = (*names.values(), *aliases)
+        skip = (*skip, *names.values(), *aliases)
     fill_from_checkpoint(model, weights, skip=skip)
     return model.eval(), weights
 
@@ -218,6 +222,28 @@ def load_detokenizer(folder: Path, *, device: torch.device) -> nn.Module:
 
 
 UNUSED_TOKEN_TABLE = "lfm.embed_tokens.weight"
+# The audio embedding's own output head: liquid-audio's SharedEmbedding gives it one, untied in this model
+# (tie_audio_embeddings false: 8 codebooks × 2049 × 2048, 67 MB in bf16), but every audio logit comes from the
+# depthformer's per-codebook heads: nothing reads it.
+UNUSED_AUDIO_HEAD = "audio_embedding.to_logits.weight"
+
+
+def _audio_head_is_unused(model: nn.Module) -> bool:
+    head = model.audio_embedding
+    return head.to_logits.weight is not head.embedding.weight
+
+
+def drop_unused_audio_head(model: nn.Module) -> bool:
+    """Replace the audio embedding's unread output head by an empty one (when it is not tied to the
+    embedding, which is read); returns whether it was dropped. Voices that target it are skipped
+    (engine/model/lora.py): nothing reads its output."""
+    if not _audio_head_is_unused(model):
+        return False
+    linear = model.audio_embedding.to_logits
+    device = model.audio_embedding.embedding.weight.device
+    linear.weight = nn.Parameter(torch.empty((0, linear.in_features), dtype=model.audio_embedding.embedding.weight.dtype, device=device),
+                                 requires_grad=False)
+    return True
 
 
 def drop_unused_token_table(detokenizer: nn.Module) -> None:

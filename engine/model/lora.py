@@ -13,6 +13,7 @@ changes and the previous voice stays.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from torch import nn
 from engine.errors import LoraError
 from engine.model.checkpoint import CheckpointTensors
 from engine.model.quantized import QuantizedLinear, quantize_rows, row_chunks
+
+log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -283,6 +286,9 @@ class VoiceSwitcher:
                     "The voice {voice} targets {module}, a {kind}; only linear layers are supported.",
                     voice=voice.name, module=delta.module, kind=type(module).__name__,
                 )
+            if isinstance(module, nn.Linear) and module.weight.numel() == 0 and module.out_features:
+                log.info("voice %s: %s is not loaded (nothing reads it); its adapter is skipped", voice.name, delta.module)
+                continue
             out_features, in_features = module.out_features, module.in_features
             r = delta.a.shape[0]
             if delta.a.shape != (r, in_features) or delta.b.shape != (out_features, r):

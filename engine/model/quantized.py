@@ -38,10 +38,11 @@ QUANTIZE_CHUNK_ELEMENTS = 1 << 22
 
 def quantize_rows(rows: torch.Tensor, values: torch.Tensor, scales: torch.Tensor) -> None:
     """rows (n, k) any float dtype → values (n, k) int8 and scales (n,) float32, written in place:
-    q = round(w / s) with s = max|w| / 127 per row (a zero row gets s = 1 and q = 0)."""
+    q = round(w / s) with s = max|w| / 127 per row (a zero row gets s = 1 and q = 0; s is at least float32's
+    smallest normal number, so a row of subnormal weights becomes zeros instead of dividing by zero)."""
     w = rows.to(device=values.device, dtype=torch.float32)
     peak = w.abs().amax(dim=1)
-    scale = torch.where(peak > 0, peak / 127.0, torch.ones_like(peak))
+    scale = torch.where(peak > 0, peak / 127.0, torch.ones_like(peak)).clamp_min(torch.finfo(torch.float32).tiny)
     values.copy_(torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8))
     scales.copy_(scale)
 
