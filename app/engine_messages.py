@@ -19,7 +19,7 @@ CONTEXT = "EngineMessages"
 
 # Every template the engine may send, listed so that pyside6-lupdate finds them (the engine cannot
 # mark its own strings). Keep in step with engine/audio/devices.py, engine/model/store.py,
-# engine/model/lora.py, engine/chat/session.py, engine/validation.py, engine/settings.py and engine/tools/reply.py; tests/test_app_widgets.py checks each has a translation.
+# engine/model/lora.py, engine/chat/session.py, engine/worker/precision.py, engine/validation.py, engine/settings.py and engine/tools/reply.py; tests/test_app_widgets.py checks each has a translation.
 TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "Hands-free listening failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "No microphone was found. Connect one and try again."),
@@ -201,6 +201,13 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The GPU does not have enough free memory for the model: it needs about {needed} GB ({weights} GB of weights and {runtime} GB to run), but only {free} GB of {total} GB are free. Close programs that use the GPU (games, video, browsers with hardware acceleration), or use a GPU with more memory."),
     QT_TRANSLATE_NOOP("EngineMessages", "The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, {free} GB are still free). Close programs that use the GPU, or use a GPU with more memory."),
     QT_TRANSLATE_NOOP("EngineMessages", "The GPU has no room to merge the voice {voice}; the previous voice stays. Close other programs that use the GPU and try again."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The voice needs the model's bf16 weights for {module}, which are not available."),
+    # The weights' precision (engine/worker/precision.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "int8 was refused for this model on this GPU: its output differs too much from bf16 ({worst}; allowed: KL up to {max_kl}, text top-1 from {text_top1}). Standard precision (bf16) stays."),
+    QT_TRANSLATE_NOOP("EngineMessages", "int8 needs an NVIDIA GPU: it is checked against bf16 on the GPU, and only the GPU engine runs it faster. Standard precision (bf16) is used."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The int8 check could not run ({error}), so standard precision (bf16) stays."),
+    QT_TRANSLATE_NOOP("EngineMessages", "This GPU has no room for the model in bf16, so int8 could not be checked against it on this card; int8 is used without the check."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The int8 check was stopped; standard precision (bf16) stays."),
     # A problem that is a library's own message (engine/errors.py): shown as it is.
     QT_TRANSLATE_NOOP("EngineMessages", "{text}"),
     # The conversation history (engine/history).

@@ -42,6 +42,10 @@ class Load:
     # False at start-up: a Hub model that is not downloaded yet is answered with `ModelMissing`
     # (the window then offers the first-run choices) instead of starting a multi-GB download unasked.
     allow_download: bool = True
+    # "bf16", or "int8" (weight-only: about half the weights' memory and the bytes a frame reads). The first
+    # int8 load of a model on a GPU is checked against bf16 (engine/worker/precision.py); a model that fails
+    # the check, or a PC without an NVIDIA GPU, gets bf16 and `PrecisionInUse` says so.
+    precision: str = "bf16"
 
 
 @dataclass(frozen=True)
@@ -238,6 +242,38 @@ class EngineInfo:
     model_name: str
     voice_name: str | None
     context_tokens: int
+
+
+@dataclass(frozen=True)
+class PrecisionCost:
+    """What one precision costs for the loaded model on this device (engine/model/memory.py's figures)."""
+
+    precision: str  # "bf16" or "int8"
+    need_bytes: int  # weights and runtime on the GPU at the loaded context size
+    frame_bytes: int  # weight bytes one audio frame reads (the speed on cards bound by memory bandwidth)
+    fits: bool  # need_bytes within free_bytes (always True on the CPU)
+
+
+@dataclass(frozen=True)
+class PrecisionInUse:
+    """After every load: the precision the model runs in, the one the Load asked for (they differ when int8
+    was refused: the window then sets its setting back), and what each precision costs on this device, for
+    the settings dialog (the app computes no model figures itself)."""
+
+    precision: str
+    requested: str
+    costs: tuple[PrecisionCost, ...] = ()
+    free_bytes: int | None = None  # what a model may take on this card, the loaded one's memory included; None: CPU
+    total_bytes: int | None = None  # the card's memory; None: CPU
+
+
+@dataclass(frozen=True)
+class EngineNotice:
+    """Something the user should know that is no error (shown as information)."""
+
+    message: str
+    template: str = ""
+    values: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -519,6 +555,7 @@ Event = (
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
     | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus | HandsFreeState
+    | PrecisionInUse | EngineNotice
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

@@ -34,6 +34,9 @@ class Range:
     integer: bool = False
 
 
+# The weights' precision (engine/model/quantized.py): "bf16" as trained, or "int8" weight-only.
+PRECISIONS = ("bf16", "int8")
+
 TEMPERATURE = Range(0.05, 2.0)
 TOP_K = Range(1, MAX_TOP_K, integer=True)
 MAX_ANSWER_SECONDS = Range(0.5, 600.0)

@@ -616,6 +616,30 @@
       <source>Hands-free listening failed.</source>
       <translation>ハンズフリーの聞き取りに失敗しました。</translation>
     </message>
+    <message>
+      <source>The voice needs the model's bf16 weights for {module}, which are not available.</source>
+      <translation>この声には {module} の bf16 の重みが必要ですが、使えません。</translation>
+    </message>
+    <message>
+      <source>int8 was refused for this model on this GPU: its output differs too much from bf16 ({worst}; allowed: KL up to {max_kl}, text top-1 from {text_top1}). Standard precision (bf16) stays.</source>
+      <translation>このモデルはこの GPU では int8 にできません。出力が bf16 と違いすぎます（{worst}。許容範囲: KL {max_kl} まで、テキストの top-1 一致 {text_top1} 以上）。標準 (bf16) のままにします。</translation>
+    </message>
+    <message>
+      <source>int8 needs an NVIDIA GPU: it is checked against bf16 on the GPU, and only the GPU engine runs it faster. Standard precision (bf16) is used.</source>
+      <translation>int8 には NVIDIA の GPU が必要です（bf16 との比較は GPU で行い、速くなるのも GPU のエンジンだけです）。標準 (bf16) で読み込みます。</translation>
+    </message>
+    <message>
+      <source>The int8 check could not run ({error}), so standard precision (bf16) stays.</source>
+      <translation>int8 の確認を実行できませんでした（{error}）。標準 (bf16) のままにします。</translation>
+    </message>
+    <message>
+      <source>This GPU has no room for the model in bf16, so int8 could not be checked against it on this card; int8 is used without the check.</source>
+      <translation>この GPU には bf16 のモデルを置く空きがないため、int8 を bf16 と比べる確認をこのカードでは実行できませんでした。確認なしで int8 を使います。</translation>
+    </message>
+    <message>
+      <source>The int8 check was stopped; standard precision (bf16) stays.</source>
+      <translation>int8 の確認を中止しました。標準 (bf16) のままにします。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

@@ -12,6 +12,7 @@ from typing import Any
 from engine import protocol as p
 from engine.errors import UserFacingError
 from engine.worker.helper_thread import HelperAbandoned
+from engine.worker.precision import PrecisionOpener, precision_in_use
 from engine.worker.table import Phase
 
 WaitForHelper = Callable[[Callable[[threading.Event], Any], str], Any]
@@ -60,13 +61,13 @@ def resolve_source(command: p.Load, *, wait_for_helper: WaitForHelper, post: Cal
 
 def open_session(opener: Callable[..., Any] | None, source: str | None, command: p.Load, *,
                  post: Callable[[p.Event], None]) -> Any:
-    """`ChatSession.open` (or the caller's own opener: the self-test's) for a Load command."""
+    """`ChatSession.open` (or the caller's own opener: the self-test's) for a Load command, at its precision."""
     if opener is None:
         from engine.chat.session import ChatSession
 
         opener = ChatSession.open
     return opener(source, lora=command.lora, demo=command.demo, revision=None, context_tokens=command.context_tokens,
-                  progress=post)
+                  progress=post, precision=command.precision)
 
 
 def load(worker: Any, command: p.Load) -> None:
@@ -87,15 +88,18 @@ def load(worker: Any, command: p.Load) -> None:
             worker._set_phase(after_failure)
             return
         source = str(resolved)
-    if worker.session is not None:
-        # Free the old model before loading the new one: two copies rarely fit in VRAM.
-        session, worker.session = worker.session, None
-        session.close()
+    # The old model is freed before the new one loads (two copies rarely fit in VRAM), or, for int8's first
+    # check, serves as its bf16 reference (engine/worker/precision.py).
+    opener = PrecisionOpener(worker, source, command,
+                             lambda chosen: open_session(worker._session_opener, source, chosen, post=worker._post))
     try:
-        worker.session = open_session(worker._session_opener, source, command, post=worker._post)
+        worker.session = opener.open()
     except BaseException:
         worker._set_phase(Phase.NO_MODEL)
         raise
+    if worker.session is None:  # a Shutdown during int8's check
+        worker._set_phase(Phase.NO_MODEL)
+        return
     # A broken voice never costs the model: the session opened without it and says why.
     voice_problem = getattr(worker.session, "voice_problem", None)
     if voice_problem is not None:
@@ -107,5 +111,6 @@ def load(worker: Any, command: p.Load) -> None:
             worker._report(exc, "settings")
     worker.history.new_conversation()  # a new model starts with an empty context: a new saved conversation
     worker._post(worker.session.info)
+    worker._post(precision_in_use(worker.session, command.precision))
     worker._post_context()
     worker._set_phase(Phase.IDLE)
