@@ -64,6 +64,8 @@ class Settings:
     end_of_speech_s: float = 0.6
     min_speech_s: float = 0.1
     echo_cancellation: bool = True
+    # The weights' precision: "bf16" (標準) or "int8" (省メモリ・高速, checked against bf16 once per model and GPU).
+    precision: str = "bf16"
 
 
 def default_settings_path() -> Path:
@@ -118,6 +120,12 @@ def _check_key(value: Any) -> str:
     return value
 
 
+def _check_precision(value: Any) -> str:
+    if not isinstance(value, str) or value not in validation.PRECISIONS:
+        raise ValueError("unknown precision")
+    return value
+
+
 def _check_language(value: Any) -> str:
     if not isinstance(value, str) or value not in LANGUAGES:
         raise ValueError("unknown language")
@@ -167,6 +175,7 @@ _FIELD_CHECKS: dict[str, Any] = {
     "end_of_speech_s": _in(validation.END_OF_SPEECH_SECONDS),
     "min_speech_s": _in(validation.MIN_SPEECH_SECONDS),
     "echo_cancellation": _check_bool,
+    "precision": _check_precision,
 }
 
 
