@@ -69,10 +69,10 @@ from app.bridge import EngineBridge
 from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
 from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
-from app.settings_dialog import SettingsDialog, looks_like_path
+from app.settings_dialog import SettingsDialog, keys_clash, looks_like_path
 from app.widgets.banner import MessageBanner
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
-from app.widgets.global_ptt import GlobalPttKey
+from app.widgets.global_ptt import GlobalKeys
 from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
@@ -125,7 +125,8 @@ class MainWindow(QMainWindow):
         self.confirm_box: QMessageBox | None = None
         self._voice_refused = False  # the engine refused the voice of the load under way
         self.export_banner = ""  # the text of the banner that says where the last export went
-        self.global_key: GlobalPttKey | None = None
+        # The system-wide keys (push-to-talk, mute), one hook for both; None while neither is system-wide.
+        self.global_key: GlobalKeys | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
@@ -138,7 +139,7 @@ class MainWindow(QMainWindow):
         self.key_filter = PttKeyFilter(self, self.ptt, key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space)
         QApplication.instance().installEventFilter(self.key_filter)
         self._apply_ptt_key_label()
-        self._apply_global_ptt()
+        self._apply_global_keys()
         self.set_state(EngineState.LOADING)
         if loaded.problem is not None:
             problem = loaded.problem
@@ -252,31 +253,60 @@ class MainWindow(QMainWindow):
         key = key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space
         self.ptt.set_key_name(key_to_text(key, native=True))
 
-    def _apply_global_ptt(self) -> None:
-        """Start or stop the system-wide push-to-talk key as the settings say."""
-        key = key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space
-        if not self.settings.global_ptt:
+    def _mute_key(self) -> Qt.Key | None:
+        """The mute key, or None when it has none or is the push-to-talk key (a file edited by hand: then
+        push-to-talk keeps the key; the dialog and apply_settings never let the two be equal)."""
+        key = key_from_text(self.settings.mute_key)
+        return None if key is None or key == (key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space) else key
+
+    def _apply_global_keys(self) -> None:
+        """Start, change or stop the system-wide keys (push-to-talk, mute) as the settings say, and give the
+        mute key to the window while the hook does not watch it (never both: one press would toggle twice)."""
+        keys: dict[str, Qt.Key] = {}
+        if self.settings.global_ptt:
+            keys["ptt"] = key_from_text(self.settings.ptt_key) or Qt.Key.Key_Space
+        mute_key = self._mute_key()
+        if self.settings.global_mute and mute_key is not None:
+            keys["mute"] = mute_key
+        if not keys:
             if self.global_key is not None:
                 self.global_key.stop()
                 self.global_key = None
-            self.key_filter.global_hook_active = False
-            return
-        if self.global_key is None:
-            hook = GlobalPttKey(key, self)
-            # Emitted on the hook's thread: queued into the Qt thread, into the same hold and debounce.
-            hook.pressed.connect(self.key_filter.key_pressed, Qt.ConnectionType.QueuedConnection)
-            hook.released.connect(self.key_filter.key_released, Qt.ConnectionType.QueuedConnection)
+        elif self.global_key is None:
+            hook = GlobalKeys(keys, self)
+            # Emitted on the hook's thread: queued into the Qt thread (push-to-talk into the same hold and
+            # debounce as the in-window key).
+            hook.pressed.connect(self._on_global_key_pressed, Qt.ConnectionType.QueuedConnection)
+            hook.released.connect(self._on_global_key_released, Qt.ConnectionType.QueuedConnection)
             problem = hook.start()
-            if problem is not None:
-                self.key_filter.global_hook_active = False
-                self.banner.show_message("warning", self.tr("The push-to-talk key cannot work outside this window "
-                                                            "on this system. It works while VoiceChat is the "
-                                                            "active window."), details=problem)
-                return
-            self.global_key = hook
+            if problem is None:
+                self.global_key = hook
+            else:
+                keys = {}
+                if self.settings.global_ptt:
+                    text = self.tr("The push-to-talk key cannot work outside this window on this system. It "
+                                   "works while VoiceChat is the active window.")
+                else:
+                    text = self.tr("The mute key cannot work outside this window on this system. It works "
+                                   "while VoiceChat is the active window.")
+                self.banner.show_message("warning", text, details=problem)
         else:
-            self.global_key.set_key(key)
-        self.key_filter.global_hook_active = True
+            self.global_key.set_keys(keys)
+        self.key_filter.global_hook_active = "ptt" in keys
+        shortcuts = [QKeySequence(Qt.Modifier.CTRL | Qt.Key.Key_M)]
+        if mute_key is not None and "mute" not in keys:
+            shortcuts.append(QKeySequence(mute_key))
+        self.mute_action.setShortcuts(shortcuts)
+
+    def _on_global_key_pressed(self, name: str) -> None:
+        if name == "ptt":
+            self.key_filter.key_pressed()
+        elif name == "mute":
+            self.mute_action.trigger()  # a toggle; nothing while hands-free is off (the action is disabled)
+
+    def _on_global_key_released(self, name: str) -> None:
+        if name == "ptt":
+            self.key_filter.key_released()
 
     # ================================================================== start-up
 
@@ -531,6 +561,10 @@ class MainWindow(QMainWindow):
 
     def _apply_settings(self, new: Settings) -> None:
         """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
+        if keys_clash(new):
+            # One key cannot both talk and mute: the keys stay as they were, the rest applies.
+            self.banner.show_message("warning", self.key_clash_text(new))
+            new = dataclasses.replace(new, ptt_key=self.settings.ptt_key, mute_key=self.settings.mute_key)
         old, self.settings = self.settings, new
         self._save_settings()
         # A new prompt starts a new conversation in the engine (the prompt is the start of the model's
@@ -553,14 +587,20 @@ class MainWindow(QMainWindow):
         if new.ptt_key != old.ptt_key:
             self.key_filter.set_key(key_from_text(new.ptt_key) or Qt.Key.Key_Space)
             self._apply_ptt_key_label()
-        if (new.ptt_key, new.global_ptt) != (old.ptt_key, old.global_ptt):
-            self._apply_global_ptt()
+        if (new.ptt_key, new.global_ptt, new.mute_key, new.global_mute) != (
+                old.ptt_key, old.global_ptt, old.mute_key, old.global_mute):
+            self._apply_global_keys()
         if new.language != old.language:
             self.banner.show_message("info", self.tr("The language changes the next time VoiceChat starts."))
         if (new.hands_free, new.end_of_speech_s, new.min_speech_s, new.echo_cancellation) != (
                 old.hands_free, old.end_of_speech_s, old.min_speech_s, old.echo_cancellation):
             self.hands_free_action.setChecked(new.hands_free)
             self._send_hands_free()
+
+    def key_clash_text(self, settings: Settings) -> str:
+        key = key_from_text(settings.ptt_key) or Qt.Key.Key_Space
+        return self.tr("The push-to-talk key and the mute key cannot be the same key (%1). The keys were left "
+                       "as they were.").replace("%1", key_to_text(key, native=True))
 
     def _start_new_conversation_for_prompt(self) -> None:
         had_conversation = self.has_conversation()

@@ -31,9 +31,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.widgets.ptt import key_from_text, key_to_text
 from engine import validation
 from engine.protocol import Devices, SamplingSettings
 from engine.settings import CONTEXT_CHOICES, DEFAULT_MODEL_SOURCE, DEFAULT_SYSTEM_PROMPT, Settings
+
+
+def keys_clash(settings: Settings) -> bool:
+    """Whether the mute key is the push-to-talk key (modifiers aside: the keyboard hook ignores them)."""
+    mute = key_from_text(settings.mute_key)
+    return mute is not None and mute == (key_from_text(settings.ptt_key) or Qt.Key.Key_Space)
 
 
 class SettingsDialog(QDialog):
@@ -230,6 +237,21 @@ class SettingsDialog(QDialog):
         key_box.addSpacing(6)
         key_box.addWidget(self.global_ptt)
         key_box.addWidget(global_note)
+        # The mute key (hands-free): in the window, and optionally system-wide through the same hook.
+        self.mute_key = QKeySequenceEdit(
+            QKeySequence.fromString(s.mute_key, QKeySequence.SequenceFormat.PortableText), tab)
+        self.mute_key.setMaximumSequenceLength(1)
+        self.global_mute = QCheckBox(self.tr("The mute key also works in other windows"), tab)
+        self.global_mute.setChecked(s.global_mute)
+        self.key_problem = QLabel(tab)  # a refused key (the same key for both), in red until it is changed
+        self.key_problem.setWordWrap(True)
+        self.key_problem.setStyleSheet("color: #c62828;")
+        self.key_problem.hide()
+        mute_box = QVBoxLayout()
+        mute_box.setSpacing(2)
+        mute_box.addWidget(self.mute_key)
+        mute_box.addWidget(self.global_mute)
+        mute_box.addWidget(self.key_problem)
         # Hands-free conversation (engine/audio/voice.py).
         self.hands_free = QCheckBox(self.tr("Hands-free: listen all the time, answer when I pause"), tab)
         self.hands_free.setChecked(s.hands_free)
@@ -259,6 +281,7 @@ class SettingsDialog(QDialog):
         hands_free_box.addWidget(hands_free_note)
         form = QFormLayout(tab)
         form.addRow(self.tr("Push-to-talk key"), key_box)
+        form.addRow(self.tr("Mute key (hands-free)"), mute_box)
         form.addRow(self.tr("Hands-free"), hands_free_box)
         form.addRow(self.tr("Silence that ends what you say"), self.end_of_speech)
         form.addRow(self.tr("Shortest speech that counts"), self.min_speech)
@@ -337,6 +360,21 @@ class SettingsDialog(QDialog):
 
     # ------------------------------------------------------------------ result
 
+    def accept(self) -> None:
+        """OK: refused (the dialog stays open, nothing is applied) while both keys are the same key."""
+        result = self.result_settings()
+        if keys_clash(result):
+            key = key_from_text(result.ptt_key) or Qt.Key.Key_Space
+            self.key_problem.setText(self.tr("The push-to-talk key and the mute key cannot be the same key "
+                                             "(%1). Choose another mute key.")
+                                     .replace("%1", key_to_text(key, native=True)))
+            self.key_problem.show()
+            self.tabs.setCurrentWidget(self.mute_key.parentWidget())
+            self.mute_key.setFocus()
+            return
+        self.key_problem.hide()
+        super().accept()
+
     def result_settings(self) -> Settings:
         sampling = SamplingSettings(
             greedy=self.greedy_radio.isChecked(),
@@ -353,6 +391,7 @@ class SettingsDialog(QDialog):
             source = self.original.model_source
         lora = None if self.voice_none.isChecked() else (self.voice_folder.text().strip() or None)
         key = self.ptt_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
+        mute_key = self.mute_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
         return dataclasses.replace(
             self.original,
             sampling=sampling,
@@ -367,6 +406,8 @@ class SettingsDialog(QDialog):
             context_tokens=int(self.context_size.currentData()),
             ptt_key=key.split(",")[0].strip() or self.original.ptt_key,
             global_ptt=self.global_ptt.isChecked(),
+            mute_key=mute_key.split(",")[0].strip() or self.original.mute_key,
+            global_mute=self.global_mute.isChecked(),
             language=self.language.currentData(),
             hands_free=self.hands_free.isChecked(),
             end_of_speech_s=round(float(self.end_of_speech.value()), 2),

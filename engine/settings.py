@@ -55,6 +55,11 @@ class Settings:
     # The push-to-talk key also works while another application has the focus (a system-wide key
     # hook, app/widgets/global_ptt.py); off by default, since it watches every key press.
     global_ptt: bool = False
+    # Toggles the microphone's mute in hands-free mode: in the window, and, if `global_mute`, system-wide
+    # through the same hook as the push-to-talk key (off by default for the same reason). It must differ
+    # from `ptt_key`; the window refuses a clash and keeps the keys it had.
+    mute_key: str = "F8"
+    global_mute: bool = False
     language: str = "auto"  # "auto" follows the system locale; see app/i18n.py
     # Conversation history retention (engine/history): 0 keeps everything, the default.
     history_keep_days: int = 0
@@ -168,6 +173,8 @@ _FIELD_CHECKS: dict[str, Any] = {
     "context_tokens": _in(validation.CONTEXT_TOKENS),
     "ptt_key": _check_key,
     "global_ptt": _check_bool,
+    "mute_key": _check_key,
+    "global_mute": _check_bool,
     "language": _check_language,
     "history_keep_days": _in(validation.HISTORY_KEEP_DAYS),
     "history_max_megabytes": _in(validation.HISTORY_MAX_MEGABYTES),

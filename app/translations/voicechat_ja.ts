@@ -1369,6 +1369,14 @@
       <source>Hands-free waits for the model</source>
       <translation>ハンズフリーはモデルの読み込みを待っています</translation>
     </message>
+    <message>
+      <source>The mute key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
+      <translation>このシステムでは、ミュートのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
+    </message>
+    <message>
+      <source>The push-to-talk key and the mute key cannot be the same key (%1). The keys were left as they were.</source>
+      <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。キーは元のままにしました。</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
@@ -1676,6 +1684,18 @@
     <message>
       <source>Shortest speech that counts</source>
       <translation>発話とみなす最短の長さ</translation>
+    </message>
+    <message>
+      <source>The mute key also works in other windows</source>
+      <translation>VoiceChat がアクティブでないときもミュートのキーを使う</translation>
+    </message>
+    <message>
+      <source>Mute key (hands-free)</source>
+      <translation>ミュートのキー（ハンズフリー）</translation>
+    </message>
+    <message>
+      <source>The push-to-talk key and the mute key cannot be the same key (%1). Choose another mute key.</source>
+      <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。別のキーを選んでください。</translation>
     </message>
   </context>
   <context>

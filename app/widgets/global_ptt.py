@@ -1,12 +1,15 @@
-"""The optional system-wide push-to-talk key: it works while another application has the focus.
+"""The optional system-wide keys: push-to-talk and the microphone's mute, while another application has
+the focus.
 
-pynput's keyboard listener runs its own thread with the platform's global hook (a low-level keyboard
-hook on Windows, XRecord under X11). Its callbacks run on that thread, so they touch nothing but a
-flag and emit Qt signals; the signals reach `PttKeyFilter.key_pressed/key_released` queued in the Qt
-thread, where the same debounce as for the in-window key turns them into one hold.
+One hook watches every key the window asks for, each under a name ("ptt", "mute"): pynput's keyboard
+listener runs its own thread with the platform's global hook (a low-level keyboard hook on Windows,
+XRecord under X11). Its callbacks run on that thread, so they touch nothing but a lock-guarded set and
+emit Qt signals carrying the key's name; the window receives them queued in the Qt thread, where the
+push-to-talk key goes into the same debounce as the in-window key (`PttKeyFilter.key_pressed/key_released`)
+and the mute key toggles the mute action.
 
-The hook only listens: the key still reaches the application that has the focus, which is why the
-settings suggest a key that other programs do not use (e.g. F9 rather than Space).
+The hook only listens: the keys still reach the application that has the focus, which is why the
+settings suggest keys that other programs do not use (e.g. F9 rather than Space).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def _listener_class(keyboard: Any) -> type:
         def run(self) -> None:
             try:
                 super().run()
-            except Exception as exc:  # noqa: BLE001 - reported by GlobalPttKey.start
+            except Exception as exc:  # noqa: BLE001 - reported by GlobalKeys.start
                 self.failure = exc
 
     return Listener
@@ -58,21 +61,22 @@ def pynput_key(key: Qt.Key, keyboard: Any) -> Any | None:
     return None
 
 
-class GlobalPttKey(QObject):
-    """System-wide press/release of one key as Qt signals (emitted on the hook's thread)."""
+class GlobalKeys(QObject):
+    """System-wide press/release of a few named keys as Qt signals carrying the name (emitted on the hook's
+    thread). Each key is passed on once per hold: its first press, then its release."""
 
-    pressed = Signal()
-    released = Signal()
+    pressed = Signal(str)
+    released = Signal(str)
     START_TIMEOUT_S = 3.0
 
-    def __init__(self, key: Qt.Key, parent: QObject | None = None) -> None:
+    def __init__(self, keys: dict[str, Qt.Key], parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.key = key
+        self.keys = dict(keys)
         self._keyboard: Any = None  # the pynput.keyboard module, once imported
         self._listener: Any = None
-        self._target: Any = None
-        self._lock = threading.Lock()  # guards _target and _down between the hook and the Qt thread
-        self._down = False
+        self._targets: dict[str, Any] = {}  # name -> pynput key
+        self._lock = threading.Lock()  # guards _targets and _down between the hook and the Qt thread
+        self._down: set[str] = set()
 
     @property
     def running(self) -> bool:
@@ -83,18 +87,18 @@ class GlobalPttKey(QObject):
         if self._listener is not None:
             return None
         try:
-            # Imported only when the option is on: on Linux pynput needs an X display at import.
+            # Imported only when an option is on: on Linux pynput needs an X display at import.
             from pynput import keyboard
         except Exception as exc:  # noqa: BLE001 - ImportError, or the backend's own errors
             return f"pynput cannot be used: {type(exc).__name__}: {exc}"
         self._keyboard = keyboard
-        self.set_key(self.key)
+        self.set_keys(self.keys)
         listener = _listener_class(keyboard)(on_press=self._on_press, on_release=self._on_release)
         listener.daemon = True
         listener.start()
         # wait() returns once the hook is installed, but never if the listener fails first (e.g. an X
         # server without the RECORD extension): wait on a helper thread, while the listener lives.
-        waiter = threading.Thread(target=listener.wait, daemon=True, name="ptt-hook-wait")
+        waiter = threading.Thread(target=listener.wait, daemon=True, name="key-hook-wait")
         waiter.start()
         deadline = time.monotonic() + self.START_TIMEOUT_S
         while waiter.is_alive() and listener.is_alive() and time.monotonic() < deadline:
@@ -110,42 +114,54 @@ class GlobalPttKey(QObject):
 
     def stop(self) -> None:
         """Stop the hook. Not waited for: under X11 pynput's listener thread ends only at the next X
-        event; once stopped it passes nothing on (no target), and it is a daemon thread."""
+        event; once stopped it passes nothing on (no targets), and it is a daemon thread."""
         listener, self._listener = self._listener, None
         with self._lock:
-            self._target = None
-            self._down = False
+            self._targets = {}
+            self._down.clear()
         if listener is not None:
             listener.stop()
 
-    def set_key(self, key: Qt.Key) -> None:
-        self.key = key
-        target = pynput_key(key, self._keyboard) if self._keyboard is not None else None
+    def set_keys(self, keys: dict[str, Qt.Key]) -> None:
+        """Watch these keys (name -> Qt key) from now on; a key that changed starts released."""
+        self.keys = dict(keys)
+        targets = {}
+        if self._keyboard is not None:
+            for name, key in self.keys.items():
+                target = pynput_key(key, self._keyboard)
+                if target is not None:
+                    targets[name] = target
         with self._lock:
-            self._target = target
-            self._down = False
+            self._down = {name for name in self._down if targets.get(name) == self._targets.get(name)}
+            self._targets = targets
 
     # ------------------------------------------------------------------ the hook's thread
 
-    def _matches(self, key: Any) -> bool:
-        if key is None or self._target is None:
-            return False
+    def _name_of(self, key: Any) -> str | None:
+        """The name of the watched key `key` is (under the lock), or None."""
+        if key is None or not self._targets:
+            return None
         listener = self._listener
         canonical = listener.canonical(key) if listener is not None else key
-        return canonical == self._target or key == self._target
+        for name, target in self._targets.items():
+            if canonical == target or key == target:
+                return name
+        return None
 
     def _on_press(self, key: Any) -> None:
         # Windows repeats key-down while a key is held, and XRecord may report one press twice:
         # only the first press of a hold is passed on.
         with self._lock:
-            if not self._matches(key) or self._down:
+            name = self._name_of(key)
+            if name is None or name in self._down:
                 return
-            self._down = True
-        self.pressed.emit()
+            self._down.add(name)
+        self.pressed.emit(name)
 
     def _on_release(self, key: Any) -> None:
         with self._lock:
-            if not self._matches(key) or not self._down:
+            name = self._name_of(key)
+            if name is None or name not in self._down:
                 return
-            self._down = False
-        self.released.emit()
+            self._down.discard(name)
+        self.released.emit(name)

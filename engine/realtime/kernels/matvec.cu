@@ -8,13 +8,17 @@
 #include "common.cuh"
 
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
+// A row (or its part, see `split`) is one group of lanes: a warp for bf16 weights, half a warp for int8, so
+// that a lane's MATVEC_DEPTH loads cover the same 256 weights either way and a launch keeps as many bytes in
+// flight per lane as bf16 does (a warp per int8 row halved them: on the H200 the int8 products then took
+// longer than the bf16 ones, run 53).
+// sources.py defines GROUP_LANES (MATVEC_GROUP_LANES) and PER_CHUNK (weights per 16-byte load) for each.
 #if WEIGHT_INT8
-#define PER_CHUNK 16  // weights per 16-byte load
 typedef signed char weight_t;
 #else
-#define PER_CHUNK 8
 typedef unsigned short weight_t;
 #endif
+#define GROUPS (MATVEC_THREADS / GROUP_LANES)  // rows (or row parts) per block
 
 __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
@@ -61,20 +65,21 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
 #else
     __shared__ uint4 xs[MATVEC_MAX_K / 8];
 #endif
-    __shared__ float partial[MATVEC_WARPS];
+    __shared__ float partial[GROUPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int glane = threadIdx.x % GROUP_LANES, group = threadIdx.x / GROUP_LANES;
 #if GATED
-    const int local = warp / split, half = MATVEC_WARPS / split / 2, part = warp % split;
+    const int local = group / split, half = GROUPS / split / 2, part = group % split;
     const int out_row = blockIdx.x * half + local % half, row = out_row + (local < half ? 0 : N / 2);
 #else
-    const int row = blockIdx.x * (MATVEC_WARPS / split) + warp / split, part = warp % split;
+    const int row = blockIdx.x * (GROUPS / split) + group / split, part = group % split;
 #endif
-    const int per_lane = K / (32 * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
-    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + lane;
+    const int per_lane = K / (GROUP_LANES * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + glane;
     uint4 w[MATVEC_DEPTH];
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
-        if (t < per_lane) w[t] = __ldcs(weights + 32 * t);
+        if (t < per_lane) w[t] = __ldcs(weights + GROUP_LANES * t);
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
@@ -131,20 +136,20 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     for (int t = 0; t < MATVEC_DEPTH; ++t) {
         if (t < per_lane) {
 #if WEIGHT_INT8
-            acc += int8_chunk_dot(w[t], xf + 4 * (first + lane + 32 * t));
+            acc += int8_chunk_dot(w[t], xf + 4 * (first + glane + GROUP_LANES * t));
 #else
-            const uint4 h = xs[first + lane + 32 * t];
+            const uint4 h = xs[first + glane + GROUP_LANES * t];
             acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
 #endif
         }
     }
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    if (lane == 0) partial[warp] = acc;
+    for (int offset = GROUP_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);  // within the group
+    if (glane == 0) partial[group] = acc;
     __syncthreads();
 #if GATED
-    if (part == 0 && lane == 0 && local < half && out_row < N / 2) {
-        float gate = 0.0f, up = 0.0f;  // the up row's warps are half * split after the gate row's
-        for (int p = 0; p < split; ++p) { gate += partial[warp + p]; up += partial[warp + half * split + p]; }
+    if (part == 0 && glane == 0 && local < half && out_row < N / 2) {
+        float gate = 0.0f, up = 0.0f;  // the up row's groups are half * split after the gate row's
+        for (int p = 0; p < split; ++p) { gate += partial[group + p]; up += partial[group + half * split + p]; }
 #if WEIGHT_INT8
         gate *= scales[out_row];
         up *= scales[out_row + N / 2];
@@ -154,9 +159,9 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
     }
 #else
-    if (part == 0 && lane == 0 && row < N) {
+    if (part == 0 && glane == 0 && row < N) {
         float total = 0.0f;
-        for (int p = 0; p < split; ++p) total += partial[warp + p];
+        for (int p = 0; p < split; ++p) total += partial[group + p];
 #if WEIGHT_INT8
         total *= scales[row];
 #endif

@@ -11,7 +11,14 @@ import torch
 
 from engine.model.quantized import Int8Matrix
 from engine.realtime.kernels.runtime import compiled, float_bits, launch_after_previous
-from engine.realtime.kernels.sources import MATVEC_DEPTH, MATVEC_MAX_K, MATVEC_MAX_SPLIT, MATVEC_WARPS
+from engine.realtime.kernels.sources import (
+    MATVEC_DEPTH,
+    MATVEC_GROUP_LANES,
+    MATVEC_MAX_K,
+    MATVEC_MAX_SPLIT,
+    MATVEC_PER_CHUNK,
+    MATVEC_WARPS,
+)
 
 
 class Matvec:
@@ -41,11 +48,12 @@ class Matvec:
     def split(columns: int, depth: int = MATVEC_DEPTH, *, int8: bool = False) -> int | None:
         """Warps per row for `columns` (each takes at most `depth` 16-byte chunks per lane: 8 bf16 or 16 int8
         weights each), or None if unsupported."""
-        per_warp = 32 * (16 if int8 else 8)
+        kind = "int8" if int8 else "bf16"
+        per_group = MATVEC_GROUP_LANES[kind] * MATVEC_PER_CHUNK[kind]  # weights a row's group of lanes loads at once
         split = 1
-        while columns > per_warp * depth * split:
+        while columns > per_group * depth * split:
             split *= 2
-        if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (per_warp * split):
+        if split > MATVEC_MAX_SPLIT or columns > MATVEC_MAX_K or columns % (per_group * split):
             return None
         return split
 
@@ -54,7 +62,7 @@ class Matvec:
         if int8 and (self.int8_kernel is None or (gated and self.gated_int8_kernel is None)):
             return False
         split = self.split(columns, self.depth, int8=int8)
-        return split is not None and (not gated or (self.gated_kernel is not None and MATVEC_WARPS // split >= 2))
+        return split is not None and (not gated or (self.gated_kernel is not None and _groups(int8) // split >= 2))
 
     def __call__(
         self,
@@ -75,7 +83,7 @@ class Matvec:
         split = self.split(columns, self.depth, int8=int8)
         assert split is not None and x.is_contiguous() and (weight.is_aligned() if int8 else weight.is_contiguous())
         values, scales = (weight.values, weight.scales) if int8 else (weight, weight)
-        per_block = MATVEC_WARPS // split
+        per_block = _groups(int8) // split
         if gated:
             assert self.supports(columns, gated=True) and residual is None and rows % 2 == 0
             outputs, per_block = rows // 2, per_block // 2
@@ -93,3 +101,9 @@ class Matvec:
             ],
         )  # fmt: skip
         return out
+
+
+
+def _groups(int8: bool) -> int:
+    """Row groups per block (matvec.cu's GROUPS)."""
+    return MATVEC_WARPS * 32 // MATVEC_GROUP_LANES["int8" if int8 else "bf16"]

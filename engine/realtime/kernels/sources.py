@@ -50,7 +50,11 @@ MATVEC_WARPS = 8
 # 3.24, 16384x2048 21.81 / 19.69 (cuBLAS 20.33), 2048x8192 8.20 / 7.63: more loads in flight per SM.
 MATVEC_DEPTH = 8
 MATVEC_MAX_K = 8192
-MATVEC_MAX_SPLIT = MATVEC_WARPS  # warps per row at most (a row's warps are in one block)
+MATVEC_MAX_SPLIT = MATVEC_WARPS  # row groups per row at most (a row's groups are in one block)
+# Lanes per row group, by weight type (bf16: a warp; int8: half a warp, so a lane's loads cover as many
+# weights, 256 per group and depth step, as with bf16), and the weights in one 16-byte load.
+MATVEC_GROUP_LANES = {"bf16": 32, "int8": 16}
+MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 MATVEC_MIN_BLOCKS = 4
 
 _DEPTHFORMER_DEFINES = {
@@ -97,8 +101,10 @@ KERNELS: dict[str, Kernel] = {
                {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
         Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
         *(
-            Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu",
-                   {**_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}"})
+            Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu", {
+                **_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}",
+                "GROUP_LANES": MATVEC_GROUP_LANES["int8" if int8 else "bf16"], "PER_CHUNK": MATVEC_PER_CHUNK["int8" if int8 else "bf16"],
+            })
             for int8 in (0, 1) for gated in (0, 1)
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
