@@ -39,6 +39,7 @@ from engine.protocol import (
     EndTake,
     EngineError,
     EngineInfo,
+    EngineNotice,
     EngineState,
     Event,
     Export,
@@ -49,6 +50,7 @@ from engine.protocol import (
     LiveRtf,
     Load,
     ModelMissing,
+    PrecisionInUse,
     Progress,
     ReplayTurn,
     Reset,
@@ -104,6 +106,10 @@ class MainWindow(QMainWindow):
         self.devices: Devices | None = None
         self.first_run: FirstRunDialog | None = None
         self.settings_dialog: SettingsDialog | None = None
+        # The engine's precision after the last load with its costs per precision, and the last answer's RTF
+        # with that precision (the settings dialog's 精度 section shows them).
+        self.precision_status: PrecisionInUse | None = None
+        self.measured_rtf: float | None = None
         self.last_error: EngineError | None = None
         self.engine_dead = False
         self.engine_unresponsive = False  # alive but not answering pings (the bridge's watchdog)
@@ -353,9 +359,9 @@ class MainWindow(QMainWindow):
     def _load_command(self, *, allow_download: bool) -> Load:
         s = self.settings
         if s.demo or self.demo_override:
-            return Load(source="demo", lora=s.lora, demo=True, context_tokens=s.context_tokens)
+            return Load(source="demo", lora=s.lora, demo=True, context_tokens=s.context_tokens, precision=s.precision)
         return Load(source=s.model_source or DEFAULT_MODEL_SOURCE, lora=s.lora, revision=s.model_revision,
-                    context_tokens=s.context_tokens, allow_download=allow_download)
+                    context_tokens=s.context_tokens, allow_download=allow_download, precision=s.precision)
 
     def _save_settings(self) -> None:
         settings = self.settings
@@ -533,6 +539,7 @@ class MainWindow(QMainWindow):
         # the dialog shows what we have now, the new list is there for the next time.
         self.bridge.send(ListDevices(rescan=True))
         dialog = SettingsDialog(self.settings, self.devices, self)
+        dialog.precision.set_status(self.precision_status, self.measured_rtf)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings()))
         dialog.finished.connect(dialog.deleteLater)
         self.settings_dialog = dialog
@@ -578,8 +585,8 @@ class MainWindow(QMainWindow):
             if self.banner_error_kind == "audio_device":
                 self.banner.hide()
             self.bridge.send(SelectDevices(new.input_device, new.output_device))
-        model_changed = (new.model_source, new.model_revision, new.demo, new.context_tokens) != (
-            old.model_source, old.model_revision, old.demo, old.context_tokens)
+        model_changed = (new.model_source, new.model_revision, new.demo, new.context_tokens, new.precision) != (
+            old.model_source, old.model_revision, old.demo, old.context_tokens, old.precision)
         if model_changed:
             self.bridge.send(self._load_command(allow_download=False))
         elif new.lora != old.lora:
@@ -683,6 +690,7 @@ class MainWindow(QMainWindow):
                 self.rtf.set_stopped()
             elif event.rtf is not None:
                 self.rtf.set_rtf(event.rtf, live=False)
+                self.measured_rtf = event.rtf
         elif isinstance(event, ContextUsage):
             self.context_gauge.set_usage(event.used_tokens, event.capacity_tokens)
         elif isinstance(event, ContextTrimmed):
@@ -723,11 +731,28 @@ class MainWindow(QMainWindow):
             self.banner.show_message("info", self.export_banner, details="\n".join(event.paths))
         elif isinstance(event, EngineError):
             self._on_error(event)
+        elif isinstance(event, PrecisionInUse):
+            self._on_precision_in_use(event)
+        elif isinstance(event, EngineNotice):
+            self.banner.show_message("info", engine_text(event.message, event.template, event.values))
         elif isinstance(event, ChangeDeferred):
             self._on_change_deferred(event)
         elif isinstance(event, ConversationCleared):
             if event.cause == "system_prompt":
                 self._start_new_conversation_for_prompt()
+
+    def _on_precision_in_use(self, event: PrecisionInUse) -> None:
+        """After a load: the precision it has (int8 refused: the setting goes back to what is loaded) and its costs."""
+        if self.precision_status is None or self.precision_status.precision != event.precision:
+            self.measured_rtf = None  # an RTF measured with the other precision says nothing about this one
+        self.precision_status = event
+        if event.precision != event.requested and self.settings.precision == event.requested:
+            self.settings = dataclasses.replace(self.settings, precision=event.precision)
+            self._save_settings()
+        self._show_info(self.info)
+        dialog = self.settings_dialog
+        if dialog is not None and shiboken6.isValid(dialog) and dialog.isVisible():
+            dialog.precision.set_status(event, self.measured_rtf)
 
     def _on_change_deferred(self, event: ChangeDeferred) -> None:
         if event.change == "system_prompt":
@@ -796,6 +821,8 @@ class MainWindow(QMainWindow):
             return self.tr("Warming up (one silent turn)")
         if stage == "build_demo":
             return self.tr("Building the demo model")
+        if stage == "precision_check":
+            return self.tr("Checking int8 against bf16 (once per model and GPU)")
         if stage == "ready":
             return self.tr("Model ready")
         return self.tr("Starting (%1)").replace("%1", stage)
@@ -839,6 +866,7 @@ class MainWindow(QMainWindow):
             "settings": self.tr("Settings"),
             "export": self.tr("Export"),
             "history": self.tr("History"),
+            "precision": self.tr("Precision"),
         }
         title = titles.get(event.kind, self.tr("Internal error"))
         details = event.details
@@ -938,7 +966,10 @@ class MainWindow(QMainWindow):
             self.graphs_label.setText(engine_str(info.fallback_reason) if info.fallback_reason
                                       else self.tr("No CUDA graphs"))
             self.graphs_label.setStyleSheet("color: #ef6c00;")
-        self.model_label.setText(self.tr("Model: %1").replace("%1", engine_str(info.model_name)))
+        model = engine_str(info.model_name)
+        if self.precision_status is not None:  # the weights' precision of the loaded model
+            model = self.tr("%1 (%2)").replace("%1", model).replace("%2", self.precision_status.precision)
+        self.model_label.setText(self.tr("Model: %1").replace("%1", model))
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
         self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
 

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.widgets.ptt import key_from_text, key_to_text
+from app.widgets.precision import PrecisionBox
 from engine import validation
 from engine.protocol import Devices, SamplingSettings
 from engine.settings import CONTEXT_CHOICES, DEFAULT_MODEL_SOURCE, DEFAULT_SYSTEM_PROMPT, Settings
@@ -54,6 +55,9 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self._build_conversation_tab(settings), self.tr("Conversation"))
         self.tabs.addTab(self._build_audio_tab(settings, devices), self.tr("Audio"))
         self.tabs.addTab(self._build_model_tab(settings), self.tr("Model and voice"))
+        # 精度: bf16 or int8, with what each costs on this card (the window hands the engine's figures over).
+        self.precision = PrecisionBox(settings.precision, self)
+        self.tabs.addTab(self.precision, self.tr("Precision"))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel,
                                    self)
         buttons.accepted.connect(self.accept)
@@ -412,6 +416,7 @@ class SettingsDialog(QDialog):
             hands_free=self.hands_free.isChecked(),
             end_of_speech_s=round(float(self.end_of_speech.value()), 2),
             min_speech_s=round(float(self.min_speech.value()), 2),
+            precision=self.precision.chosen(),
             echo_cancellation=self.echo_cancellation.isChecked(),
         )
 

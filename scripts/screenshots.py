@@ -80,6 +80,10 @@ def _populate(window: object) -> None:
         p.EngineInfo("NVIDIA GeForce RTX 4070", int(4.6 * 2**30), True, None, "LiquidAI/LFM2.5-Audio-1.5B-JP",
                      "alice-voice", 4096),
         p.Devices(("USB Microphone", "Built-in Microphone"), ("Speakers", "Headphones")),
+        # What each precision costs on a 12 GB card (the settings dialog's 精度 section).
+        p.PrecisionInUse("bf16", "bf16", (p.PrecisionCost("bf16", int(4.45e9), int(3.22e9), True),
+                                          p.PrecisionCost("int8", int(2.85e9), int(1.67e9), True)),
+                         int(11.2e9), int(12.9e9)),
         p.StateChanged(p.EngineState.IDLE),
         p.UserTakeAdded(1, 2.4),
         p.AssistantTurnStarted(2, greedy=False),
@@ -240,7 +244,7 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
 
     dialog = window.open_settings()  # type: ignore[attr-defined]
     dialog.resize(640, 620)
-    for index, name in enumerate(("general", "conversation", "audio", "model")):
+    for index, name in enumerate(("general", "conversation", "audio", "model", "precision")):
         dialog.tabs.setCurrentIndex(index)
         saved.append(_grab(dialog, out / f"settings-{name}-{language}.png"))
     dialog.reject()
@@ -299,7 +303,7 @@ def small_window_states(language: str, tmp: Path):  # noqa: ANN201 - a generator
     yield "window-800x600-long-error", window
     window.banner.hide()  # type: ignore[attr-defined]
     dialog = window.open_settings()  # type: ignore[attr-defined]
-    for index, name in enumerate(("general", "conversation", "audio", "model")):
+    for index, name in enumerate(("general", "conversation", "audio", "model", "precision")):
         dialog.tabs.setCurrentIndex(index)
         _settle(app)
         yield f"settings-{name}-small", dialog

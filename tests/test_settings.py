@@ -42,6 +42,7 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
         context_tokens=8192,
         ptt_key="F9",
         language="en",
+        precision="int8",
     )
     save_settings(original, path)
     loaded = load_settings(path)
@@ -115,6 +116,18 @@ def test_invalid_fields_fall_back_individually(tmp_path: Path) -> None:
     for name in ("max_answer_seconds", "context_tokens", "sampling.audio_top_k", "language"):
         assert name in result.warning
     assert path.exists()  # a partly invalid file is not "corrupt": it stays where it is
+
+
+@pytest.mark.parametrize("damaged", ["fp8", "INT8", "", 8, None, ["int8"], {"precision": "int8"}])
+def test_a_damaged_precision_falls_back_to_bf16_and_is_reported(tmp_path: Path, damaged: object) -> None:
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"system_prompt": "kept", "precision": damaged}), encoding="utf-8")
+    result = load_settings(path)
+    assert result.settings.precision == "bf16" and result.settings.system_prompt == "kept"
+    assert result.warning is not None and "precision" in result.warning
+    save_settings(result.settings, path)
+    assert json.loads(path.read_text(encoding="utf-8"))["precision"] == "bf16"
+    assert load_settings(path).warning is None
 
 
 def test_default_path_is_in_the_platform_config_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1377,6 +1377,18 @@
       <source>The push-to-talk key and the mute key cannot be the same key (%1). The keys were left as they were.</source>
       <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。キーは元のままにしました。</translation>
     </message>
+    <message>
+      <source>Precision</source>
+      <translation>精度</translation>
+    </message>
+    <message>
+      <source>Checking int8 against bf16 (once per model and GPU)</source>
+      <translation>int8 を bf16 と比べて確認中（モデルと GPU ごとに 1 回）</translation>
+    </message>
+    <message>
+      <source>%1 (%2)</source>
+      <translation>%1 (%2)</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
@@ -1697,6 +1709,10 @@
       <source>The push-to-talk key and the mute key cannot be the same key (%1). Choose another mute key.</source>
       <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。別のキーを選んでください。</translation>
     </message>
+    <message>
+      <source>Precision</source>
+      <translation>精度</translation>
+    </message>
   </context>
   <context>
     <name>StateIndicator</name>
@@ -1822,5 +1838,64 @@
         <source>(voice, {seconds} s)</source>
         <translation>（音声、{seconds} 秒）</translation>
       </message>
+  </context>
+  <context>
+    <name>PrecisionBox</name>
+    <message>
+      <source>Standard (bf16)</source>
+      <translation>標準 (bf16)</translation>
+    </message>
+    <message>
+      <source>Memory-saving, faster (int8)</source>
+      <translation>省メモリ・高速 (int8)</translation>
+    </message>
+    <message>
+      <source>%1 (recommended)</source>
+      <translation>%1（推奨）</translation>
+    </message>
+    <message>
+      <source>Changing the precision reloads the model. The first time int8 is chosen for a model, it is checked against bf16 on this GPU, which makes that load longer.</source>
+      <translation>精度を変えるとモデルを読み込み直します。モデルごとに初めて int8 を選んだときは、この GPU で bf16 と比べて確認するので、その読み込みは長くなります。</translation>
+    </message>
+    <message>
+      <source>int8 is recommended on this card: it needs about half the memory for the weights and reads about half the bytes per frame.</source>
+      <translation>このカードには int8 を推奨します。重みに要るメモリーも、1 フレームごとの読み出し量もほぼ半分になります。</translation>
+    </message>
+    <message>
+      <source>What each costs on this card is shown once a model is loaded.</source>
+      <translation>このカードでのそれぞれのコストは、モデルを読み込むと表示されます。</translation>
+    </message>
+    <message>
+      <source>Needs an NVIDIA GPU.</source>
+      <translation>NVIDIA の GPU が必要です。</translation>
+    </message>
+    <message>
+      <source>Memory: %1 GB needed, %2 GB free</source>
+      <translation>メモリー: 必要 %1 GB / 空き %2 GB</translation>
+    </message>
+    <message>
+      <source>Does not fit on this card: %1 GB needed, %2 GB free</source>
+      <translation>このカードには入りません: 必要 %1 GB / 空き %2 GB</translation>
+    </message>
+    <message>
+      <source>1 frame reads %1 GB</source>
+      <translation>1 フレームの読み出し %1 GB</translation>
+    </message>
+    <message>
+      <source>1 frame reads %1 GB (%2% of bf16)</source>
+      <translation>1 フレームの読み出し %1 GB (bf16 の %2%)</translation>
+    </message>
+    <message>
+      <source>RTF %1 (measured)</source>
+      <translation>RTF %1（実測）</translation>
+    </message>
+    <message>
+      <source>RTF about %1 (estimate)</source>
+      <translation>RTF 約 %1（推定）</translation>
+    </message>
+    <message>
+      <source> · </source>
+      <translation> · </translation>
+    </message>
   </context>
 </TS>

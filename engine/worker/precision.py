@@ -184,7 +184,7 @@ class PrecisionOpener:
                 if old is not None:
                     old.close()
                     old = None
-                post(p.Progress("precision_check", None, "bf16"))
+                post(p.Progress("precision_check", None))
                 try:
                     reference_session = self._open_plain("bf16", None, keep_voice=False)
                 except GpuMemoryError:
@@ -193,7 +193,7 @@ class PrecisionOpener:
                                          "against it on this card; int8 is used without the check.")))
                     return self._open_plain("int8")
                 self._between_steps()
-            post(p.Progress("precision_check", None, "bf16"))
+            post(p.Progress("precision_check", None))
             try:
                 reference = reference_session.record_check_reference()
             except Exception as error:  # noqa: BLE001 - no check, no int8: bf16 stays
@@ -202,7 +202,7 @@ class PrecisionOpener:
             reference_session.close()
             reference_session = None
             int8 = self._open_plain("int8", None, keep_voice=False)
-            post(p.Progress("precision_check", None, "int8"))
+            post(p.Progress("precision_check", None))
             try:
                 report = int8.compare_with_check_reference(reference)
             except Exception as error:  # noqa: BLE001
