@@ -19,11 +19,13 @@ class _OneLineErrors(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.tools.reply import add_reply_arguments
+    from engine.tools.reply import add_precision_argument, add_reply_arguments
 
     parser = argparse.ArgumentParser(prog="voicechat", description="Push-to-talk voice chat with LFM2.5-Audio-1.5B-JP.")
     parser.add_argument("--selftest", action="store_true", help="check this PC, run one demo turn, write a diagnostics file")
     parser.add_argument("--demo", action="store_true", help="start the app on the tiny random demo model")
+    # The app's own precision is its 精度 setting; the flag is for the self-test's demo turn.
+    add_precision_argument(parser, default=None, help_suffix=" for --selftest's demo turn")
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineErrors)
     reply = sub.add_parser("reply", help="answer one WAV file with a spoken WAV file")
     add_reply_arguments(reply)
@@ -44,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.selftest:
         from engine.tools.selftest import main as selftest_main
 
-        return selftest_main()  # sets up its own console, log file and excepthook
+        return selftest_main(args.precision or "bf16")  # sets up its own console, log file and excepthook
+    if args.precision is not None and args.command is None:
+        print("error: --precision goes with --selftest or reply; the app's precision is chosen in its settings "
+              "(Settings > Precision)", file=sys.stderr)
+        return 2
     from engine.logs import install_excepthook, setup_logging
 
     # Every run logs to a file in the platform log folder, start-up failures included.

@@ -120,6 +120,40 @@ def test_selftest_runs_a_demo_turn_and_writes_diagnostics(isolated_user_dirs: Pa
     assert report["turn"]["ok"] and result["frames"] > 0 and result["audio_seconds"] == pytest.approx(result["frames"] * 0.08)
 
 
+def test_reply_takes_the_precision(tmp_path: Path, isolated_user_dirs: Path, capsys) -> None:
+    question = _write(tmp_path / "q.wav", 1.0)
+    code, out, err = run_cli([str(question), str(tmp_path / "a.wav"), "--demo", "--greedy", "--max-answer-seconds", "0.5",
+                              "--precision", "int8"], capsys)
+    assert code == 0, err
+    assert "precision: int8" in out.splitlines() and (tmp_path / "a.wav").is_file()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["reply", str(question), str(tmp_path / "b.wav"), "--demo", "--precision", "fp8"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code == 2 and out == "" and not (tmp_path / "b.wav").exists()
+    assert err.startswith("error: argument --precision: invalid choice: 'fp8'") and len(err.strip().splitlines()) == 1
+
+
+def test_selftest_takes_the_precision_and_the_app_refuses_it(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import engine.tools.selftest as selftest
+
+    asked: list[str] = []
+    monkeypatch.setattr(selftest, "main", lambda precision="bf16": asked.append(precision) or 0)
+    assert main(["--selftest", "--precision", "int8"]) == 0
+    assert main(["--selftest"]) == 0
+    assert asked == ["int8", "bf16"]
+    assert main(["--precision", "int8"]) == 2  # the window's precision is its setting
+    assert "--precision goes with --selftest or reply" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--selftest", "--precision", "fp16"])
+
+
+def test_the_selftest_turn_runs_in_the_precision_asked_for(isolated_user_dirs: Path) -> None:
+    from engine.tools.selftest import run_demo_turn
+
+    result = run_demo_turn("int8")
+    assert result["precision"] == "int8" and result["frames"] > 0
+
+
 def test_bench_refuses_an_unknown_mode_before_building_anything(capsys) -> None:
     code = main(["bench", "--modes", "engine,turbo"])
     out = capsys.readouterr().out

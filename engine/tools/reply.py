@@ -33,12 +33,14 @@ class ReplySummary:
     device: str
     fallback_reason: str | None
     token_ids: list[int]
+    precision: str = "bf16"
 
     def lines(self) -> list[str]:
         rtf = f"{self.rtf:.3f}" if self.rtf is not None else "n/a"
         lines = [
             f"answer: {self.text}",
             f"device: {self.device}" + (f" ({self.fallback_reason})" if self.fallback_reason else ""),
+            f"precision: {self.precision}",
             f"load {self.load_s:.2f} s | audio encoded {self.audio_encoded_s * 1e3:.0f} ms | "
             f"prefill {self.prefill_s * 1e3:.0f} ms | generation {self.generation_s:.2f} s "
             f"(decode {self.decode_s:.2f} s) | frames {self.frames} | audio {self.audio_seconds:.2f} s | RTF {rtf}",
@@ -61,6 +63,15 @@ def add_reply_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-answer-seconds", type=float, default=30.0, help="longest answer (default 30 s)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--no-graphs", action="store_true", help="run eagerly, without CUDA graphs")
+    add_precision_argument(parser, default="bf16")
+
+
+def add_precision_argument(parser: argparse.ArgumentParser, *, default: str | None, help_suffix: str = "") -> None:
+    """`--precision {bf16,int8}`: the weights' precision, as the app's 精度 setting (int8: weight-only, about half
+    the memory and the bytes per frame; run as asked here: the app's one-time check against bf16 is the app's)."""
+    parser.add_argument("--precision", choices=validation.PRECISIONS, default=default,
+                        help="the weights' precision: bf16 (standard) or int8 (less memory, faster on GPUs)"
+                             + help_suffix + " (default bf16)")
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingSettings:
@@ -95,6 +106,7 @@ def reply_file(
     device: str | None = None,
     use_cuda_graphs: bool = True,
     log: Callable[[str], None] = print,
+    precision: str = "bf16",
 ) -> ReplySummary:
     """Read a take, answer it, write the answer; raises UserFacingError for anything the user can fix."""
     from engine.chat.session import SAMPLE_RATE_IN, SAMPLE_RATE_OUT, AudioPieceOut, ChatSession, TurnDone, check_take
@@ -116,6 +128,7 @@ def reply_file(
         device=device,
         use_cuda_graphs=use_cuda_graphs,
         progress=lambda p: log(f"[{p.stage}] {p.detail}") if p.stage != "download" else None,
+        precision=precision,  # type: ignore[arg-type]
     )
     load_s = time.perf_counter() - started
     if session.voice_problem is not None:
@@ -146,6 +159,7 @@ def reply_file(
         device=info.device_name,
         fallback_reason=info.fallback_reason,
         token_ids=stats.token_ids,
+        precision=session.loaded.precision,
     )
     save_answer(output_path, answer, SAMPLE_RATE_OUT, summary.text)
     return summary
@@ -223,6 +237,7 @@ def run_reply(args: argparse.Namespace) -> int:
             device=args.device,
             use_cuda_graphs=not args.no_graphs,
             log=lambda line: print(line, file=sys.stderr),
+            precision=args.precision,
         )
     except UserFacingError as error:
         print(f"error: {error.message}", file=sys.stderr)

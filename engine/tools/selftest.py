@@ -18,7 +18,9 @@ from engine.tools.diagnostics import selftest_main
 from engine.constants import FRAME_SAMPLES
 
 
-def run_demo_turn() -> dict[str, Any]:
+def run_demo_turn(precision: str = "bf16") -> dict[str, Any]:
+    """One demo turn in `precision` ("bf16" or "int8": `voicechat --selftest --precision int8` runs the int8
+    engine, its kernels included on a GPU)."""
     import soundfile
 
     from engine.audio.wav import write_wav
@@ -33,7 +35,7 @@ def run_demo_turn() -> dict[str, Any]:
         write_wav(question, (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000)
         summary = reply_file(
             question, answer, source=None, demo=True, sampling=SamplingSettings(greedy=True),
-            max_answer_seconds=1.0, log=lambda _line: None,
+            max_answer_seconds=1.0, log=lambda _line: None, precision=precision,
         )
         pcm, rate = soundfile.read(str(answer), dtype="float32")
     if rate != 24000 or summary.frames == 0 or len(pcm) != summary.frames * FRAME_SAMPLES:
@@ -42,6 +44,7 @@ def run_demo_turn() -> dict[str, Any]:
         raise RuntimeError("the demo answer is silent or not finite")
     return {
         "device": summary.device,
+        "precision": summary.precision,
         "fallback": summary.fallback_reason or "CUDA graphs ready",
         "frames": summary.frames,
         "audio_seconds": round(summary.audio_seconds, 3),
@@ -51,5 +54,5 @@ def run_demo_turn() -> dict[str, Any]:
     }
 
 
-def main() -> int:
-    return selftest_main(run_demo_turn)
+def main(precision: str = "bf16") -> int:
+    return selftest_main(lambda: run_demo_turn(precision))
