@@ -170,17 +170,19 @@ def test_commands_during_the_check_are_handled_as_during_a_load(audio_env, model
     try:
         start = len(eng.seen)
         eng.send(p.Load(source=str(model), precision="int8"))
-        eng.wait_for(lambda e: isinstance(e, p.PrecisionInUse) and e.requested == "bf16", after=start, timeout=120)
-        eng.wait_state(p.EngineState.IDLE, after=start)
+        # The second load (2048 tokens) ends with its context figure, then IDLE.
+        usage = eng.wait_for(lambda e: isinstance(e, p.ContextUsage) and e.capacity_tokens == 2048, after=start,
+                             timeout=120)
+        eng.wait_state(p.EngineState.IDLE, after=eng.seen.index(usage))
         assert len(check.recorded) == 1 and check.compared == []
         assert load_verdict(model, GPU) is None
         pong = eng.of(p.Pong, start)
         assert pong and pong[0].seq == 7 and pong[0].state is p.EngineState.LOADING
         assert any(e.kind == "take" for e in eng.errors(start))
-        notices = eng.of(p.EngineNotice, start)
-        assert notices and "stopped" in notices[0].message and notices[0].template
+        # Superseded, not refused: no notice, and nothing for the window to set back (the new Load is the choice).
+        assert eng.of(p.EngineNotice, start) == []
         used = eng.of(p.PrecisionInUse, start)
-        assert [(u.precision, u.requested) for u in used] == [("bf16", "int8"), ("bf16", "bf16")]
+        assert [(u.precision, u.requested) for u in used] == [("bf16", "bf16"), ("bf16", "bf16")]
         assert eng.worker.session.loaded.precision == "bf16" and eng.worker.session.context_capacity == 2048
         _, metrics = do_turn(eng, hold_s=0.3)
         assert metrics.frames > 0
@@ -190,7 +192,11 @@ def test_commands_during_the_check_are_handled_as_during_a_load(audio_env, model
         start = _load(eng, model, "int8")
         assert len(check.recorded) == 2 and check.compared == []
         assert eng.worker.session.loaded.precision == "bf16"
-        assert eng.of(p.EngineNotice, start) and load_verdict(model, GPU) is None
+        notices = eng.of(p.EngineNotice, start)
+        assert len(notices) == 1 and "stopped" in notices[0].message and notices[0].template
+        assert load_verdict(model, GPU) is None
+        used = eng.of(p.PrecisionInUse, start)[-1]
+        assert (used.precision, used.requested) == ("bf16", "int8")  # the window sets its choice back
     finally:
         eng.stop()
 

@@ -111,6 +111,6 @@ def load(worker: Any, command: p.Load) -> None:
             worker._report(exc, "settings")
     worker.history.new_conversation()  # a new model starts with an empty context: a new saved conversation
     worker._post(worker.session.info)
-    worker._post(precision_in_use(worker.session, command.precision))
+    worker._post(precision_in_use(worker.session, opener.requested))
     worker._post_context()
     worker._set_phase(Phase.IDLE)

@@ -128,6 +128,9 @@ class PrecisionOpener:
         self.command = command
         self._open = open_session
         self.cancel = threading.Event()
+        # The request `PrecisionInUse` answers: the Load's, unless a newer Load stopped the check (then nothing
+        # was refused, and the window must not set its choice back: the newer Load says what is wanted).
+        self.requested = command.precision
 
     def _close_old(self) -> None:
         if self.worker.session is not None:
@@ -221,7 +224,10 @@ class PrecisionOpener:
         except CheckStopped:
             if worker._stopping:
                 return reference_session  # closed with the engine (None: nothing was open)
-            post(_notice(Message("The int8 check was stopped; standard precision (bf16) stays.")))
+            if any(isinstance(waiting, p.Load) for waiting in worker._pending):
+                self.requested = "bf16"  # superseded, not refused: the newer Load runs next
+            else:
+                post(_notice(Message("The int8 check was stopped; standard precision (bf16) stays.")))
             if reference_session is not None:
                 return _kept(reference_session, self.command.lora)
             return self._open_plain("bf16")
