@@ -352,6 +352,17 @@ def test_int8_matvec_kernel_matches_the_dequantized_product(device, rows: int, c
         assert torch.equal(got, matvec(h, weight, None, norm, 1e-5, gated=True))
 
 
+@pytest.mark.parametrize("rows, columns", [(16384, 2048), (2048, 8192), (3, 16), (1001, 2816)])
+def test_dequantize_kernel_rounds_exactly_as_the_plain_ops(device, rows: int, columns: int) -> None:
+    from engine.model.quantized import dequantize
+    from engine.realtime.kernels import Dequantize
+
+    kernel = Dequantize.create(device)
+    assert kernel is not None
+    matrix = _int8(rows, columns, torch.Generator(device=device).manual_seed(rows), device)
+    assert torch.equal(kernel(matrix.values, matrix.scales), dequantize(matrix.values, matrix.scales, torch.bfloat16))
+
+
 @torch.inference_mode()
 def test_int8_depthformer_kernel_matches_the_plain_dequantized_ops_and_any_grid_size(device, full_size) -> None:
     """The int8 one-launch codebook kernel against the plain ops over the same int8 weights (dequantized),

@@ -48,9 +48,9 @@ def quantize_rows(rows: torch.Tensor, values: torch.Tensor, scales: torch.Tensor
 
 
 def dequantize(values: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The rows as the engine's products see them: q · s in float32 (exact), rounded once to `dtype`. One
-    elementwise kernel (computed in float32, written in `dtype`): the prefill graphs run one per product,
-    where three (int8 → float32, times the scales, → bf16) took 5x the bf16 prefill's time (H200 run 53)."""
+    """The rows as the engine's products see them: q · s in float32 (exact), rounded once to `dtype`, as one
+    elementwise op (the real-time engine's prefill uses a vectorized kernel of the same rounding:
+    engine/realtime/kernels/dequantize.cu)."""
     out = torch.empty(values.shape, dtype=dtype, device=values.device)
     return torch.mul(values, scales.float()[:, None], out=out)
 

@@ -32,6 +32,7 @@ from engine.model.quantized import Int8Matrix, QuantizedEmbedding, QuantizedLine
 from engine.realtime.kernels import (
     DEPTH_TABLE_FIELDS,
     BackboneAttention,
+    Dequantize,
     DepthformerCodebookStep,
     Matvec,
     RmsNormRow,
@@ -83,8 +84,19 @@ def layer_weight(module: nn.Module) -> Weight:
 
 
 def plain(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
-    """The matrix for the plain PyTorch ops: itself, or dequantized (a temporary the size of the matrix)."""
-    return weight.dequantized(dtype) if isinstance(weight, Int8Matrix) else weight
+    """The matrix for the plain PyTorch ops: itself, or dequantized (a temporary the size of the matrix; on
+    CUDA by the vectorized kernel, dequantize.cu)."""
+    if not isinstance(weight, Int8Matrix):
+        return weight
+    kernel = _dequantize_kernel(weight.device) if dtype == torch.bfloat16 else None
+    if kernel is not None and kernel.supports(weight.values):
+        return kernel(weight.values, weight.scales)
+    return weight.dequantized(dtype)
+
+
+@functools.cache
+def _dequantize_kernel(device: torch.device) -> Dequantize | None:
+    return Dequantize.create(device)
 
 
 def lookup(ids: torch.Tensor, table: Weight, dtype: torch.dtype) -> torch.Tensor:

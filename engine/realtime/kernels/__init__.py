@@ -23,7 +23,9 @@ name (its small wrapper: self-check, buffers, launch):
 - `rms_norm`: the backbone decode step's RMS norms where no product takes the norm inside (the final
   norm, and those before a product that cuBLAS runs), one block each with one 16-byte load per thread
   (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row);
-- `swiglu`: silu(gate) * up as one kernel instead of two, through PyTorch's jiterator.
+- `swiglu`: silu(gate) * up as one kernel instead of two, through PyTorch's jiterator;
+- `dequantize`: an int8 matrix with its row scales as bf16 in one vectorized kernel, for the int8 engine's
+  prefill (its decode steps read the int8 rows directly: `matvec`'s and `depthformer`'s int8 variants).
 `common.cuh` holds the device helpers they share; `sources.py` the #defines (from the Python constants
 that are their one definition) and each kernel's exact NVRTC input; `runtime.py` the compiling (in
 background threads while the weights load), the on-disk cache of compiled kernels, and the launch
@@ -37,6 +39,7 @@ ops run instead: slower, same results within bf16 rounding.
 
 from engine.realtime.kernels.attention import BackboneAttention
 from engine.realtime.kernels.depthformer import DepthformerCodebookStep
+from engine.realtime.kernels.dequantize import Dequantize
 from engine.realtime.kernels.matvec import Matvec
 from engine.realtime.kernels.rms_norm import RmsNormRow
 from engine.realtime.kernels.runtime import compile_in_background, compile_status, float_bits, launch_after_previous
@@ -57,6 +60,7 @@ __all__ = [
     "DEPTH_TABLE_FIELDS",
     "BackboneAttention",
     "DepthformerCodebookStep",
+    "Dequantize",
     "Matvec",
     "RmsNormRow",
     "ShortConvStep",

@@ -24,16 +24,22 @@ __device__ __forceinline__ float pair_dot(unsigned int w, unsigned int h) {
     return __uint_as_float(w << 16) * __uint_as_float(h << 16) + __uint_as_float(w & 0xffff0000u) * __uint_as_float(h & 0xffff0000u);
 }
 
-// 16 int8 weights (one 16-byte load) against 16 staged floats, in a fixed order. Each byte b, xor 0x80
-// (b + 128, 0..255), becomes the low byte of 0x4B000000 (8388608.0f), which then reads as the float
-// 8388608 + b + 128, exactly; less 8388736 it is b. One byte permute and one add per weight, on the
-// full-rate pipes (an int-to-float conversion runs at a quarter of the rate on most GPUs).
-__device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restrict__ x) {
+// 16 int8 weights (one 16-byte load, chunk c of the row) against their 16 staged floats, in a fixed order.
+// The floats are staged in four planes of K/16 float4 (`int8_plane`): plane j holds floats 4j..4j+3 of
+// every chunk, so the lanes of a group, which take consecutive chunks, read consecutive 16-byte words (a
+// float4 per chunk in chunk order put the lanes 64 bytes apart: 4-way bank conflicts, which held the int8
+// products at ~1.5 TB/s on the H200, run 54). Each byte b, xor 0x80 (b + 128, 0..255), becomes the low
+// byte of 0x4B000000 (8388608.0f), which then reads as the float 8388608 + b + 128, exactly; less 8388736
+// it is b. One byte permute and one add per weight, on the full-rate pipes (an int-to-float conversion
+// runs at a quarter of the rate on most GPUs).
+__device__ __forceinline__ int int8_plane(int j, int c, int K) { return j * (K / 16) + c; }
+
+__device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restrict__ xf, int c, int K) {
     const unsigned int words[4] = {w.x ^ 0x80808080u, w.y ^ 0x80808080u, w.z ^ 0x80808080u, w.w ^ 0x80808080u};
     float acc = 0.0f;
     #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        const float4 h = x[j];
+        const float4 h = xf[int8_plane(j, c, K)];
         acc += (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7540)) - 8388736.0f) * h.x
              + (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7541)) - 8388736.0f) * h.y
              + (__uint_as_float(__byte_perm(words[j], 0x4B000000u, 0x7542)) - 8388736.0f) * h.z
@@ -93,8 +99,8 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
             squares += f[2 * j] * f[2 * j] + f[2 * j + 1] * f[2 * j + 1];
         }
 #if WEIGHT_INT8
-        xf[2 * c] = make_float4(f[0], f[1], f[2], f[3]);
-        xf[2 * c + 1] = make_float4(f[4], f[5], f[6], f[7]);
+        xf[int8_plane(2 * (c & 1), c >> 1, K)] = make_float4(f[0], f[1], f[2], f[3]);  // 8 floats: half a chunk
+        xf[int8_plane(2 * (c & 1) + 1, c >> 1, K)] = make_float4(f[4], f[5], f[6], f[7]);
 #else
         xs[c] = v;
 #endif
@@ -104,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {  // the chunks this thread staged
             const uint4 g = reinterpret_cast<const uint4*>(norm)[c];
 #if WEIGHT_INT8
-            const float4 a = xf[2 * c], b = xf[2 * c + 1];
+            const float4 a = xf[int8_plane(2 * (c & 1), c >> 1, K)], b = xf[int8_plane(2 * (c & 1) + 1, c >> 1, K)];
             const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
             const unsigned int gains[4] = {g.x, g.y, g.z, g.w};
             float n[8];
@@ -113,8 +119,8 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
                 n[2 * j] = bf16_to_float(float_to_bf16(v[2 * j] * inv_rms * __uint_as_float(gains[j] << 16)));
                 n[2 * j + 1] = bf16_to_float(float_to_bf16(v[2 * j + 1] * inv_rms * __uint_as_float(gains[j] & 0xffff0000u)));
             }
-            xf[2 * c] = make_float4(n[0], n[1], n[2], n[3]);
-            xf[2 * c + 1] = make_float4(n[4], n[5], n[6], n[7]);
+            xf[int8_plane(2 * (c & 1), c >> 1, K)] = make_float4(n[0], n[1], n[2], n[3]);
+            xf[int8_plane(2 * (c & 1) + 1, c >> 1, K)] = make_float4(n[4], n[5], n[6], n[7]);
 #else
             const uint4 v = xs[c];
             const unsigned int words[4] = {v.x, v.y, v.z, v.w}, gains[4] = {g.x, g.y, g.z, g.w};
@@ -136,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     for (int t = 0; t < MATVEC_DEPTH; ++t) {
         if (t < per_lane) {
 #if WEIGHT_INT8
-            acc += int8_chunk_dot(w[t], xf + 4 * (first + glane + GROUP_LANES * t));
+            acc += int8_chunk_dot(w[t], xf, first + glane + GROUP_LANES * t, K);
 #else
             const uint4 h = xs[first + glane + GROUP_LANES * t];
             acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);

@@ -108,6 +108,7 @@ KERNELS: dict[str, Kernel] = {
             for int8 in (0, 1) for gated in (0, 1)
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
+        Kernel("dequantize_int8", "dequantize.cu"),
     )
 }
 
