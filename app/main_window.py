@@ -968,7 +968,7 @@ class MainWindow(QMainWindow):
             self.graphs_label.setStyleSheet("color: #ef6c00;")
         model = engine_str(info.model_name)
         if self.precision_status is not None:  # the weights' precision of the loaded model
-            model = self.tr("%1 (%2)").replace("%1", model).replace("%2", self.precision_status.precision)
+            model = self.tr("%1 · %2").replace("%1", model).replace("%2", self.precision_status.precision)
         self.model_label.setText(self.tr("Model: %1").replace("%1", model))
         self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
         self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)

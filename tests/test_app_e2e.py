@@ -92,7 +92,7 @@ def test_push_to_talk_turn_shows_text_audio_latency_and_rtf(qtbot, window: MainW
     _, tap = devices
     # The status bar shows what runs where.
     assert window.device_label.text() == "CPU"
-    assert window.model_label.text() == "モデル：デモ（ランダムな重み）"
+    assert window.model_label.text() == "モデル：デモ（ランダムな重み） · bf16"  # the weights' precision after the name
     # The engine's reason, once and in Japanese (not "No CUDA graphs: No CUDA GPU: …").
     assert window.graphs_label.text() == "CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。"
     assert window.state_indicator.label.text() == "待機中"

@@ -1386,8 +1386,8 @@
       <translation>int8 を bf16 と比べて確認中（モデルと GPU ごとに 1 回）</translation>
     </message>
     <message>
-      <source>%1 (%2)</source>
-      <translation>%1 (%2)</translation>
+      <source>%1 · %2</source>
+      <translation>%1 · %2</translation>
     </message>
   </context>
   <context>
