@@ -158,4 +158,4 @@ def test_bench_refuses_an_unknown_mode_before_building_anything(capsys) -> None:
     code = main(["bench", "--modes", "engine,turbo"])
     out = capsys.readouterr().out
     assert code == 2
-    assert out.strip() == "error: unknown benchmark mode(s) turbo; choose from engine, recipe, eager"
+    assert out.strip() == "error: unknown benchmark mode(s) turbo; choose from engine, engine-int8, recipe, eager"
