@@ -292,7 +292,8 @@ def _card_memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_small_cards(out: Path) -> dict[str, Any]:
+def run_small_cards(out: Path, cards: list[int] | None = None) -> dict[str, Any]:
+    """`cards`: indices into CARDS to measure (default: all)."""
     work = Path(tempfile.mkdtemp(prefix="voicechat-small-cards-"))
     folder = work / "LFM2.5-Audio-1.5B-JP"
     started = time.perf_counter()
@@ -309,7 +310,7 @@ def run_small_cards(out: Path) -> dict[str, Any]:
     }
     section["checkpoint"]["write_s"] = time.perf_counter() - started
     runs = []
-    for label, gib, launch, precision in CARDS:
+    for label, gib, launch, precision in [CARDS[i] for i in cards] if cards is not None else CARDS:
         cap = allocator_cap_bytes(gib)
         command = ["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time()), "--precision", precision]
         run = _child(command, timeout=900)
@@ -333,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-bytes", type=int)
     parser.add_argument("--spawned-at", type=float)
     parser.add_argument("--precision", choices=("bf16", "int8"), default="bf16")
+    parser.add_argument("--cards", default=None, help="comma-separated indices into CARDS (default: all)")
     args = parser.parse_args(argv)
     if args.write or args.measure:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         result = write_full_size_checkpoint(args.write) if args.write else measure_launch(args.measure, args.cap_bytes, args.spawned_at, args.precision)
         args.child_out.write_text(json.dumps(result))
         return 0
-    section = run_small_cards(args.out)
+    section = run_small_cards(args.out, [int(i) for i in args.cards.split(",")] if args.cards else None)
     print(json.dumps({"runs": [{k: r.get(k) for k in ("card", "launch", "verdicts")} for r in section["runs"]]}, indent=1))
     return 0
 

@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
 MIN_TAKE_SECONDS = 0.1
 DEFAULT_MAX_TAKE_SECONDS = 60.0
+# What a turn may leave cached in the allocator above the ready state before it is handed back.
+RELEASE_CACHED_ABOVE_BYTES = 16 << 20
 # Context trims happen ahead, after an answer has been generated (while it plays): when the next turn
 # might not fit (a take as long as allowed, plus room for an answer as long as this one's budget), the
 # oldest exchanges are dropped and the cache is rebuilt from the kept turns' embeddings (a prefill, no
@@ -229,6 +231,7 @@ class ChatSession:
         self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
         # Why the voice asked for at open() was not merged (the model's own voice is used), or None.
         self.voice_problem: LoraError | None = None
+        self._ready_reserved: int | None = None  # the allocator's reserved bytes once open() was done (CUDA)
 
     # ------------------------------------------------------------------ construction
 
@@ -306,6 +309,7 @@ class ChatSession:
             # Capture and warm-up leave blocks in the caching allocator that no turn reuses (eager runs at
             # every captured shape); handing them back keeps the reserved VRAM near what turns need.
             torch.cuda.empty_cache()
+            session._ready_reserved = torch.cuda.memory_reserved(torch_device)
         report(Progress("ready", 1.0))
         return session
 
@@ -576,7 +580,18 @@ class ChatSession:
         dropped = self._make_room_for_next_turn(stats, answer_tokens, max_take_seconds)
         if dropped:
             yield ContextTrimmedInfo(dropped)
+        self._release_cached_memory()
         yield TurnDone(stats)
+
+    def _release_cached_memory(self) -> None:
+        """Hand back to the driver what a turn left cached in the allocator beyond what the session held when
+        it was ready (a long take's eager encoding, a rebuild's temporaries): without it the card's count
+        crept up by ~75 MB over a long conversation (bench/results/run-56-int8-final, small_cards). After the
+        answer is generated, so no turn's first audio waits for it."""
+        if self.loaded.device.type != "cuda" or self._ready_reserved is None:
+            return
+        if torch.cuda.memory_reserved(self.loaded.device) > self._ready_reserved + RELEASE_CACHED_ABOVE_BYTES:
+            torch.cuda.empty_cache()
 
     def _encode(self, wave_16k: np.ndarray) -> Turn:
         """The take (its features, and rows if the encoder graphs made them) in the conversation, and the

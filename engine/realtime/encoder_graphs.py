@@ -111,6 +111,7 @@ class EncoderGraphs:
         on_cuda = device.type == "cuda"
         self._staging = torch.zeros((self.max_samples,), dtype=torch.float32, pin_memory=on_cuda)
         self._staged = torch.cuda.Event() if on_cuda else None  # the last copy out of the staging buffer
+        self._fit_positional_table(int(mel2emb_len(lengths[-1])))
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
         self.capture_seconds: dict[int, float] = {}  # per rung: eager runs, capture and checks
@@ -119,6 +120,17 @@ class EncoderGraphs:
             self._capture(lengths)
         else:
             self.rungs = {frames: self._new_rung(frames) for frames in lengths}
+
+    def _fit_positional_table(self, frames: int) -> None:
+        """The conformer's relative positional table for `frames` encoder frames (the longest rung) instead of
+        liquid-audio's 5000 (10 MB in bf16; 2 MB for the 60 s rung). Its entries depend only on the relative
+        position, and the forward takes the centre of the table, so every value the encoder reads is the
+        same; a longer input extends the table again (liquid-audio's own `update_max_seq_length`)."""
+        encoding = self.conformer.pos_enc
+        if getattr(encoding, "pe", None) is None or encoding.pe.size(1) <= 2 * frames - 1:
+            return
+        del encoding.pe
+        self.conformer.set_max_audio_length(frames)
 
     # ------------------------------------------------------------------ the steps (each graph's eager twin)
 
