@@ -101,3 +101,87 @@ class Room(threading.Thread):
     def stop(self) -> None:
         self.stop_event.set()
         self.join(5)
+
+
+class SpeakingMic(threading.Thread):
+    """The test microphone with a user who talks now and then, without a room's echo: quiet room noise, plus
+    the utterance `say` started (switched off early by `hush`). Fed like app_helpers.MicFeeder (whole blocks,
+    each feed when the last one was taken, at the wall-clock pace of a sound card), so it can replace that
+    tone feeder beside a SpeakerTap. `frames_fed` is the microphone's clock: a test waits for frames to be
+    taken, never for wall time."""
+
+    def __init__(self, env: object, *, noise_db: float = -60.0, block_s: float = 0.01, feed_blocks: int = 5,
+                 seed: int = 0) -> None:
+        super().__init__(daemon=True, name="speaking-mic")
+        from engine.audio.devices import find_device
+
+        self.env = env
+        self.rate = int(round(find_device(None, "input").default_samplerate))
+        self.block = max(1, round(self.rate * block_s))
+        self.frames_per_feed = self.block * feed_blocks
+        self.noise = room_noise(10 * self.rate, level_db=noise_db, seed=seed)
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.frames_fed = 0
+        self._utterance: tuple[int, np.ndarray] | None = None  # (first frame, samples)
+        self.utterances = 0  # started by say()
+
+    def say(self, samples: np.ndarray) -> tuple[int, int]:
+        """Start the user's `samples` (at `rate`) with the next feed, instead of what they were saying; returns
+        the first and the end frame it will have on the microphone's clock."""
+        with self.lock:
+            start = self.frames_fed
+            self._utterance = (start, np.asarray(samples, np.float32))
+            self.utterances += 1
+            return start, start + len(samples)
+
+    def hush(self) -> None:
+        """The user stops talking now (mid-syllable, if need be)."""
+        with self.lock:
+            self._utterance = None
+
+    @property
+    def talking(self) -> bool:
+        with self.lock:
+            return self._utterance is not None and self._utterance[0] + len(self._utterance[1]) > self.frames_fed
+
+    def wait_fed(self, frame: int, *, timeout: float = 30.0) -> None:
+        """Until the capture stream has taken the microphone's audio up to `frame` (the timeout only guards
+        against a hang)."""
+        deadline = time.monotonic() + timeout
+        while self.frames_fed < frame:
+            assert time.monotonic() < deadline, f"the microphone was fed {self.frames_fed} of {frame} frames"
+            time.sleep(0.01)
+
+    def run(self) -> None:
+        fd = self.env._mic_fd  # type: ignore[attr-defined]
+        started = time.monotonic()
+        pending = np.zeros(1, dtype=np.int32)
+        n = self.frames_per_feed
+        while not self.stop_event.is_set():
+            due = started + self.frames_fed / self.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(min(delay, 0.02))
+                continue
+            fcntl.ioctl(fd, termios.FIONREAD, pending)
+            if pending[0] > 0:  # the stream has not taken the previous feed yet
+                time.sleep(0.002)
+                continue
+            feed = self.noise[(np.arange(n) + self.frames_fed) % len(self.noise)]
+            with self.lock:
+                if self._utterance is not None:
+                    start, samples = self._utterance
+                    a = max(self.frames_fed, start)
+                    b = min(self.frames_fed + n, start + len(samples))
+                    if a < b:
+                        feed[a - self.frames_fed: b - self.frames_fed] += samples[a - start: b - start]
+                    if start + len(samples) <= self.frames_fed + n:
+                        self._utterance = None
+            self.env.feed_mic(feed, block=self.block)  # type: ignore[attr-defined]
+            with self.lock:
+                self.frames_fed += n
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(5)

@@ -1,16 +1,26 @@
 """Random interleavings of every command, at random moments, on the real engine thread.
 
 A hypothesis `RuleBasedStateMachine` drives the real `EngineWorker` on the demo model with the real
-ALSA test devices (a microphone fed with a tone, a speaker read in real time). Each example starts an
-engine, loads the demo model, runs random steps and ends with a Shutdown (at a random moment when the
-`shutdown` rule is drawn, else after checking the records at rest).
+ALSA test devices (a microphone with a user who talks now and then, tests/room.py's SpeakingMic: quiet room
+noise and generated voiced syllables from tests/voice_signals.py; a speaker read in real time). Each example
+starts an engine, loads the demo model, runs random steps and ends with a Shutdown (at a random moment when
+the `shutdown` rule is drawn, else after checking the records at rest).
+
+The user's voice is switched on and off by rules (`say`, `hush`) while the other rules run, so in
+hands-free mode voice takes start and end among every other command; three rules wait for what a voice
+must lead to: `voice_take` (one take of the whole utterance, or a rejection the window is told of),
+`barge_in_by_voice` (speech during an answer stops it and becomes the next take) and `speak_while_muted`
+(muted before or during the speech: no take).
 
 After every step:
 - the engine answers a ping within PING_DEADLINE_S;
 - every StateChanged is a legal step of the table (engine/worker/table.py);
 - no EngineError of kind "internal";
-- no take gets a second answer, no answer finishes twice.
+- no take gets a second answer, no answer finishes twice;
+- no take is declared lost (TAKE_LOST), a voice take included.
 At the end of each example:
+- in hands-free mode, once the user has been silent for longer than the end-of-speech silence (counted in
+  microphone frames), no voice take is still open;
 - every take got exactly one assistant turn (started and finished);
 - the records (as exported) match what the window was told since the last ConversationCleared;
 - every record was handed to the turn-finished seam once;
@@ -32,11 +42,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from app_helpers import make_voice_adapter
+import alsa_env
+from app_helpers import SpeakerTap, make_voice_adapter
 from engine import protocol as p
-from engine.worker.table import NOT_LOADED, public_transitions
+from engine.worker.table import NOT_LOADED, VoiceStarted, public_transitions
 from engine.worker.takes import TAKE_LOST
-from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, audio_env  # noqa: F401 - fixture
+from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine
+from room import SpeakingMic
+from voice_signals import speech
 
 pytestmark = [
     pytest.mark.timeout(1800),
@@ -50,6 +63,7 @@ REST_TIMEOUT_S = 90.0
 LEGAL = public_transitions()
 PROMPTS = (DEFAULT_PROMPT, "Answer briefly.", "Speak slowly.")
 RESTING = (p.EngineState.IDLE, p.EngineState.NO_MODEL)
+MISSING_MIC = "No Such Microphone"
 
 
 class Context:
@@ -58,9 +72,14 @@ class Context:
     good_voice: Path
     broken_voice: Path
     out: Path
+    mic: SpeakingMic
     examples = 0
     steps = 0
     during_answer = 0  # commands sent right after an answer's first audio
+    voice_starts = 0  # speech starts the listener reported
+    voice_takes = 0  # takes of a voice_take / barge_in_by_voice rule
+    barge_ins = 0  # answers stopped by the user's voice
+    muted_utterances = 0  # utterances that a mute kept from becoming takes
 
 
 CTX = Context()
@@ -85,6 +104,25 @@ class EngineMachine(RuleBasedStateMachine):
         self.started: set[int] = set()
         self.exports = 0
         self.hands_free = False
+        self.muted = False
+        self.end_of_speech = 0.6
+        self.echo_cancellation = True
+        self.microphone: str | None = None
+        self.held = False  # a press of ours not released yet (the listener's speech would join that take)
+        # The listener's speech starts, as it puts them on the engine's command queue (an observer: the real
+        # command goes on unchanged).
+        self.voice_started: list[int] = []
+        audio = self.eng.worker.audio
+        put = audio._put_command
+
+        def observed(command: object) -> None:
+            if isinstance(command, VoiceStarted):
+                self.voice_started.append(command.seq)
+                CTX.voice_starts += 1
+            put(command)
+
+        audio._put_command = observed
+        CTX.mic.hush()
 
     # ------------------------------------------------------------------ commands at random moments
 
@@ -92,25 +130,30 @@ class EngineMachine(RuleBasedStateMachine):
           echo_cancellation=st.booleans())
     def hands_free(self, enabled: bool, muted: bool, end_of_speech: float, echo_cancellation: bool) -> None:
         """Hands-free on or off, muted or not, at any moment (the listener starts, stops or is rebuilt)."""
-        self.hands_free = enabled
+        self.hands_free, self.muted = enabled, muted
+        self.end_of_speech, self.echo_cancellation = end_of_speech, echo_cancellation
         self._send(p.SetHandsFree(enabled, muted, end_of_speech, 0.1, echo_cancellation))
 
     @rule()
     def start_take(self) -> None:
+        self.held = True
         self._send(p.StartTake())
 
     @rule()
     def end_take(self) -> None:
+        self.held = False
         self._send(p.EndTake())
 
     @rule(hold=st.floats(0.0, 0.8))
     def talk(self, hold: float) -> None:
+        self.held = False
         self._send(p.StartTake())
         time.sleep(hold)
         self._send(p.EndTake())
 
     @rule(times=st.integers(2, 4))
     def rapid_press_release(self, times: int) -> None:
+        self.held = False
         for _ in range(times):
             self._send(p.StartTake(), p.EndTake())
 
@@ -124,6 +167,7 @@ class EngineMachine(RuleBasedStateMachine):
         if self.hands_free:  # push-to-talk's rule: a voice take in progress would take the hold's place
             self.hands_free = False
             self._send(p.SetHandsFree(False))
+        self.held = False
         for hold, gap in presses:
             self._send(p.StartTake())
             time.sleep(hold)
@@ -162,6 +206,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(microphone=st.sampled_from((None, "vc_test_mic", "No Such Microphone")))
     def select_devices(self, microphone: str | None) -> None:
+        self.microphone = microphone
         self._send(p.SelectDevices(microphone, SPEAKER))
 
     @rule(rescan=st.booleans())
@@ -212,6 +257,7 @@ class EngineMachine(RuleBasedStateMachine):
         if self.stopped:
             return
         mark = len(self.eng.seen)
+        self.held = False
         self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
         time.sleep(0.3)
         self.eng.send(p.EndTake())
@@ -232,6 +278,7 @@ class EngineMachine(RuleBasedStateMachine):
         elif command == "load":
             self.eng.send(p.Load(source="demo", demo=True))
         elif command == "devices":
+            self.microphone = "vc_test_mic"
             self.eng.send(p.SelectDevices("vc_test_mic", SPEAKER))
         elif command == "export":
             self.exports += 1
@@ -243,10 +290,149 @@ class EngineMachine(RuleBasedStateMachine):
         elif command == "cancel":
             self.eng.send(p.Cancel())
         elif command in ("hands_free", "mute"):
-            self.hands_free = True
+            self.hands_free, self.muted = True, command == "mute"
+            self.end_of_speech, self.echo_cancellation = 0.6, True
             self.eng.send(p.SetHandsFree(True, muted=command == "mute"))
         else:
             self.eng.send(p.EndTake())
+
+    # ------------------------------------------------------------------ the user's voice
+
+    @rule(seconds=st.sampled_from((0.3, 1.0, 2.5)), loud=st.booleans(), seed=st.integers(0, 20))
+    def say(self, seconds: float, loud: bool, seed: int) -> None:
+        """The user starts talking (instead of what they were saying) and goes on while the next rules run."""
+        if not self.stopped:
+            CTX.steps += 1
+            CTX.mic.say(self._utterance(seconds, seed, 0.5 if loud else 0.25))
+
+    @rule()
+    def hush(self) -> None:
+        """The user stops talking, mid-syllable if need be."""
+        CTX.mic.hush()
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(seconds=st.sampled_from((0.6, 1.5)), end_of_speech=st.sampled_from((0.3, 0.6)), seed=st.integers(0, 20))
+    def voice_take(self, seconds: float, end_of_speech: float, seed: int) -> None:
+        """Hands-free on, the engine at rest or answering, the user says one utterance: exactly one take of all
+        of it (pre-roll included), or a rejection the window is told of; it is never lost."""
+        CTX.mic.hush()
+        self.end_of_speech = end_of_speech
+        if not self._listening(muted=False) or not self._ready_for_a_voice():
+            return
+        mark = len(self.eng.seen)
+        starts = len(self.voice_started)
+        _, end = CTX.mic.say(self._utterance(seconds, seed, 0.4))
+        outcome = self.eng.wait_for(lambda e: isinstance(e, (p.UserTakeAdded, p.TakeRejected))
+                                    or (isinstance(e, p.EngineError) and e.kind in ("take", "audio_device")),
+                                    timeout=30, after=mark)
+        assert not (isinstance(outcome, p.EngineError) and outcome.message == TAKE_LOST), "the voice take was lost"
+        # The end of the utterance and more than one end-of-speech silence after it: nothing else comes of it.
+        CTX.mic.wait_fed(end + int((end_of_speech + 1.0) * CTX.mic.rate))
+        self._ping()
+        assert len(self.voice_started) - starts == 1, f"{len(self.voice_started) - starts} starts for one utterance"
+        takes = self.eng.of(p.UserTakeAdded, mark)
+        if isinstance(outcome, p.UserTakeAdded):
+            CTX.voice_takes += 1
+            assert len(takes) == 1, f"one utterance became {len(takes)} takes"
+            assert outcome.duration_s >= seconds, f"a take of {outcome.duration_s:.2f} s for {seconds} s of speech"
+        else:
+            assert not takes, f"a take besides the rejection {outcome}"
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(seconds=st.sampled_from((1.0, 1.5)), seed=st.integers(0, 20))
+    def barge_in_by_voice(self, seconds: float, seed: int) -> None:
+        """Speech while the assistant answers stops the answer and becomes the next take, the whole utterance."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice():
+            return
+        mark = len(self.eng.seen)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
+        time.sleep(0.3)
+        self.eng.send(p.EndTake())
+        try:  # the answer to this take (not one from before, still playing out) and its first audio
+            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
+            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
+                              after=self.eng.seen.index(started))
+        except AssertionError:
+            return  # no answer came (a change was pending, the take was refused)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
+        answer = started.turn_id
+        speaking = len(self.eng.seen)
+        starts = len(self.voice_started)
+        _, end = CTX.mic.say(self._utterance(seconds, seed, 0.5))
+        take = self.eng.wait_for(lambda e: isinstance(e, p.UserTakeAdded), timeout=30, after=speaking)
+        finished = [e for e in self.eng.seen[speaking:self.eng.seen.index(take)]
+                    if isinstance(e, p.AssistantTurnFinished) and e.turn_id == answer]
+        assert finished or answer in self.finished, "the user's take came while the answer was still going"
+        if finished and finished[0].cancelled:
+            CTX.barge_ins += 1
+        CTX.voice_takes += 1
+        assert take.duration_s >= seconds, f"a take of {take.duration_s:.2f} s for {seconds} s of speech"
+        CTX.mic.wait_fed(end + int((self.end_of_speech + 1.0) * CTX.mic.rate))
+        self._ping()
+        assert len(self.voice_started) - starts == 1 and len(self.eng.of(p.UserTakeAdded, speaking)) == 1
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(during=st.booleans(), seed=st.integers(0, 20))
+    def speak_while_muted(self, during: bool, seed: int) -> None:
+        """Muted before the user speaks, or while a voice take runs: no take comes of it."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice():
+            return
+        mark = len(self.eng.seen)
+        starts = len(self.voice_started)
+        if during:
+            _, end = CTX.mic.say(self._utterance(3.0, seed, 0.4))
+            deadline = time.monotonic() + 20
+            while len(self.voice_started) == starts or self.public is not p.EngineState.RECORDING:
+                assert CTX.mic.talking and time.monotonic() < deadline, "3 s of speech started no take"
+                time.sleep(0.01)
+                self._check_new_events()
+            self._listening(muted=True)
+            starts = len(self.voice_started)
+        else:
+            self._listening(muted=True)
+            _, end = CTX.mic.say(self._utterance(1.5, seed, 0.4))
+        CTX.mic.wait_fed(end + int((self.end_of_speech + 1.0) * CTX.mic.rate))
+        self._ping()
+        assert len(self.voice_started) == starts, "the listener heard speech while muted"
+        assert not self.eng.of(p.UserTakeAdded, mark), "a take while muted"
+        CTX.muted_utterances += 1
+
+    def _utterance(self, seconds: float, seed: int, level: float) -> object:
+        return speech(seconds, f0=110.0 + 10 * (seed % 5), seed=seed, level=level, rate=CTX.mic.rate, pauses=False)
+
+    def _listening(self, *, muted: bool) -> bool:
+        """Hands-free on (muted as asked) and listening, as the engine says; False if it cannot listen now (no
+        model loaded, or loading)."""
+        if self.stopped:
+            return False
+        self.hands_free, self.muted = True, muted
+        self._send(p.SetHandsFree(True, muted, self.end_of_speech, 0.1, self.echo_cancellation))
+        wanted = p.HandsFreeState(enabled=True, listening=True, muted=muted)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            states = self.eng.of(p.HandsFreeState)
+            if states and states[-1] == wanted:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def _ready_for_a_voice(self) -> bool:
+        """Our press released, and the engine resting or answering (not recording, loading or exporting)."""
+        if self.held:
+            self.held = False
+            self._send(p.EndTake())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pong = self._ping()
+            if pong.state in (p.EngineState.IDLE, p.EngineState.THINKING, p.EngineState.SPEAKING):
+                time.sleep(0.1)  # the listener has seen some of the room's quiet since the last hush
+                return True
+            if pong.state is p.EngineState.NO_MODEL:
+                return False
+            time.sleep(0.05)
+        return False
 
     @rule(seconds=st.floats(0.0, 1.0))
     def wait(self, seconds: float) -> None:
@@ -299,6 +485,7 @@ class EngineMachine(RuleBasedStateMachine):
                 self.public = event.state
             elif isinstance(event, p.EngineError):
                 assert event.kind != "internal", f"internal error: {event.message}\n{event.details}"
+                assert event.message != TAKE_LOST, "a take was declared lost"
             elif isinstance(event, p.UserTakeAdded):
                 assert event.turn_id not in self.takes
                 self.takes[event.turn_id] = 0
@@ -318,6 +505,7 @@ class EngineMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             if not self.stopped:
+                self._check_no_voice_take_left_open()
                 self._wait_for_rest()
                 self._check_new_events()
                 assert all(count == 1 for count in self.takes.values()), f"unanswered takes: {self.takes}"
@@ -331,10 +519,21 @@ class EngineMachine(RuleBasedStateMachine):
                 self.eng.send(p.Shutdown())
                 self.eng.worker.join(10)
 
+    def _check_no_voice_take_left_open(self) -> None:
+        """Hands-free, unmuted, no press of ours: once the user has been silent for longer than the end-of-speech
+        silence (in microphone frames), the listener has ended every voice take, so the engine records nothing."""
+        CTX.mic.hush()
+        if not (self.hands_free and not self.muted and not self.held):
+            return
+        CTX.mic.wait_fed(CTX.mic.frames_fed + int((self.end_of_speech + 1.5) * CTX.mic.rate))
+        pong = self._ping()
+        assert pong.state is not p.EngineState.RECORDING, "a voice take was still open after the user's silence"
+
     def _wait_for_rest(self) -> None:
         """Until two pings in a row find the engine resting with nothing else happening in between."""
         deadline = time.monotonic() + REST_TIMEOUT_S
         # A take still held would otherwise run to its 60 s limit, and a long answer to its end.
+        CTX.mic.hush()
         self._send(p.SetHandsFree(False), p.EndTake(), p.Cancel())
         while True:
             assert time.monotonic() < deadline, "the engine did not come to rest"
@@ -393,8 +592,24 @@ class EngineMachine(RuleBasedStateMachine):
         self.eng.wait_for(lambda e: isinstance(e, p.EngineStopped), timeout=2)
 
 
-def test_random_interleavings_of_every_command(audio_env, isolated_user_dirs: Path, tmp_path: Path) -> None:  # noqa: ANN001
+@pytest.fixture
+def talking_env(isolated_user_dirs: Path, tmp_path: Path):  # noqa: ANN201
+    """The ALSA test devices: the microphone of a user who talks when the rules say, a speaker read in real time."""
+    env = alsa_env.install(tmp_path / "alsa")
+    mic = SpeakingMic(env)
+    tap = SpeakerTap(env)
+    mic.start()
+    tap.start()
+    yield env, mic, tap
+    mic.stop()
+    tap.stop()
+    env.uninstall()
+
+
+def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: Path, tmp_path: Path) -> None:  # noqa: ANN001
     from engine.chat.session import demo_model_folder, ensure_demo_model
+
+    CTX.mic = talking_env[1]
 
     ensure_demo_model()
     CTX.good_voice = make_voice_adapter(demo_model_folder(), isolated_user_dirs / "voices" / "alice")
@@ -404,10 +619,14 @@ def test_random_interleavings_of_every_command(audio_env, isolated_user_dirs: Pa
     CTX.out.mkdir()
     (CTX.out / "not-a-folder.txt").write_text("a file where the export wants a folder")
     CTX.examples = CTX.steps = CTX.during_answer = 0
+    CTX.voice_starts = CTX.voice_takes = CTX.barge_ins = CTX.muted_utterances = 0
     run_state_machine_as_test(
         EngineMachine,
         settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
                           suppress_health_check=list(HealthCheck), print_blob=True),
     )
     print(f"stateful engine test: {CTX.examples} examples, {CTX.steps} commands sent, "
-          f"{CTX.during_answer} of them during an answer")
+          f"{CTX.during_answer} of them during an answer; {CTX.voice_starts} speech starts heard, "
+          f"{CTX.voice_takes} voice takes checked, {CTX.barge_ins} answers stopped by voice, "
+          f"{CTX.muted_utterances} utterances kept out by the mute")
+    assert CTX.voice_starts > 0 and CTX.voice_takes > 0, "the user's voice never became a take"
