@@ -152,20 +152,30 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _int8_lines(int8, results.get("stage_bytes", {}))
     estimate = results.get("card_estimates")
     if estimate:
-        lines += [
-            f"## Other GPUs: {estimate['label']}",
-            "",
-            "| card | bandwidth GB/s (published) | backbone step ms | depthformer frame ms | ms/frame | RTF | RTF floor | TTFA ms | VRAM GB |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for card, e in estimate["cards"].items():
-            lines.append(
-                f"| {card} | {e['published_bandwidth_gbs']:.0f} | {e['backbone_step_ms']:.2f} | {e['depthformer_frame_ms']:.2f} | "
-                f"{e['ms_per_frame']:.2f} | {e['rtf']:.3f} | {e['rtf_bandwidth_floor']:.3f} | {e['ttfa_ms']:.0f} | {e['vram_gb']:.0f} |"
-            )
-        lines.append("")
+        lines += _card_lines(f"## Other GPUs: {estimate['label']}", estimate)
     lines += ["## Notes", "", *results.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def _card_lines(title: str, estimate: dict[str, Any]) -> list[str]:
+    """A card estimate's table (engine/bench/cards.py), under `title`."""
+    lines = [
+        title,
+        "",
+        "| card | bandwidth GB/s (published) | backbone step ms | depthformer frame ms | ms/frame | RTF | RTF floor | TTFA ms | VRAM GB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for card, e in estimate["cards"].items():
+        lines.append(
+            f"| {card} | {e['published_bandwidth_gbs']:.0f} | {e['backbone_step_ms']:.2f} | {e['depthformer_frame_ms']:.2f} | "
+            f"{e['ms_per_frame']:.2f} | {e['rtf']:.3f} | {e['rtf_bandwidth_floor']:.3f} | {e['ttfa_ms']:.0f} | {e['vram_gb']:.0f} |"
+        )
+    memory = estimate.get("memory_gb")
+    if memory:  # measured (small_cards): the app's most by the driver's count, and what a desktop leaves
+        lines += ["", "| card (memory, small_cards) | card GB | app GB (driver, most) | desktop GB | headroom GB |", "|---|---|---|---|---|"]
+        for card, m in memory.items():
+            lines.append(f"| {card} | {m['card_gb']:.1f} | {m['app_gb']:.2f} | {m['desktop_gb']:.1f} | {m['headroom_gb']:.2f} |")
+    return lines + [""]
 
 
 def _int8_lines(int8: dict[str, Any], bf16_bytes: dict[str, int]) -> list[str]:
@@ -192,18 +202,7 @@ def _int8_lines(int8: dict[str, Any], bf16_bytes: dict[str, int]) -> list[str]:
         lines.append("")
     estimate = int8.get("card_estimates")
     if estimate:
-        lines += [
-            f"int8 on other GPUs: {estimate['label']}",
-            "",
-            "| card | backbone step ms | depthformer frame ms | ms/frame | RTF | RTF floor | TTFA ms |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for card, e in estimate["cards"].items():
-            lines.append(
-                f"| {card} | {e['backbone_step_ms']:.2f} | {e['depthformer_frame_ms']:.2f} | {e['ms_per_frame']:.2f} | {e['rtf']:.3f} | "
-                f"{e['rtf_bandwidth_floor']:.3f} | {e['ttfa_ms']:.0f} |"
-            )
-        lines.append("")
+        lines += _card_lines(f"int8 on other GPUs: {estimate['label']}", estimate)
     return lines
 
 

@@ -82,6 +82,15 @@ def _int8_section(bf16: EngineBench | None, int8: EngineBench, bandwidth: float,
     return section
 
 
+def _attach_card_memory(results: dict[str, Any]) -> None:
+    """Each consumer card's memory as small_cards measured it through the app's open path (the app's most by
+    the driver's count, and the headroom a desktop leaves), beside the speed estimates: bf16's, and int8's."""
+    small = results.get("small_cards") or {}
+    for key, target in (("cards", results.get("card_estimates")), ("cards_int8", (results.get("int8") or {}).get("card_estimates"))):
+        if small.get(key) and target is not None:
+            target["memory_gb"] = small[key]
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from engine.bench.random_model import random_full_size_model
     from engine.tools.reply import quiet_library_logs
@@ -212,6 +221,7 @@ def run_bench(args: argparse.Namespace) -> int:
             traceback.print_exc()
             results[name] = {"error": f"{type(error).__name__}: {error}"}
         write_results(results, out)
+    _attach_card_memory(results)
     recipe_error = next(
         (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
     )
