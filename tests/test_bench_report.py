@@ -156,3 +156,23 @@ def test_sections_hooked_into_the_main_flow_land_in_bench_json(
     assert written["small_cards"] == {"caps_gb": [4.9, 6.9]}
     assert written["broken"] == {"error": "RuntimeError: out of memory"}
     assert written["summary"]["greedy"]["recipe"] == measured["summary"]["greedy"]["recipe"]
+
+
+def test_int8_run_reports_bytes_agreement_and_each_cards_speed_and_memory() -> None:
+    """Run 56's bench.json (engine and engine-int8 side by side) with run 57's small_cards: the report has int8's
+    bytes, its agreement with bf16 per stream, and for bf16 and int8 each card's estimate beside its measured memory."""
+    from engine.bench.run import _attach_card_memory
+
+    root = Path(__file__).resolve().parents[1] / "bench" / "results"
+    results = json.loads((root / "run-56-int8-final" / "bench" / "bench.json").read_text())
+    results["small_cards"] = json.loads((root / "run-57-steady-state" / "small" / "small_cards.json").read_text())
+    _attach_card_memory(results)
+    int8 = results["int8"]
+    assert int8["bytes_per_audio_frame"] < 1.75e9 < 3.2e9 < results["stage_bytes"]["backbone_step"] + results["stage_bytes"]["depthformer_frame"]
+    assert set(int8["agreement_with_bf16"]["streams"]) == {"text", *(f"codebook_{i}" for i in range(8))}
+    bf16_memory, int8_memory = results["card_estimates"]["memory_gb"], int8["card_estimates"]["memory_gb"]
+    assert bf16_memory.keys() == int8_memory.keys() and all(int8_memory[c]["app_gb"] < bf16_memory[c]["app_gb"] for c in bf16_memory)
+    text = _markdown(results)
+    assert text.count("| card (memory, small_cards) |") == 2 and "| codebook_7 | 72 |" in text
+    for card, estimate in int8["card_estimates"]["cards"].items():  # int8 reads half the bytes: faster on every card
+        assert estimate["rtf"] < results["card_estimates"]["cards"][card]["rtf"]
