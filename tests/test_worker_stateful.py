@@ -9,8 +9,9 @@ the `shutdown` rule is drawn, else after checking the records at rest).
 The user's voice is switched on and off by rules (`say`, `hush`) while the other rules run, so in
 hands-free mode voice takes start and end among every other command; three rules wait for what a voice
 must lead to: `voice_take` (one take of the whole utterance, or a rejection the window is told of),
-`barge_in_by_voice` (speech during an answer stops it and becomes the next take) and `speak_while_muted`
-(muted before or during the speech: no take).
+`barge_in_by_voice` (speech during an answer stops it and becomes the next take), `speak_while_muted`
+(muted before or during the speech: no take) and `retune_during_voice_take` (new timings mid-take: the take
+is not left open).
 
 After every step:
 - the engine answers a ping within PING_DEADLINE_S;
@@ -398,6 +399,30 @@ class EngineMachine(RuleBasedStateMachine):
         assert len(self.voice_started) == starts, "the listener heard speech while muted"
         assert not self.eng.of(p.UserTakeAdded, mark), "a take while muted"
         CTX.muted_utterances += 1
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(end_of_speech=st.sampled_from((0.3, 1.5)), echo_cancellation=st.booleans(), seed=st.integers(0, 20))
+    def retune_during_voice_take(self, end_of_speech: float, echo_cancellation: bool, seed: int) -> None:
+        """New hands-free timings (the listener is rebuilt) while a voice take runs: that take is dropped or
+        delivered, never left open once the user is silent (it was: RECORDING for ever)."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice():
+            return
+        mark = len(self.eng.seen)
+        starts = len(self.voice_started)
+        CTX.mic.say(self._utterance(3.0, seed, 0.4))
+        deadline = time.monotonic() + 20
+        while len(self.voice_started) == starts or self.public is not p.EngineState.RECORDING:
+            assert CTX.mic.talking and time.monotonic() < deadline, "3 s of speech started no take"
+            time.sleep(0.01)
+            self._check_new_events()
+        self.end_of_speech = end_of_speech
+        self.echo_cancellation = not self.echo_cancellation if echo_cancellation else self.echo_cancellation
+        self._listening(muted=False)
+        CTX.mic.hush()
+        CTX.mic.wait_fed(CTX.mic.frames_fed + int((end_of_speech + 1.5) * CTX.mic.rate))
+        assert self._ping().state is not p.EngineState.RECORDING, "the voice take was left open"
+        assert len(self.eng.of(p.UserTakeAdded, mark)) <= 1
 
     def _utterance(self, seconds: float, seed: int, level: float) -> object:
         return speech(seconds, f0=110.0 + 10 * (seed % 5), seed=seed, level=level, rate=CTX.mic.rate, pauses=False)

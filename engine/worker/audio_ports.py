@@ -140,18 +140,22 @@ class AudioPorts:
 
     # ------------------------------------------------------------------ hands-free
 
-    def reconcile_listener(self, hands_free: p.SetHandsFree, want: bool) -> None:
+    def reconcile_listener(self, hands_free: p.SetHandsFree, want: bool) -> bool:
         """Run the listener exactly when `want` (hands-free on, a model loaded), bound to the current recorder
-        and player (they are replaced when devices change)."""
+        and player (they are replaced when devices change). Returns whether a listener that was there has been
+        stopped or replaced: a voice take it had begun will never be delivered."""
         if not want:
+            gone = self.listener is not None
             self.stop_listener()
             self.post_hands_free(hands_free)
-            return
+            return gone
         recorder = self.takes.open()
         player = self.need_player()
         recorder.reference = player
         key = (id(recorder), id(player), hands_free.end_of_speech_s, hands_free.min_speech_s, hands_free.echo_cancellation)
+        replaced = False
         if self.listener is None or key != self._listener_key or not self.listener.running:
+            replaced = self.listener is not None
             self.stop_listener()
             from engine.audio.voice import VoiceListener, VoiceOptions
 
@@ -169,6 +173,7 @@ class AudioPorts:
             self.listener.start()
         self.listener.set_muted(hands_free.muted)
         self.post_hands_free(hands_free)
+        return replaced
 
     def stop_listener(self) -> None:
         listener, self.listener = self.listener, None

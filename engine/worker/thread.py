@@ -459,9 +459,14 @@ class EngineWorker:
         self._set_phase(Phase.RECORDING)
 
     def _reconcile_listener(self) -> None:
-        """The listener runs exactly when hands-free is on and a model is loaded (engine/worker/audio_ports.py)."""
+        """The listener runs exactly when hands-free is on and a model is loaded (engine/worker/audio_ports.py).
+        A listener stopped or rebuilt (new timings, echo cancellation switched) never delivers the voice take it
+        had begun: that take is dropped, as a mute drops it, rather than left open for ever."""
         want = self.hands_free.enabled and self.session is not None and self.phase is not Phase.LOADING
-        self.audio.reconcile_listener(self.hands_free, want)
+        if self.audio.reconcile_listener(self.hands_free, want) and self.phase is Phase.RECORDING \
+                and self.takes.is_voice:
+            self.takes.drop()
+            self._set_phase(self._rest_phase())
 
     def _on_EndTake(self, command: p.EndTake) -> None:
         # Nothing to end when the press failed or the take was cancelled or cut at the limit. The take
