@@ -160,11 +160,6 @@ class SettingsDialog(QDialog):
         if hasattr(self, "buttons"):
             self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(not too_long)
 
-    def accept(self) -> None:
-        if len(self.system_prompt.toPlainText()) > validation.MAX_SYSTEM_PROMPT_CHARS:
-            return  # the message under the prompt says why
-        super().accept()
-
     def _update_sampling_enabled(self) -> None:
         sampling = not self.greedy_radio.isChecked()
         for box in (self.audio_temperature, self.audio_top_k, self.text_temperature, self.text_top_k):
@@ -365,7 +360,10 @@ class SettingsDialog(QDialog):
     # ------------------------------------------------------------------ result
 
     def accept(self) -> None:
-        """OK: refused (the dialog stays open, nothing is applied) while both keys are the same key."""
+        """OK: refused (the dialog stays open, nothing is applied) while the system prompt is too long (the
+        message under it says why) or both keys are the same key."""
+        if len(self.system_prompt.toPlainText()) > validation.MAX_SYSTEM_PROMPT_CHARS:
+            return
         result = self.result_settings()
         if keys_clash(result):
             key = key_from_text(result.ptt_key) or Qt.Key.Key_Space

@@ -809,6 +809,8 @@ def test_the_dialog_offers_exactly_the_ranges_the_cli_and_the_settings_file_acce
     ok = dialog.buttons.button(dialog.buttons.StandardButton.Ok)
     dialog.system_prompt.setPlainText("あ" * (validation.MAX_SYSTEM_PROMPT_CHARS + 1))
     assert not ok.isEnabled() and not dialog.prompt_error.isHidden() and "長すぎ" in dialog.prompt_error.text()
+    dialog.accept()  # Enter, or anything else that accepts: still refused while the prompt is too long
+    assert dialog.result() != dialog.DialogCode.Accepted
     dialog.system_prompt.setPlainText("あ" * validation.MAX_SYSTEM_PROMPT_CHARS)
     assert ok.isEnabled() and dialog.prompt_error.isHidden()
 
