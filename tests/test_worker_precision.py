@@ -232,3 +232,29 @@ def test_int8_is_refused_without_an_nvidia_gpu(audio_env, model: Path) -> None: 
         assert (used.precision, used.requested) == ("bf16", "int8")
     finally:
         eng.stop()
+
+
+def test_an_int8_that_does_not_open_for_the_check_leaves_the_model_in_bf16(audio_env, model: Path, monkeypatch) -> None:  # noqa: ANN001
+    """The bf16 reference was recorded and closed, then int8 fails to open (here: no room on the card): the user
+    is told why and gets the model back in bf16, usable, with no verdict kept."""
+    check = Check(monkeypatch, passed=True)
+    real_open = ChatSession.open
+
+    def open_refusing_int8(*args: Any, **kwargs: Any) -> ChatSession:
+        if kwargs.get("precision") == "int8":
+            raise GpuMemoryError.of("The GPU ran out of memory while loading the model ({memory}). "
+                                    "Close other programs that use the GPU, or use a GPU with more memory.", memory="test")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(ChatSession, "open", open_refusing_int8)
+    eng = _engine()
+    try:
+        start = _load(eng, model, "int8")
+        assert [r[0] for r in check.recorded] == ["bf16"] and check.compared == []
+        assert eng.worker.session is not None and eng.worker.session.loaded.precision == "bf16"
+        assert [e.kind for e in eng.errors(start)] == ["precision"] and "memory" in eng.errors(start)[0].message
+        assert (eng.of(p.PrecisionInUse, start)[-1].precision, load_verdict(model, GPU)) == ("bf16", None)
+        _, metrics = do_turn(eng, hold_s=0.3)
+        assert metrics.frames > 0
+    finally:
+        eng.stop()

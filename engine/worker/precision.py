@@ -11,7 +11,7 @@ What a Load with precision="int8" gets:
 - No verdict: the check. The bf16 reference comes from the loaded session when that is bf16 on the same model
   (its voice taken off for it), else from a bf16 session opened for it (with progress) and closed; then int8
   opens (without a voice) and is compared, the verdict is kept, and the voice is merged. A failed check closes
-  int8 and reopens bf16, with the figures. A check that cannot run (an engine without CUDA graphs, an error in
+  int8 and reopens bf16, with the figures; an int8 that does not open at all (its error said) reopens bf16 too. A check that cannot run (an engine without CUDA graphs, an error in
   it) keeps bf16 and keeps no verdict.
 - bf16 does not fit the card (GpuMemoryError while opening it for the reference): int8 without the check, and
   the user is told that the check could not run on this card.
@@ -204,7 +204,12 @@ class PrecisionOpener:
             self._between_steps()
             reference_session.close()
             reference_session = None
-            int8 = self._open_plain("int8", None, keep_voice=False)
+            try:
+                int8 = self._open_plain("int8", None, keep_voice=False)
+            except UserFacingError as error:  # int8 did not open (memory, files): the model stays, in bf16
+                log.warning("int8 did not open for the check: %s", error.message)
+                worker._report(error, "precision")
+                return self._open_plain("bf16")
             post(p.Progress("precision_check", None))
             try:
                 report = int8.compare_with_check_reference(reference)
