@@ -67,7 +67,6 @@ RESTING = (p.EngineState.IDLE, p.EngineState.NO_MODEL)
 MISSING_MIC = "No Such Microphone"
 # What a voice take may miss of an utterance that starts over the assistant's answer (see barge_in_by_voice).
 DOUBLE_TALK_ONSET_LOSS_S = 0.4
-MAX_TAKE_S = 60.0  # the engine's longest take (engine/chat/session.py DEFAULT_MAX_TAKE_SECONDS)
 
 
 class Context:
@@ -84,7 +83,6 @@ class Context:
     voice_takes = 0  # takes of a voice_take / barge_in_by_voice rule
     barge_ins = 0  # answers stopped by the user's voice
     muted_utterances = 0  # utterances that a mute kept from becoming takes
-    open_after_silence = 0  # takes still open after the user's silence at the end of an example (see teardown)
 
 
 CTX = Context()
@@ -570,15 +568,10 @@ class EngineMachine(RuleBasedStateMachine):
         if not (self.hands_free and not self.muted and not self.held) or self.microphone == MISSING_MIC:
             return  # (no microphone open: nothing takes the room's audio, and nothing can be heard)
         CTX.mic.wait_fed(CTX.mic.frames_fed + int((self.end_of_speech + 1.5) * CTX.mic.rate))
-        if self._ping().state is not p.EngineState.RECORDING:
-            return
-        # Still recording: rarely, after a press of ours during a replay in hands-free mode (seen once in 40
-        # examples, not diagnosed). It must still end by itself, at the latest at the take's 60 s limit: the bug
-        # this guards against left the take open for ever, with every press ignored as "held".
-        CTX.open_after_silence += 1
-        CTX.mic.wait_fed(CTX.mic.frames_fed + int((MAX_TAKE_S + 5.0) * CTX.mic.rate), timeout=MAX_TAKE_S + 30.0)
         pong = self._ping()
-        assert pong.state is not p.EngineState.RECORDING, "a take was still open after the user's silence and the take limit"
+        # (A press of ours deferred behind a replay and an export, its release run before it, used to leave a take
+        # open here: engine/worker/thread.py _submit keeps a release behind its press now.)
+        assert pong.state is not p.EngineState.RECORDING, "a voice take was still open after the user's silence"
 
     def _wait_for_rest(self) -> None:
         """Until two pings in a row find the engine resting with nothing else happening in between."""
@@ -670,7 +663,7 @@ def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: 
     CTX.out.mkdir()
     (CTX.out / "not-a-folder.txt").write_text("a file where the export wants a folder")
     CTX.examples = CTX.steps = CTX.during_answer = 0
-    CTX.voice_starts = CTX.voice_takes = CTX.barge_ins = CTX.muted_utterances = CTX.open_after_silence = 0
+    CTX.voice_starts = CTX.voice_takes = CTX.barge_ins = CTX.muted_utterances = 0
     run_state_machine_as_test(
         EngineMachine,
         settings=settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
@@ -679,5 +672,5 @@ def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: 
     print(f"stateful engine test: {CTX.examples} examples, {CTX.steps} commands sent, "
           f"{CTX.during_answer} of them during an answer; {CTX.voice_starts} speech starts heard, "
           f"{CTX.voice_takes} voice takes checked, {CTX.barge_ins} answers stopped by voice, "
-          f"{CTX.muted_utterances} utterances kept out by the mute, {CTX.open_after_silence} takes open after the silence")
+          f"{CTX.muted_utterances} utterances kept out by the mute")
     assert CTX.voice_starts > 0 and CTX.voice_takes > 0, "the user's voice never became a take"

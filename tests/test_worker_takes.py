@@ -43,3 +43,40 @@ def test_a_normal_hold_after_a_burst_of_presses_produces_its_take(engine: Engine
     assert added.duration_s >= 0.45
     engine.wait_state(p.EngineState.IDLE, after=mark)
     assert not [e for e in engine.errors(mark) if e.message == TAKE_LOST]
+
+
+def test_a_release_never_overtakes_its_deferred_press(engine: Engine, tmp_path) -> None:  # noqa: ANN001
+    """Pressed during an answer behind a replay and an export asked for just before, released during that replay:
+    the press waits behind them (the table), and so must its release. The release used to run at once, as a
+    release does while a replay plays, before its press: the press then opened a take that no release ended,
+    RECORDING until the 60 s limit (found by tests/test_worker_stateful.py). The replay is held playing until
+    the release is in (the test streams are not paced: it would end at once)."""
+    import threading
+
+    mark = len(engine.seen)
+    engine.send(p.ApplySettings(p.SamplingSettings(), "Respond with interleaved text and audio.", 20.0), p.StartTake())
+    time.sleep(0.5)
+    engine.send(p.EndTake())
+    first = engine.wait_for(lambda e: isinstance(e, p.UserTakeAdded), after=mark, timeout=30)
+    engine.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), after=mark, timeout=30)
+    audio = engine.worker.audio
+    played_out, real_finished = threading.Event(), audio.playback_finished
+    audio.playback_finished = lambda: played_out.is_set() and real_finished()
+    answering = len(engine.seen)
+    # During the answer: all three wait for it (the press stops it).
+    engine.send(p.ReplayTurn(first.turn_id), p.Export(str(tmp_path / "talk.wav")), p.StartTake())
+    stopped = engine.wait_for(lambda e: isinstance(e, p.AssistantTurnFinished), after=answering, timeout=30)
+    engine.wait_state(p.EngineState.SPEAKING, after=engine.seen.index(stopped))  # the replay plays (held)
+    engine.send(p.EndTake(), p.Ping(5))
+    engine.wait_for(lambda e: isinstance(e, p.Pong) and e.seq == 5, after=answering, timeout=10)
+    released = len(engine.seen)
+    played_out.set()
+    # The replay ends, the export runs, then the press and its release, in that order: RECORDING, then rest again
+    # (a take too short to answer, or one answered) instead of recording on to the take limit.
+    recording = engine.wait_for(lambda e: isinstance(e, p.StateChanged) and e.state is p.EngineState.RECORDING,
+                                after=released, timeout=30)
+    at = next(i for i in range(released, len(engine.seen)) if engine.seen[i] is recording)  # (events compare by value)
+    rest = engine.wait_for(lambda e: isinstance(e, p.StateChanged) and e.state is not p.EngineState.RECORDING,
+                           after=at + 1, timeout=15)
+    assert rest.state in (p.EngineState.IDLE, p.EngineState.THINKING)
+    assert engine.of(p.Exported, answering)

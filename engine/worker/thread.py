@@ -266,8 +266,9 @@ class EngineWorker:
 
     # ------------------------------------------------------------------ the command table
 
-    def _submit(self, command: Any) -> None:
-        """The one place where a command meets the table (engine/worker/table.py)."""
+    def _submit(self, command: Any, *, waited: bool = False) -> None:
+        """The one place where a command meets the table (engine/worker/table.py). `waited`: it comes from the
+        waiting commands (`_pending`), whose earlier ones have all run."""
         if self._stopping and not isinstance(command, p.Ping):
             return
         try:
@@ -275,7 +276,12 @@ class EngineWorker:
         except KeyError:
             self._post(p.EngineError("internal", f"Unknown command {type(command).__name__}"))
             return
-        if rule.outcome is Outcome.RUN:
+        if (rule.outcome is Outcome.RUN and not waited and isinstance(command, p.EndTake)
+                and any(isinstance(c, p.StartTake) for c in self._pending)):
+            # Its press is still waiting (deferred behind a replay or an export): a release never overtakes its
+            # press, or the press would later open a take that no release ends (RECORDING until the take limit).
+            self._pending.append(command)
+        elif rule.outcome is Outcome.RUN:
             self._execute(command)
         elif rule.outcome is Outcome.REFUSE:
             self._post(p.EngineError(kind=rule.kind, message=rule.message, template=rule.message))
@@ -296,7 +302,7 @@ class EngineWorker:
         while self._pending and not self._stopping and self.phase not in BUSY:
             if rule_for(self._pending[0], self.phase).outcome is Outcome.AFTER_TURN:
                 return  # still waiting (e.g. an export for the answer that is playing out)
-            self._submit(self._pending.popleft())
+            self._submit(self._pending.popleft(), waited=True)
 
     def _execute(self, command: Any) -> None:
         handler = getattr(self, "_on_" + type(command).__name__, None)
