@@ -674,3 +674,24 @@ def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: 
           f"{CTX.voice_takes} voice takes checked, {CTX.barge_ins} answers stopped by voice, "
           f"{CTX.muted_utterances} utterances kept out by the mute")
     assert CTX.voice_starts > 0 and CTX.voice_takes > 0, "the user's voice never became a take"
+
+
+def test_new_timings_after_a_device_change_end_the_voice_take_in_progress(talking_env, isolated_user_dirs: Path,  # noqa: ANN001
+                                                                          tmp_path: Path) -> None:
+    """A sequence the machine above found: devices chosen again during an answer (the streams and the listener are
+    closed and opened again), then new hands-free timings while a voice take runs. The listener that began the
+    take had been replaced by the device change, not by reconcile_listener, which therefore did not say so: the
+    take stayed open (RECORDING) for ever."""
+    from engine.chat.session import ensure_demo_model
+
+    CTX.mic = talking_env[1]
+    ensure_demo_model()
+    CTX.out = tmp_path / "exports"
+    CTX.out.mkdir()
+    machine = EngineMachine()
+    try:
+        machine.change_during_an_answer("devices")
+        machine.retune_during_voice_take(echo_cancellation=False, end_of_speech=0.3, seed=0)  # asserts no take is left open
+    finally:
+        machine.eng.send(p.Shutdown())
+        machine.eng.worker.join(10)

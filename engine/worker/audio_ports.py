@@ -47,6 +47,7 @@ class AudioPorts:
         self.input_device: str | None = None
         self.output_device: str | None = None
         self.listener: Any = None
+        self._reconciled: Any = None  # the listener the last reconcile_listener left running
         self._listener_key: tuple | None = None
         self._hands_free_posted: p.HandsFreeState | None = None
 
@@ -144,11 +145,11 @@ class AudioPorts:
         """Run the listener exactly when `want` (hands-free on, a model loaded), bound to the current recorder
         and player (they are replaced when devices change). Returns whether a listener that was there has been
         stopped or replaced: a voice take it had begun will never be delivered."""
+        previous, self._reconciled = self._reconciled, None
         if not want:
-            gone = self.listener is not None
             self.stop_listener()
             self.post_hands_free(hands_free)
-            return gone
+            return previous is not None
         recorder = self.takes.open()
         player = self.need_player()
         recorder.reference = player
@@ -173,7 +174,10 @@ class AudioPorts:
             self.listener.start()
         self.listener.set_muted(hands_free.muted)
         self.post_hands_free(hands_free)
-        return replaced
+        # Replaced here, or stopped elsewhere since the last call (a device change closes the streams and the
+        # listener with them): either way the listener that may have begun a take is not the one running now.
+        self._reconciled = self.listener
+        return replaced or (previous is not None and previous is not self.listener)
 
     def stop_listener(self) -> None:
         listener, self.listener = self.listener, None
