@@ -276,10 +276,10 @@ def _verdicts(run: dict[str, Any]) -> dict[str, Any]:
 CONSUMER_CARDS = {"RTX 3060 12 GB": 12, "RTX 4060 8 GB": 8, "RTX 4060 Laptop 8 GB": 8, "RTX 4050 Laptop 6 GB": 6}
 
 
-def _card_memory(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def _card_memory(runs: list[dict[str, Any]], precision: str = "bf16") -> dict[str, Any]:
     """Whether each consumer card holds the app with a desktop on it (an estimate from the H200's counts:
     the most the process held, by the driver's count, over the conversation and the voice switches)."""
-    measured = [r for r in runs if r.get("graphs_ready") and r.get("precision", "bf16") == "bf16"]
+    measured = [r for r in runs if r.get("graphs_ready") and r.get("precision", "bf16") == precision]
     if not measured:
         return {}
     held = max(
@@ -319,7 +319,7 @@ def run_small_cards(out: Path, cards: list[int] | None = None) -> dict[str, Any]
         print(json.dumps({k: run.get(k) for k in ("card", "precision", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
     section["runs"] = runs
     section["cards"] = _card_memory(runs)
-    section["cards_int8"] = _card_memory([{**r, "precision": "bf16"} for r in runs if r.get("precision") == "int8"])
+    section["cards_int8"] = _card_memory(runs, "int8")
     out.mkdir(parents=True, exist_ok=True)
     (out / "small_cards.json").write_text(json.dumps(section, indent=1))
     return section

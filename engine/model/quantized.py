@@ -29,8 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-Precision = Literal["bf16", "int8"]
-PRECISIONS: tuple[Precision, ...] = ("bf16", "int8")
+Precision = Literal["bf16", "int8"]  # the choices themselves: engine.validation.PRECISIONS
 
 # Rows quantized at once: the float32 temporaries stay a few MB whatever the matrix.
 QUANTIZE_CHUNK_ELEMENTS = 1 << 22
