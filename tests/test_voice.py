@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from engine.audio.voice import FRAME, RATE, Segmenter, SpeechEnded, SpeechStarted, VoiceOptions, VoiceProcessor
+from engine.audio.voice import FRAME, HANGOVER_FRAMES, RATE, Segmenter, SpeechEnded, SpeechStarted, VoiceOptions, VoiceProcessor
 from voice_signals import power_db, room_echo, room_noise, speech
 
 ROOMS = dict(delay_s=st.floats(0.02, 0.2), attenuation_db=st.floats(10.0, 30.0), noise_db=st.floats(-70.0, -50.0),
@@ -25,7 +25,7 @@ ROOMS = dict(delay_s=st.floats(0.02, 0.2), attenuation_db=st.floats(10.0, 30.0),
 # playback) AEC3's suppressor can take the first 300-400 ms of the user's voice for echo: the take then
 # starts late (measured: up to 380 ms) and its first syllable is turned down; headphones avoid that.
 DOUBLE_TALK_ROOMS = {**ROOMS, "attenuation_db": st.floats(25.0, 40.0)}
-MEASURED: dict[str, list[float]] = {"delay_ms": [], "erle_db": [], "cost_us": []}
+MEASURED: dict[str, list[float]] = {"delay_ms": [], "erle_db": [], "voice_kept_db": [], "cost_us": []}
 
 
 def run(far: np.ndarray, near: np.ndarray, options: VoiceOptions = VoiceOptions()) -> tuple[np.ndarray, list, float]:
@@ -36,34 +36,41 @@ def run(far: np.ndarray, near: np.ndarray, options: VoiceOptions = VoiceOptions(
     for i in range(len(near) // FRAME):
         frame = slice(i * FRAME, (i + 1) * FRAME)
         t0 = time.perf_counter()
-        clean, voiced = processor.process(near[frame].copy(), far[frame].copy())
+        clean, voiced, talk_over = processor.process(near[frame].copy(), far[frame].copy())
         busy += time.perf_counter() - t0
         out[frame] = clean
-        event = segmenter.push(i, voiced)
+        event = segmenter.push(i, voiced, talk_over)
         if event is not None:
             events.append(event)
     return out, events, busy / max(1, len(near) // FRAME)
 
 
-@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(**ROOMS)
-def test_the_assistants_echo_alone_starts_no_take(delay_s: float, attenuation_db: float, noise_db: float,
-                                                   seed: int) -> None:
-    far = speech(60.0, f0=210.0, seed=seed)  # a minute of answers, with their pauses
-    near = room_echo(far, delay_s=delay_s, attenuation_db=attenuation_db, seed=seed) + room_noise(len(far), level_db=noise_db, seed=seed)
+def echo_alone(delay_s: float, attenuation_db: float, noise_db: float, seed: int, volume_up_db: float = 0.0) -> list:
+    """A minute of answers, with their pauses, and their echo (turned up by `volume_up_db` half-way through):
+    the segmenter's events."""
+    far = speech(60.0, f0=210.0, seed=seed)
+    near = room_echo(far, delay_s=delay_s, attenuation_db=attenuation_db, seed=seed)
+    near[len(near) // 2:] *= np.float32(10 ** (volume_up_db / 20))
+    near += room_noise(len(far), level_db=noise_db, seed=seed)
     _, events, cost = run(far, near)
     MEASURED["cost_us"].append(cost * 1e6)
+    return events
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(**ROOMS, volume_up_db=st.sampled_from((0.0, 10.0)))
+def test_the_assistants_echo_alone_starts_no_take(delay_s: float, attenuation_db: float, noise_db: float,
+                                                   seed: int, volume_up_db: float) -> None:
+    """Half-way through, the user may turn the volume up, as far as the rooms go (the echo at least 10 dB
+    below the playback): the echo comes back louder than the canceller and the double-talk check have learnt."""
+    events = echo_alone(delay_s, attenuation_db, noise_db, seed, min(volume_up_db, attenuation_db - 10.0))
     assert events == [], f"the echo started a take: {events[:2]}"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 26's targets (take within 200 ms, ERLE >= 20 dB on the take) are not met in every generated room: "
-    "in some, AEC3's suppressor mutes the first 200-500 ms of the user's voice, or leaves 10-15 dB of echo "
-    "right after double talk (measured: delay median 170 ms, max 660 ms; ERLE median 40 dB, min 6.5 dB)"))
-@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(**DOUBLE_TALK_ROOMS, speech_at=st.floats(3.0, 6.0), user_s=st.floats(1.0, 2.5))
-def test_the_user_talking_over_the_echo_starts_a_take_at_once_without_the_echo(
-        delay_s: float, attenuation_db: float, noise_db: float, seed: int, speech_at: float, user_s: float) -> None:
+def talk_over(delay_s: float, attenuation_db: float, noise_db: float, seed: int, speech_at: float,
+              user_s: float) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, list]:
+    """The assistant answers; `speech_at` seconds in, the user talks over it for `user_s` seconds. Returns
+    the echo, the user's voice, where it starts, the processed output and the segmenter's events."""
     far = speech(speech_at + user_s + 2.0, f0=210.0, seed=seed, pauses=False)
     echo = room_echo(far, delay_s=delay_s, attenuation_db=attenuation_db, seed=seed)
     user = speech(user_s, f0=120.0, seed=seed + 1, level=0.25, pauses=False)
@@ -71,23 +78,73 @@ def test_the_user_talking_over_the_echo_starts_a_take_at_once_without_the_echo(
     near = echo + room_noise(len(far), level_db=noise_db, seed=seed)
     near[at:at + len(user)] += user
     out, events, _ = run(far, near)
+    return echo, user, at, out, events
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "issue 26's targets are not met in every generated room. Over 16 random rooms (the talk-over check and the "
+    "loud-end echo tracker in place) every take keeps the voice within 3 dB and ERLE is >= 22 dB, but the take "
+    "starts within 200 ms in 14 only (median 136 ms; 615 and 857 ms, their audio from 215 and 437 ms into the "
+    "voice, where the voice is less than about 20 dB above the echo's loud end and AEC3's suppressor holds it "
+    "down); at the range's edge (echo 25 dB below the playback, room noise at -50 dBFS) hypothesis finds takes "
+    "that end early or never start"))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck),
+          phases=(Phase.explicit, Phase.generate))  # a known failure: no time spent shrinking it
+@given(**DOUBLE_TALK_ROOMS, speech_at=st.floats(3.0, 6.0), user_s=st.floats(1.0, 2.5))
+def test_the_user_talking_over_the_echo_starts_a_take_at_once_of_the_whole_utterance_without_the_echo(
+        delay_s: float, attenuation_db: float, noise_db: float, seed: int, speech_at: float, user_s: float) -> None:
+    echo, user, at, out, events = talk_over(delay_s, attenuation_db, noise_db, seed, speech_at, user_s)
     started = [e for e in events if isinstance(e, SpeechStarted)]
     ended = [e for e in events if isinstance(e, SpeechEnded)]
     assert len(started) == 1 and len(ended) == 1, events
     delay_ms = (started[0].confirmed + 1) * 10 - speech_at * 1000
     MEASURED["delay_ms"].append(delay_ms)
-    assert delay_ms <= 200, f"the take started {delay_ms:.0f} ms after the user began"
     take = ended[0]
-    # The take holds the whole utterance: its pre-roll starts before the user, its end after.
-    assert take.start * FRAME <= at and take.end * FRAME >= at + len(user) - 0.2 * RATE
+    # The take holds the whole utterance (its pre-roll starts before the user, its end after) and the voice is
+    # in it at its own level (AEC3's suppressor, left alone, turned the first 0.3-1 s of it down by 20-60 dB).
+    assert take.end * FRAME >= at + len(user) - 0.2 * RATE
+    voice = slice(max(at, take.start * FRAME), at + len(user))
+    kept_db = power_db(out[voice]) - power_db(user[voice.start - at:])
+    MEASURED["voice_kept_db"].append(kept_db)
+    assert kept_db >= -3.0, f"the take carries the user's voice {-kept_db:.1f} dB down"
     # ERLE on the take: the echo the microphone got against what is left of it in the take, over the take's
-    # echo-only parts (the pre-roll before the user began, and the silence after, from 30 ms after the user's
-    # last sample on: the noise suppressor's overlap-add window delays the signal by a few ms).
+    # echo-only parts: the pre-roll before the user began, and the silence after, from the end of the
+    # hangover that keeps word endings at full level (HANGOVER_FRAMES after the frame of the user's last
+    # sample, then the gate's 10 ms ramp) plus 10 ms for the noise suppressor's overlap-add delay.
     first, last = take.start * FRAME, take.end * FRAME
-    parts = np.r_[first:at, min(last, at + len(user) + 3 * FRAME):last]
+    after = (-(-(at + len(user)) // FRAME) + HANGOVER_FRAMES + 2) * FRAME
+    parts = np.r_[first:max(first, at), min(last, after):last]
     erle = power_db(echo[parts]) - power_db(out[parts])
     MEASURED["erle_db"].append(erle)
     assert erle >= 20.0
+    assert delay_ms <= 200, f"the take started {delay_ms:.0f} ms after the user began"
+    assert take.start * FRAME <= at, f"the take's audio starts {(take.start * FRAME - at) / 16:.0f} ms into the voice"
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 500), seconds=st.sampled_from((0.6, 1.5, 2.5)), end_silence_s=st.sampled_from((0.3, 0.6)),
+       lead_s=st.floats(0.0, 2.0))
+@example(seed=6, seconds=1.5, end_silence_s=0.3, lead_s=0.4)  # found by the randomized engine test in CI
+def test_an_utterance_in_a_quiet_room_is_one_take_of_all_of_it(seed: int, seconds: float, end_silence_s: float,
+                                                                 lead_s: float) -> None:
+    """Nothing playing, a listener `lead_s` old: one take, the whole utterance in it. (The noise suppressor,
+    still learning the room or taking a steady vowel for noise, turned voices down by 10-25 dB for up to
+    0.8 s, and the VAD on its output alone missed them.)"""
+    user = speech(seconds, f0=110.0 + 10 * (seed % 5), seed=seed, level=0.4, pauses=False)
+    lead = int(lead_s * RATE)
+    near = room_noise(lead + len(user) + 2 * RATE, level_db=-60.0, seed=seed)
+    near[lead:lead + len(user)] += user
+    options = VoiceOptions(end_silence_s=end_silence_s)
+    processor, segmenter = VoiceProcessor(options), Segmenter(options)
+    events = []
+    for i in range(len(near) // FRAME):
+        _, voiced, talk_over = processor.process(near[i * FRAME:(i + 1) * FRAME].copy(), None)
+        if (event := segmenter.push(i, voiced, talk_over)) is not None:
+            events.append(event)
+    assert [type(e) for e in events] == [SpeechStarted, SpeechEnded], events
+    take = events[1]
+    assert take.start * FRAME <= lead and take.end * FRAME >= lead + len(user), (
+        f"the take holds {take.start / 100:.2f}-{take.end / 100:.2f} s of a voice at {lead_s:.2f}-{lead_s + seconds:.2f} s")
 
 
 def test_coughs_and_clicks_start_no_take_and_a_pause_does_not_end_one() -> None:

@@ -35,6 +35,8 @@ from engine.constants import USER_SAMPLE_RATE
 
 RATE = USER_SAMPLE_RATE  # 16 kHz: the model's input rate, and a rate both WebRTC modules run natively
 FRAME = RATE // 100  # 10 ms
+# Frames after the last speech frame that are kept at full level (word endings), before the gate's 10 ms ramp.
+HANGOVER_FRAMES = 3
 
 
 @dataclass(frozen=True)
@@ -51,13 +53,52 @@ class VoiceOptions:
     aggressiveness: int = 3  # webrtcvad's mode, 0 (most permissive) to 3 (least)
     floor_dbfs: float = -48.0  # a frame quieter than this (after cleaning) is never speech
     # While something plays (or its echo may still arrive), a frame counts as speech only if the raw
-    # microphone is this much louder than the echo expected from what was played (a Geigel-style double-talk
-    # check with the echo path's loss learnt from frames without speech; it starts at 0 dB, "the echo is as
-    # loud as the playback", and learns within the first seconds of the first answer). AEC3 leaves a few
+    # microphone is this much louder than the loudest echo expected from what was played (a Geigel-style
+    # double-talk check against the echo path's loud end, VoiceProcessor._echo_gain). AEC3 leaves a few
     # hundred ms of residual echo after the user talked over the assistant, which the VAD alone takes for
-    # speech.
+    # speech. (The echo path's average loss, learnt before, was biased towards the quiet end of the echo and let
+    # loud rooms' echo through, 1 room in 24 at 10-30 dB; a volume turned up mid-answer, in 2 of 3.)
     double_talk_margin_db: float = 3.0
+    # Where the microphone is this much above the echo's loud end and a VAD hears a voice in it, the user is
+    # probably talking over the assistant ("talk-over"), whatever AEC3's suppressor makes of it: at the start
+    # of double talk (and at times in the middle of it) the suppressor holds the user's voice down by 20-60 dB
+    # for up to a second. A louder echo (the volume turned up mid-answer) looks the same, so talk-over alone
+    # never starts a take: it keeps a take going, dates its start back to where the voice began, and where the
+    # suppressor has turned such a frame down by more than `suppressed_db`, the take gets the microphone's
+    # frame as it is (the echo in it is at least near_dominant_db below the voice).
+    near_dominant_db: float = 10.0
+    suppressed_db: float = 6.0
+    # The microphone's VAD (for the check above) hears the echo too, and at mode 3 it took the user's first
+    # 100-120 ms for more of it; the level check does the echo's part, so it can be permissive.
+    near_aggressiveness: int = 1
     residual_gate_db: float = 20.0  # how far non-speech frames are turned down while the far end plays
+
+
+class EchoLoudEnd:
+    """The loud end of the echo path's gain (dB, the microphone's level against the far end's over the last
+    300 ms), tracked frame by frame. It starts at 0 dB, "the echo as loud as the playback", falls FALL_DB a
+    frame, and rises towards a louder frame by at most RISE_DB, or CREEP_DB where the frame was heard as a voice
+    or lies more than `outlier_db` above (it may be the user: a user's first syllables, before a VAD hears
+    them, cannot lift it far, while an echo that really got louder, the volume turned up, is learnt in
+    seconds)."""
+
+    FALL_DB = 0.1
+    RISE_DB = 1.0
+    CREEP_DB = 0.05
+
+    def __init__(self, *, outlier_db: float) -> None:
+        self.outlier_db = outlier_db
+        self.db = 0.0
+
+    def update(self, ratio_db: float, voice: bool) -> None:
+        if ratio_db <= self.db:
+            self.db -= self.FALL_DB
+            return
+        outlier = voice or ratio_db - self.db > self.outlier_db
+        self.db += min(ratio_db - self.db, self.CREEP_DB if outlier else self.RISE_DB)
+
+    def reset(self) -> None:
+        self.db = 0.0
 
 
 def _dbfs(frame: np.ndarray) -> float:
@@ -77,17 +118,26 @@ class VoiceProcessor:
             sample_rate=RATE, echo_cancellation=options.echo_cancellation,
             noise_suppression=options.noise_suppression, high_pass_filter=True, ns_level=2)
         self._vad = webrtcvad.Vad(int(options.aggressiveness))
+        # The VAD adapts to what it hears: the microphone's own frames go to VADs of their own (one as strict as
+        # the cleaned frames', one for the talk-over check).
+        self._raw_vad = webrtcvad.Vad(int(options.aggressiveness))
+        self._near_vad = webrtcvad.Vad(int(options.near_aggressiveness))
         self._pcm = np.zeros(FRAME, dtype=np.int16)
-        self._erl = 0.0  # dB: how much louder (< 0: quieter) the echo comes back than the playback
         self._far_recent = np.full(30, -200.0)  # the far end's level over the last 300 ms (echo delays)
         self._far_index = 0
         self._gate = np.float32(10 ** (-options.residual_gate_db / 20))
         self._hangover = 0
         self._gain = 1.0
+        self._raw_share = 0.0  # how much of the output frame is the microphone's own (see near_dominant_db)
+        # The echo path's loud end, twice: the speech check's follows a louder echo within a second (it alone
+        # starts takes); the talk-over check's does not follow a user's voice rising slowly out of the echo.
+        self._echo_for_speech = EchoLoudEnd(outlier_db=8.0)
+        self._echo_for_talk_over = EchoLoudEnd(outlier_db=4.0)
 
-    def process(self, near: np.ndarray, far: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    def process(self, near: np.ndarray, far: np.ndarray | None) -> tuple[np.ndarray, bool, bool]:
         """`near`: FRAME float32 samples from the microphone; `far`: the FRAME samples handed to the speaker
-        at the same moment (None or zeros: nothing playing). Returns the cleaned frame and whether it is speech.
+        at the same moment (None or zeros: nothing playing). Returns the cleaned frame, whether it is speech,
+        and whether it is talk-over (see near_dominant_db; never without a far end).
 
         After AEC3 and the noise suppressor, frames that are not speech while the far end plays (or its echo
         may still arrive) are turned down by `residual_gate_db`, with a 30 ms hangover after speech and a
@@ -106,41 +156,56 @@ class VoiceProcessor:
             clean = self._apm.process(near)
         level = _dbfs(clean)
         voiced = level >= options.floor_dbfs and self._vad_says(clean)
-        speech = voiced
+        raw = _dbfs(near)
+        raw_voiced = self._vad_says(near, self._raw_vad) and raw >= options.floor_dbfs
+        # With nothing playing, the microphone's own frame counts too: the noise suppressor, still learning the
+        # room or taking a steady vowel for noise, turned a generated voice down by 10-25 dB for up to 0.8 s and
+        # the VAD missed it (a 1.5 s utterance became a 1.2 s take).
+        speech = voiced or raw_voiced
+        talk_over = False
+        raw_share = 0.0
         if far_reference is not None:
-            raw = _dbfs(near)
-            above = raw - (far_reference + self._erl)  # how far the microphone is above the expected echo
-            speech = voiced and above > options.double_talk_margin_db
-            if not voiced and above < options.double_talk_margin_db:
-                # Echo alone (and room noise): learn how loud the echo comes back, keeping to its loud end.
-                step = 0.02 if above < 0 else 0.1
-                self._erl = float(np.clip(self._erl + step * above, -60.0, 10.0))
-        if speech:
-            self._hangover = 3
+            ratio = raw - far_reference
+            near_voiced = self._vad_says(near, self._near_vad)
+            talk_over = (near_voiced and raw >= options.floor_dbfs
+                         and ratio - self._echo_for_talk_over.db > options.near_dominant_db)
+            speech = voiced and ratio - self._echo_for_speech.db > options.double_talk_margin_db
+            self._echo_for_speech.update(ratio, speech or talk_over)
+            self._echo_for_talk_over.update(ratio, speech or talk_over)
+            if talk_over and level < raw - options.suppressed_db:
+                raw_share = 1.0
+        if raw_share != 0.0 or self._raw_share != 0.0:  # crossfaded within the frame
+            share = np.linspace(self._raw_share, raw_share, FRAME, dtype=np.float32)
+            clean = clean + share * (near - clean)
+            self._raw_share = raw_share
+        if speech or talk_over:
+            self._hangover = HANGOVER_FRAMES
         elif self._hangover > 0:
             self._hangover -= 1
-        target = self._gate if far_reference is not None and not speech and self._hangover == 0 else 1.0
+        target = self._gate if far_reference is not None and self._hangover == 0 else 1.0
         if target != 1.0 or self._gain != 1.0:
             clean = clean * np.linspace(self._gain, target, FRAME, dtype=np.float32)
             self._gain = target
-        return clean, speech
+        return clean, speech, talk_over
 
-    def _vad_says(self, frame: np.ndarray) -> bool:
+    def _vad_says(self, frame: np.ndarray, vad: Any = None) -> bool:
         self._pcm[:] = np.clip(frame, -1.0, 1.0) * 32767.0
-        return bool(self._vad.is_speech(self._pcm.tobytes(), RATE))
+        return bool((vad or self._vad).is_speech(self._pcm.tobytes(), RATE))
 
     def reset(self) -> None:
         self._apm.reset()
-        self._erl = 0.0
         self._far_recent.fill(-200.0)
         self._hangover = 0
         self._gain = 1.0
+        self._raw_share = 0.0
+        self._echo_for_speech.reset()
+        self._echo_for_talk_over.reset()
 
 
 @dataclass(frozen=True)
 class SpeechStarted:
     start: int  # first frame of the take (pre-roll included)
-    onset: int  # first voiced frame
+    onset: int  # first voiced frame (of talk-over, if that led up to the speech)
     confirmed: int  # the frame at which the speech was long enough to count
 
 
@@ -158,6 +223,8 @@ class Segmenter:
 
     # A voiced run may have gaps this long (between syllables) and still count towards `min_speech_s`.
     MAX_ONSET_GAP_FRAMES = 8
+    # How far back before the first speech frame a run of talk-over frames may date a take's start.
+    MAX_TALK_OVER_LEAD_FRAMES = 100
 
     def __init__(self, options: VoiceOptions = VoiceOptions()) -> None:
         self.options = options
@@ -173,26 +240,37 @@ class Segmenter:
         self._voiced = 0
         self._last_voiced = -1
         self._start: int | None = None  # set while a take is in progress
+        self._run: int | None = None  # first frame of the current run of speech or talk-over frames
+        self._last_heard = -1  # the last such frame
 
     @property
     def in_take(self) -> bool:
         return self._start is not None
 
-    def push(self, index: int, speech: bool) -> SpeechStarted | SpeechEnded | None:
-        """Frame `index` (consecutive from the caller's 0) was speech or not."""
+    def push(self, index: int, speech: bool, talk_over: bool = False) -> SpeechStarted | SpeechEnded | None:
+        """Frame `index` (consecutive from the caller's 0) was speech or not; `talk_over` (VoiceProcessor's)
+        keeps a take going and dates its start back, but never starts one."""
+        heard = speech or talk_over
         if self._start is None:
+            if heard:
+                if self._run is None or index - self._last_heard > self.MAX_ONSET_GAP_FRAMES:
+                    self._run = index
+                self._last_heard = index
             if speech:
                 if self._onset is None:
                     self._onset, self._voiced = index, 0
                 self._voiced += 1
                 self._last_voiced = index
                 if self._voiced >= self._min:
-                    self._start = max(0, self._onset - self._preroll)
-                    return SpeechStarted(self._start, self._onset, index)
+                    first = self._onset
+                    if self._run is not None and self._run < first:
+                        first = max(self._run, first - self.MAX_TALK_OVER_LEAD_FRAMES)
+                    self._onset, self._start = first, max(0, first - self._preroll)
+                    return SpeechStarted(self._start, first, index)
             elif self._onset is not None and index - self._last_voiced > self.MAX_ONSET_GAP_FRAMES:
                 self._onset = None
             return None
-        if speech:
+        if heard:
             self._last_voiced = index
         start, onset = self._start, self._onset if self._onset is not None else self._start
         if index + 1 - start >= self._max:
@@ -347,7 +425,7 @@ class VoiceListener:
                     near = near_buf[k * FRAME:(k + 1) * FRAME]
                     far = far_buf[k * FRAME:(k + 1) * FRAME]
                     t0 = time.perf_counter()
-                    clean, speech = processor.process(near, far)
+                    clean, speech, talk_over = processor.process(near, far)
                     self.busy_s += time.perf_counter() - t0
                     index = self.frames
                     self.frames += 1
@@ -356,7 +434,7 @@ class VoiceListener:
                     self._clean[start:start + FRAME] = clean  # the capacity is a whole number of frames
                     if self._on_frame is not None:
                         self._on_frame(near, clean, speech)
-                    event = segmenter.push(index, speech and not muted)
+                    event = segmenter.push(index, speech and not muted, talk_over and not muted)
                     if isinstance(event, SpeechStarted):
                         self._seq -= 1
                         self._on_start(self._seq, event)
