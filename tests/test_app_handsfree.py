@@ -116,6 +116,7 @@ def test_the_system_wide_mute_key_toggles_the_mute_while_the_window_is_not_activ
     controller.release(keyboard.Key.f8)
     qtbot.waitUntil(lambda: commands_of(win, p.SetHandsFree)[-1] == p.SetHandsFree(enabled=True, muted=True),
                     timeout=5000)
+    qtbot.wait(100)  # a finger's next tap (one within GlobalKeys.SECOND_REPORT_S is XRecord's second report)
     controller.press(keyboard.Key.f8)
     controller.release(keyboard.Key.f8)
     qtbot.waitUntil(lambda: commands_of(win, p.SetHandsFree)[-1] == p.SetHandsFree(enabled=True, muted=False),
@@ -127,10 +128,20 @@ def test_the_system_wide_mute_key_toggles_the_mute_while_the_window_is_not_activ
     qtbot.waitUntil(lambda: len(commands_of(win, p.SetHandsFree)) == 4, timeout=5000)
     qtbot.wait(200)
     assert [c.muted for c in commands_of(win, p.SetHandsFree)] == [False, True, False, True]
+    # XRecord's second report of a quick tap may come after the release's first (press, release, press,
+    # release; 1 tap in 30 under Xvfb): still one tap, one toggle (it toggled twice, and this test failed in
+    # CI). A real second tap a tenth of a second later is one more.
+    _hook_thread(*[(hook._on_press, keyboard.Key.f8), (hook._on_release, keyboard.Key.f8)] * 2)
+    qtbot.waitUntil(lambda: len(commands_of(win, p.SetHandsFree)) == 5, timeout=5000)
+    qtbot.wait(200)
+    _hook_thread((hook._on_press, keyboard.Key.f8), (hook._on_release, keyboard.Key.f8))
+    qtbot.waitUntil(lambda: len(commands_of(win, p.SetHandsFree)) == 6, timeout=5000)
+    qtbot.wait(200)
+    assert [c.muted for c in commands_of(win, p.SetHandsFree)] == [False, True, False, True, False, True]
     _hook_thread((hook._on_press, keyboard.Key.space), (hook._on_release, keyboard.Key.space),
                  (hook._on_press, keyboard.Key.f9), (hook._on_release, keyboard.Key.f9))
     qtbot.wait(200)
-    assert len(commands_of(win, p.SetHandsFree)) == 4 and not commands_of(win, p.StartTake)  # other keys: nothing
+    assert len(commands_of(win, p.SetHandsFree)) == 6 and not commands_of(win, p.StartTake)  # other keys: nothing
 
     # Push-to-talk system-wide as well: the same hook watches both keys, each for its own action.
     win.apply_settings(dataclasses.replace(win.settings, ptt_key="F9", global_ptt=True))
@@ -144,7 +155,7 @@ def test_the_system_wide_mute_key_toggles_the_mute_while_the_window_is_not_activ
     qtbot.waitUntil(lambda: len(commands_of(win, p.EndTake)) == 1, timeout=5000)
     qtbot.waitUntil(lambda: commands_of(win, p.SetHandsFree)[-1].muted is False, timeout=5000)
     qtbot.wait(200)
-    assert len(commands_of(win, p.StartTake)) == 1 and len(commands_of(win, p.SetHandsFree)) == 5
+    assert len(commands_of(win, p.StartTake)) == 1 and len(commands_of(win, p.SetHandsFree)) == 7
 
     # Hands-free off: the mute means nothing, and the key does nothing.
     win.hands_free_action.trigger()

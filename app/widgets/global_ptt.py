@@ -68,6 +68,10 @@ class GlobalKeys(QObject):
     pressed = Signal(str)
     released = Signal(str)
     START_TIMEOUT_S = 3.0
+    # XRecord reports each event twice, and a quick tap now and then as press, release, press, release (1 in
+    # 30 here under Xvfb): a press this soon after the key's release is that second report, not a new hold
+    # (no finger taps twice within 30 ms).
+    SECOND_REPORT_S = 0.03
 
     def __init__(self, keys: dict[str, Qt.Key], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -77,6 +81,7 @@ class GlobalKeys(QObject):
         self._targets: dict[str, Any] = {}  # name -> pynput key
         self._lock = threading.Lock()  # guards _targets and _down between the hook and the Qt thread
         self._down: set[str] = set()
+        self._released_at: dict[str, float] = {}  # name -> time.monotonic() of its last release
 
     @property
     def running(self) -> bool:
@@ -149,11 +154,13 @@ class GlobalKeys(QObject):
         return None
 
     def _on_press(self, key: Any) -> None:
-        # Windows repeats key-down while a key is held, and XRecord may report one press twice:
-        # only the first press of a hold is passed on.
+        # Windows repeats key-down while a key is held, and XRecord may report one press twice (even after
+        # the release's first report): only the first press of a hold is passed on.
         with self._lock:
             name = self._name_of(key)
             if name is None or name in self._down:
+                return
+            if time.monotonic() - self._released_at.get(name, -1e9) < self.SECOND_REPORT_S:
                 return
             self._down.add(name)
         self.pressed.emit(name)
@@ -164,4 +171,5 @@ class GlobalKeys(QObject):
             if name is None or name not in self._down:
                 return
             self._down.discard(name)
+            self._released_at[name] = time.monotonic()
         self.released.emit(name)
