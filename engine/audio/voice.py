@@ -54,7 +54,7 @@ class VoiceOptions:
     floor_dbfs: float = -48.0  # a frame quieter than this (after cleaning) is never speech
     # While something plays (or its echo may still arrive), a frame counts as speech only if the raw
     # microphone is this much louder than the loudest echo expected from what was played (a Geigel-style
-    # double-talk check against the echo path's loud end, VoiceProcessor._echo_gain). AEC3 leaves a few
+    # double-talk check against the echo path's loud end, EchoLoudEnd). AEC3 leaves a few
     # hundred ms of residual echo after the user talked over the assistant, which the VAD alone takes for
     # speech. (The echo path's average loss, learnt before, was biased towards the quiet end of the echo and let
     # loud rooms' echo through, 1 room in 24 at 10-30 dB; a volume turned up mid-answer, in 2 of 3.)
