@@ -114,26 +114,11 @@ def write_lora_voice(folder: Path, shapes: dict[str, tuple[int, int]], generator
 # --------------------------------------------------------------------------- one launch (child process)
 
 
-def _process_used_bytes(torch: Any) -> int:
-    """Device memory of this process as the driver counts it: NVML's per-process figure where the driver
-    reports it, else the device's total − free (this process being the only one on the lent GPU)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if process.pid == os.getpid() and process.usedGpuMemory:
-                return int(process.usedGpuMemory)
-    except Exception:  # no NVML, or a driver that does not report processes (containers)
-        pass
-    free, total = torch.cuda.mem_get_info()
-    return total - free
-
-
 def _memory(torch: Any) -> dict[str, float]:
+    from engine.bench.workload import driver_used_bytes
+
     return {
-        "driver_used_gb": _process_used_bytes(torch) / GB,
+        "driver_used_gb": driver_used_bytes() / GB,
         "reserved_gb": torch.cuda.memory_reserved() / GB,
         "allocated_gb": torch.cuda.memory_allocated() / GB,
     }

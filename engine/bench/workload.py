@@ -8,6 +8,7 @@ of frames; five turns; a 4096-token context.
 
 from __future__ import annotations
 
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -56,8 +57,30 @@ def median_ms(fn, *, repeats: int = 30, inner: int = 10) -> float:
     return statistics.median(times)
 
 
+def driver_used_bytes() -> int:
+    """Device memory of this process as the driver counts it (the CUDA context, modules, graph executables and
+    libraries' own allocations besides torch's allocator): NVML's per-process figure where the driver reports
+    it, else the device's total − free (this process being the only one on the lent GPU)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        for process in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == os.getpid() and process.usedGpuMemory:
+                return int(process.usedGpuMemory)
+    except Exception:  # no NVML, or a driver that does not report processes (containers)
+        pass
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
 def memory_gb() -> dict[str, float]:
-    return {"allocated": torch.cuda.memory_allocated() / 1e9, "reserved": torch.cuda.memory_reserved() / 1e9}
+    return {
+        "allocated": torch.cuda.memory_allocated() / 1e9,
+        "reserved": torch.cuda.memory_reserved() / 1e9,
+        "driver_used": driver_used_bytes() / 1e9,
+    }
 
 
 def pools() -> dict[str, dict[str, float]]:

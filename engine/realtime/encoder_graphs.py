@@ -33,6 +33,7 @@ from liquid_audio.utils import mel2emb_len
 from torch import nn
 
 from engine.realtime import graphs
+from engine.realtime.chunked_subsampling import chunk_subsampling
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ class EncoderGraphs:
         self._staging = torch.zeros((self.max_samples,), dtype=torch.float32, pin_memory=on_cuda)
         self._staged = torch.cuda.Event() if on_cuda else None  # the last copy out of the staging buffer
         self._fit_positional_table(int(mel2emb_len(lengths[-1])))
+        chunk_subsampling(self.conformer)  # the longest rung's subsampling no longer sets the graph pool's size
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
         self.capture_seconds: dict[int, float] = {}  # per rung: eager runs, capture and checks
