@@ -30,8 +30,9 @@ def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, An
     block's steps, the H200's measured host/overlap overhead per frame, and the decoder's bytes (it runs
     beside the steps and shares the memory). First audio: the H200's turn-1 value plus each card's
     extra bytes time for one prefill read of the backbone, the six text steps, one frame and one decoder
-    call. Not modelled: L2 size (the depthformer's 135 MB stack re-read per codebook may hit a 72-96 MB L2
-    on the 4090/5090: faster there), clocks, Windows' driver model.
+    call. Not modelled: clocks, Windows' driver model, L2 size (the depthformer's stack re-read per codebook
+    would fit a 72-96 MB L2 in int8, but on the H200 a codebook after itself, its stack as warm as L2 gets,
+    was only ~2.5 % faster than one after an L2 flush: bench/results/run-60-depthformer-l2).
     """
     engine = results["summary"][sampling_label]["engine"]
     kernels = results.get("engine_kernels", {})
