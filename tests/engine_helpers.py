@@ -6,10 +6,12 @@ loads the demo model through the real code and uses the real PortAudio streams o
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,18 +75,28 @@ class Engine:
         assert not self.worker.is_alive()
 
 
+@contextlib.contextmanager
+def alsa_devices(folder: Path, microphone: Callable[[Any], Any]) -> Iterator[tuple[Any, Any, SpeakerTap]]:
+    """The ALSA test devices in `folder`, the microphone fed by `microphone(env)` and the speaker read in real
+    time, both running: (env, microphone, speaker tap); stopped and uninstalled afterwards."""
+    env = alsa_env.install(folder)
+    mic = microphone(env)
+    tap = SpeakerTap(env)
+    mic.start()
+    tap.start()
+    try:
+        yield env, mic, tap
+    finally:
+        mic.stop()
+        tap.stop()
+        env.uninstall()
+
+
 @pytest.fixture
 def audio_env(isolated_user_dirs: Path, tmp_path: Path):  # noqa: ANN201
     """The ALSA test devices with a microphone fed with a tone and a speaker read in real time."""
-    env = alsa_env.install(tmp_path / "alsa")
-    feeder = MicFeeder(env)
-    tap = SpeakerTap(env)
-    feeder.start()
-    tap.start()
-    yield env, feeder, tap
-    feeder.stop()
-    tap.stop()
-    env.uninstall()
+    with alsa_devices(tmp_path / "alsa", MicFeeder) as devices:
+        yield devices
 
 
 @pytest.fixture

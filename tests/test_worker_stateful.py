@@ -43,12 +43,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-import alsa_env
-from app_helpers import SpeakerTap, make_voice_adapter
+from app_helpers import make_voice_adapter
 from engine import protocol as p
 from engine.worker.table import NOT_LOADED, VoiceStarted, public_transitions
 from engine.worker.takes import TAKE_LOST
-from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine
+from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, alsa_devices
 from room import SpeakingMic
 from voice_signals import speech
 
@@ -639,15 +638,8 @@ class EngineMachine(RuleBasedStateMachine):
 @pytest.fixture
 def talking_env(isolated_user_dirs: Path, tmp_path: Path):  # noqa: ANN201
     """The ALSA test devices: the microphone of a user who talks when the rules say, a speaker read in real time."""
-    env = alsa_env.install(tmp_path / "alsa")
-    mic = SpeakingMic(env)
-    tap = SpeakerTap(env)
-    mic.start()
-    tap.start()
-    yield env, mic, tap
-    mic.stop()
-    tap.stop()
-    env.uninstall()
+    with alsa_devices(tmp_path / "alsa", SpeakingMic) as devices:
+        yield devices
 
 
 def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: Path, tmp_path: Path) -> None:  # noqa: ANN001
