@@ -239,6 +239,52 @@ class AlsaTestEnv:
         self._mic_fd = self._speaker_fd = -1
 
 
+class PacedMicrophone(threading.Thread):
+    """The test microphone fed like a sound card's: at the wall-clock pace, in whole blocks, each feed written
+    when the capture stream has taken the last one (the rules above). The stream reads its FIFO as fast as data
+    arrives, so this pace makes the recorder's stream time follow the wall clock. `frames_fed` is the
+    microphone's clock: a test waits for frames to be taken, never for wall time. Subclasses say what the
+    microphone hears (`next_feed`)."""
+
+    def __init__(self, env: AlsaTestEnv, *, block_s: float = 0.01, feed_blocks: int = 5, name: str = "mic-feeder") -> None:
+        super().__init__(daemon=True, name=name)
+        from engine.audio.devices import find_device
+
+        self.env = env
+        self.rate = int(round(find_device(None, "input").default_samplerate))
+        self.block = max(1, round(self.rate * block_s))
+        self.frames_per_feed = self.block * feed_blocks
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.frames_fed = 0
+
+    def next_feed(self, first: int, frames: int) -> np.ndarray:
+        """The microphone's `frames` samples from its frame `first` on (float32, mono)."""
+        raise NotImplementedError
+
+    def run(self) -> None:
+        import termios
+
+        started = time.monotonic()
+        pending = np.zeros(1, dtype=np.int32)
+        while not self.stop_event.is_set():
+            delay = started + self.frames_fed / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(min(delay, 0.02))
+                continue
+            fcntl.ioctl(self.env._mic_fd, termios.FIONREAD, pending)
+            if pending[0] > 0:  # the stream has not taken the previous feed yet
+                time.sleep(0.002)
+                continue
+            self.env.feed_mic(self.next_feed(self.frames_fed, self.frames_per_feed), block=self.block)
+            with self.lock:
+                self.frames_fed += self.frames_per_feed
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(5)
+
+
 def _drain(fd: int) -> None:
     while select.select([fd], [], [], 0)[0]:
         if not os.read(fd, 1 << 16):

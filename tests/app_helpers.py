@@ -15,6 +15,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from alsa_env import PacedMicrophone  # noqa: E402
 from app.bridge import EngineBridge  # noqa: E402
 from app.i18n import install_translator  # noqa: E402
 from app.main_window import MainWindow  # noqa: E402
@@ -98,58 +99,20 @@ def commands_of(window: MainWindow, kind: type) -> list[p.Command]:
 # ------------------------------------------------------------------------------- real audio devices
 
 
-class MicFeeder(threading.Thread):
-    """Feeds the ALSA test microphone (tests/alsa_env.py) like a real microphone: a tone, in real time.
-
-    The capture stream reads its FIFO as fast as data arrives, so feeding at the wall-clock pace makes
-    the recorder's stream time follow the wall clock, as with a sound card. Each feed is a whole number
-    of the recorder's blocks and is written only when the previous one was consumed (alsa_env's rules).
-    """
+class MicFeeder(PacedMicrophone):
+    """The ALSA test microphone (tests/alsa_env.py) hearing a tone, fed in real time like a real microphone."""
 
     def __init__(self, env: object, *, frequency: float = 440.0, amplitude: float = 0.3,
                  block_s: float = 0.01, feed_blocks: int = 5) -> None:
-        super().__init__(daemon=True, name="mic-feeder")
-        from engine.audio.devices import find_device
-
-        self.env = env
-        self.rate = int(round(find_device(None, "input").default_samplerate))
-        self.block = max(1, round(self.rate * block_s))
-        self.frames_per_feed = self.block * feed_blocks
+        super().__init__(env, block_s=block_s, feed_blocks=feed_blocks, name="mic-feeder")  # type: ignore[arg-type]
         self.frequency = frequency
         self.amplitude = amplitude
-        self.stop_event = threading.Event()
-        self.frames_fed = 0
 
-    def run(self) -> None:
-        import fcntl
-        import termios
-        import time
-
+    def next_feed(self, first: int, frames: int):  # noqa: ANN201 - np.ndarray (numpy is imported lazily here)
         import numpy as np
 
-        fd = self.env._mic_fd  # type: ignore[attr-defined]
-        started = time.monotonic()
-        phase = 0
-        while not self.stop_event.is_set():
-            due = started + self.frames_fed / self.rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(min(delay, 0.02))
-                continue
-            pending = np.zeros(1, dtype=np.int32)
-            fcntl.ioctl(fd, termios.FIONREAD, pending)
-            if pending[0] > 0:  # the stream has not taken the previous feed yet
-                time.sleep(0.002)
-                continue
-            t = (np.arange(self.frames_per_feed) + phase) / self.rate
-            tone = (self.amplitude * np.sin(2 * np.pi * self.frequency * t)).astype(np.float32)
-            phase += self.frames_per_feed
-            self.env.feed_mic(tone, block=self.block)  # type: ignore[attr-defined]
-            self.frames_fed += self.frames_per_feed
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(5)
+        t = (np.arange(frames) + first) / self.rate
+        return (self.amplitude * np.sin(2 * np.pi * self.frequency * t)).astype(np.float32)
 
 
 def make_voice_adapter(model_dir: Path, folder: Path, *, seed: int = 1) -> Path:

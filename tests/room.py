@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from alsa_env import PacedMicrophone
 from voice_signals import room_noise
 
 
@@ -103,26 +104,15 @@ class Room(threading.Thread):
         self.join(5)
 
 
-class SpeakingMic(threading.Thread):
+class SpeakingMic(PacedMicrophone):
     """The test microphone with a user who talks now and then, without a room's echo: quiet room noise, plus
-    the utterance `say` started (switched off early by `hush`). Fed like app_helpers.MicFeeder (whole blocks,
-    each feed when the last one was taken, at the wall-clock pace of a sound card), so it can replace that
-    tone feeder beside a SpeakerTap. `frames_fed` is the microphone's clock: a test waits for frames to be
-    taken, never for wall time."""
+    the utterance `say` started (switched off early by `hush`). Fed like app_helpers.MicFeeder, so it can
+    replace that tone feeder beside a SpeakerTap."""
 
     def __init__(self, env: object, *, noise_db: float = -60.0, block_s: float = 0.01, feed_blocks: int = 5,
                  seed: int = 0) -> None:
-        super().__init__(daemon=True, name="speaking-mic")
-        from engine.audio.devices import find_device
-
-        self.env = env
-        self.rate = int(round(find_device(None, "input").default_samplerate))
-        self.block = max(1, round(self.rate * block_s))
-        self.frames_per_feed = self.block * feed_blocks
+        super().__init__(env, block_s=block_s, feed_blocks=feed_blocks, name="speaking-mic")  # type: ignore[arg-type]
         self.noise = room_noise(10 * self.rate, level_db=noise_db, seed=seed)
-        self.stop_event = threading.Event()
-        self.lock = threading.Lock()
-        self.frames_fed = 0
         self._utterance: tuple[int, np.ndarray] | None = None  # (first frame, samples)
         self.utterances = 0  # started by say()
 
@@ -153,35 +143,15 @@ class SpeakingMic(threading.Thread):
             assert time.monotonic() < deadline, f"the microphone was fed {self.frames_fed} of {frame} frames"
             time.sleep(0.01)
 
-    def run(self) -> None:
-        fd = self.env._mic_fd  # type: ignore[attr-defined]
-        started = time.monotonic()
-        pending = np.zeros(1, dtype=np.int32)
-        n = self.frames_per_feed
-        while not self.stop_event.is_set():
-            due = started + self.frames_fed / self.rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(min(delay, 0.02))
-                continue
-            fcntl.ioctl(fd, termios.FIONREAD, pending)
-            if pending[0] > 0:  # the stream has not taken the previous feed yet
-                time.sleep(0.002)
-                continue
-            feed = self.noise[(np.arange(n) + self.frames_fed) % len(self.noise)]
-            with self.lock:
-                if self._utterance is not None:
-                    start, samples = self._utterance
-                    a = max(self.frames_fed, start)
-                    b = min(self.frames_fed + n, start + len(samples))
-                    if a < b:
-                        feed[a - self.frames_fed: b - self.frames_fed] += samples[a - start: b - start]
-                    if start + len(samples) <= self.frames_fed + n:
-                        self._utterance = None
-            self.env.feed_mic(feed, block=self.block)  # type: ignore[attr-defined]
-            with self.lock:
-                self.frames_fed += n
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(5)
+    def next_feed(self, first: int, frames: int) -> np.ndarray:
+        feed = self.noise[(np.arange(frames) + first) % len(self.noise)]
+        with self.lock:
+            if self._utterance is not None:
+                start, samples = self._utterance
+                a = max(first, start)
+                b = min(first + frames, start + len(samples))
+                if a < b:
+                    feed[a - first: b - first] += samples[a - start: b - start]
+                if start + len(samples) <= first + frames:
+                    self._utterance = None
+        return feed
