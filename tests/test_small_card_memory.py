@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from engine.errors import GpuMemoryError, LoraError, ModelFilesError
+from engine.errors import GpuMemoryError, ModelFilesError
 from engine.model.loading import UNUSED_AUDIO_HEAD, load_model, load_weights
 from engine.model.lora import MERGE_CHUNK_ELEMENTS, VoiceSwitcher, load_voice
 from engine.model.memory import model_need
@@ -247,3 +247,28 @@ def test_full_size_writer_round_trips_through_the_app_loader(tmp_path: Path) -> 
         switcher.apply(load_voice(tmp_path / f"voice-{voice}"))
         assert len(switcher.voice.deltas) == written["voices"][voice]["modules"]
     assert written["voices"]["all_linear"]["modules"] > written["voices"]["attention_mlp"]["modules"]
+
+
+def test_a_first_launch_finds_no_compiled_kernels_and_the_second_finds_the_firsts(tmp_path: Path) -> None:
+    """small_cards' launches: each card's first launch gets an empty app data folder (where the kernel cache
+    lives), even when an earlier run left one; its second launch gets the folder the first filled."""
+    import os
+    import subprocess
+    import sys
+
+    from engine.bench.small_cards import data_home
+
+    first = data_home(tmp_path, "6 GB-bf16", "first")
+    (first / "voicechat" / "kernel-cache").mkdir(parents=True)
+    (first / "voicechat" / "kernel-cache" / "matvec.bin").write_bytes(b"compiled")
+    second = data_home(tmp_path, "6 GB-bf16", "second")
+    assert second == first and (second / "voicechat" / "kernel-cache" / "matvec.bin").read_bytes() == b"compiled"
+    again = data_home(tmp_path, "6 GB-bf16", "first")
+    assert again == first and not any(again.iterdir())
+    assert data_home(tmp_path, "8 GB-bf16", "first") != first
+    # The child process's app data folder, and so its kernel cache, is the one given.
+    cache = subprocess.run(
+        [sys.executable, "-c", "from engine.paths import kernel_cache_dir; print(kernel_cache_dir())"],
+        env={**os.environ, "XDG_DATA_HOME": str(first)}, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert Path(cache).is_relative_to(first)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,8 +40,9 @@ OUTSIDE_ALLOCATOR_GB = 0.9
 CONTEXT = 4096
 TURNS = 48
 # (label, card memory as sold in GiB, launch, precision): the first launch of a card after the checkpoint is
-# written, then a second one that finds what the first left on disk (compiled kernels, the page cache); and
-# the int8 engine (engine/model/quantized.py) on a card of 4 GB.
+# written (an app data folder of its own, empty: every kernel compiles, as on a user's first launch), then a
+# second one that finds what the first left on disk (its data folder with the compiled kernels, the page
+# cache); and the int8 engine (engine/model/quantized.py) on a card of 4 GB.
 CARDS = (("6 GB", 6, "first", "bf16"), ("6 GB", 6, "second", "bf16"), ("8 GB", 8, "first", "bf16"), ("4 GB", 4, "first", "int8"))
 VOICE_TARGETS = {
     "attention_mlp": ("q_proj", "k_proj", "v_proj", "out_proj", "w1", "w2", "w3"),
@@ -224,11 +226,22 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float, precision: s
 # --------------------------------------------------------------------------- the section (parent)
 
 
-def _child(args: list[str], timeout: float) -> dict[str, Any]:
+def data_home(work: Path, label: str, launch: str) -> Path:
+    """The app data folder (XDG_DATA_HOME: the kernel cache lives there) a launch runs with: a new, empty one
+    for a card's first launch, the one its first launch left for the second."""
+    folder = work / f"data-{label.replace(' ', '')}"
+    if launch == "first" and folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _child(args: list[str], timeout: float, data: Path | None = None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
         path = Path(out.name)
     command = [sys.executable, "-m", "engine.bench.small_cards", "--child-out", str(path), *args]
-    completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True)
+    env = {**os.environ, "XDG_DATA_HOME": str(data)} if data is not None else None
+    completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True, env=env)
     if completed.returncode != 0 or not path.stat().st_size:
         return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
     return json.loads(path.read_text())
@@ -298,7 +311,7 @@ def run_small_cards(out: Path, cards: list[int] | None = None) -> dict[str, Any]
     for label, gib, launch, precision in [CARDS[i] for i in cards] if cards is not None else CARDS:
         cap = allocator_cap_bytes(gib)
         command = ["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time()), "--precision", precision]
-        run = _child(command, timeout=900)
+        run = _child(command, timeout=900, data=data_home(work, f"{label}-{precision}", launch))
         run.update(card=label, card_gib=gib, launch=launch, verdicts=_verdicts(run) if "error" not in run else {})
         runs.append(run)
         print(json.dumps({k: run.get(k) for k in ("card", "precision", "launch", "open_s", "process_start_to_ready_s", "graphs_ready", "loading_peak_allocated_gb", "verdicts", "error")}), flush=True)
