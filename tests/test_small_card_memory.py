@@ -256,7 +256,7 @@ def test_a_first_launch_finds_no_compiled_kernels_and_the_second_finds_the_first
     import subprocess
     import sys
 
-    from engine.bench.small_cards import data_home
+    from engine.bench.small_cards import cache_environment, data_home
 
     first = data_home(tmp_path, "6 GB-bf16", "first")
     (first / "voicechat" / "kernel-cache").mkdir(parents=True)
@@ -266,9 +266,11 @@ def test_a_first_launch_finds_no_compiled_kernels_and_the_second_finds_the_first
     again = data_home(tmp_path, "6 GB-bf16", "first")
     assert again == first and not any(again.iterdir())
     assert data_home(tmp_path, "8 GB-bf16", "first") != first
-    # The child process's app data folder, and so its kernel cache, is the one given.
+    # The child process's kernel cache is in the folder given, and so are the driver's and PyTorch's.
+    environment = cache_environment(first)
     cache = subprocess.run(
         [sys.executable, "-c", "from engine.paths import kernel_cache_dir; print(kernel_cache_dir())"],
-        env={**os.environ, "XDG_DATA_HOME": str(first)}, capture_output=True, text=True, check=True,
+        env={**os.environ, **environment}, capture_output=True, text=True, check=True,
     ).stdout.strip()
     assert Path(cache).is_relative_to(first)
+    assert all(Path(environment[name]).is_relative_to(first) for name in ("CUDA_CACHE_PATH", "PYTORCH_KERNEL_CACHE_PATH"))

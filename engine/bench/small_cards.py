@@ -40,9 +40,9 @@ OUTSIDE_ALLOCATOR_GB = 0.9
 CONTEXT = 4096
 TURNS = 48
 # (label, card memory as sold in GiB, launch, precision): the first launch of a card after the checkpoint is
-# written (an app data folder of its own, empty: every kernel compiles, as on a user's first launch), then a
-# second one that finds what the first left on disk (its data folder with the compiled kernels, the page
-# cache); and the int8 engine (engine/model/quantized.py) on a card of 4 GB.
+# written (its own empty folders for every compile cache: the app's kernel cache, the driver's and PyTorch's
+# JIT caches, as on a user's first launch), then a second one that finds what the first left on disk (those
+# caches, the page cache); and the int8 engine (engine/model/quantized.py) on a card of 4 GB.
 CARDS = (("6 GB", 6, "first", "bf16"), ("6 GB", 6, "second", "bf16"), ("8 GB", 8, "first", "bf16"), ("4 GB", 4, "first", "int8"))
 VOICE_TARGETS = {
     "attention_mlp": ("q_proj", "k_proj", "v_proj", "out_proj", "w1", "w2", "w3"),
@@ -227,8 +227,8 @@ def measure_launch(folder: Path, cap_bytes: int, spawned_at: float, precision: s
 
 
 def data_home(work: Path, label: str, launch: str) -> Path:
-    """The app data folder (XDG_DATA_HOME: the kernel cache lives there) a launch runs with: a new, empty one
-    for a card's first launch, the one its first launch left for the second."""
+    """The folder a launch keeps its compile caches in (`cache_environment`): a new, empty one for a card's
+    first launch, the one its first launch left for the second."""
     folder = work / f"data-{label.replace(' ', '')}"
     if launch == "first" and folder.exists():
         shutil.rmtree(folder)
@@ -236,11 +236,17 @@ def data_home(work: Path, label: str, launch: str) -> Path:
     return folder
 
 
+def cache_environment(data: Path) -> dict[str, str]:
+    """Every compile cache a launch fills, in `data`: the app's data folder (its NVRTC kernel cache), the CUDA
+    driver's JIT cache (PTX to machine code) and PyTorch's jiterator cache (the SwiGLU kernel)."""
+    return {"XDG_DATA_HOME": str(data), "CUDA_CACHE_PATH": str(data / "nv"), "PYTORCH_KERNEL_CACHE_PATH": str(data / "torch-kernels")}
+
+
 def _child(args: list[str], timeout: float, data: Path | None = None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
         path = Path(out.name)
     command = [sys.executable, "-m", "engine.bench.small_cards", "--child-out", str(path), *args]
-    env = {**os.environ, "XDG_DATA_HOME": str(data)} if data is not None else None
+    env = {**os.environ, **cache_environment(data)} if data is not None else None
     completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True, env=env)
     if completed.returncode != 0 or not path.stat().st_size:
         return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
