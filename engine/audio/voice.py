@@ -6,7 +6,10 @@ Three layers, each usable (and tested) on its own:
   frame goes through WebRTC's audio processing module (AEC3 with the app's own playback as the far-end
   reference, its noise suppressor and high-pass filter; `pywebrtc-audio`, a direct C++ binding that releases
   the GIL), then WebRTC's voice activity detector (`webrtcvad-wheels`) decides on the cleaned frame, with a
-  level floor so that the residue of a cancelled echo or a quiet room never counts.
+  level floor so that the residue of a cancelled echo or a quiet room never counts. While something plays,
+  speech is what a spectral double-talk check (`EchoSpectrum`) finds that no echo of the playback explains,
+  heard by a VAD in the microphone's own frame: AEC3's suppressor holds a voice that talks over the answer
+  down for up to a second.
 * `Segmenter`: frame by frame, where a take starts and ends: speech must last `min_speech_s` (coughs and
   clicks are shorter) before the take starts, and the take starts `preroll_s` before the first voiced
   frame, so no syllable is lost; it ends `end_silence_s` after the last voiced frame (the take keeps
@@ -37,6 +40,9 @@ RATE = USER_SAMPLE_RATE  # 16 kHz: the model's input rate, and a rate both WebRT
 FRAME = RATE // 100  # 10 ms
 # Frames after the last speech frame that are kept at full level (word endings), before the gate's 10 ms ramp.
 HANGOVER_FRAMES = 3
+# Frames after the last speech frame in which EchoSpectrum still takes what it hears for the user's (the pauses
+# between a voice's syllables: about the default end-of-speech silence).
+VOICE_HOLD_FRAMES = 60
 
 
 @dataclass(frozen=True)
@@ -52,13 +58,6 @@ class VoiceOptions:
     noise_suppression: bool = True
     aggressiveness: int = 3  # webrtcvad's mode, 0 (most permissive) to 3 (least)
     floor_dbfs: float = -48.0  # a frame quieter than this (after cleaning) is never speech
-    # While something plays (or its echo may still arrive), a frame counts as speech only if the raw
-    # microphone is this much louder than the loudest echo expected from what was played (a Geigel-style
-    # double-talk check against the echo path's loud end, EchoLoudEnd). AEC3 leaves a few
-    # hundred ms of residual echo after the user talked over the assistant, which the VAD alone takes for
-    # speech. (The echo path's average loss, learnt before, was biased towards the quiet end of the echo and let
-    # loud rooms' echo through, 1 room in 24 at 10-30 dB; a volume turned up mid-answer, in 2 of 3.)
-    double_talk_margin_db: float = 3.0
     # Where the microphone is this much above the echo's loud end and a VAD hears a voice in it, the user is
     # probably talking over the assistant ("talk-over"), whatever AEC3's suppressor makes of it: at the start
     # of double talk (and at times in the middle of it) the suppressor holds the user's voice down by 20-60 dB
@@ -72,6 +71,18 @@ class VoiceOptions:
     # 100-120 ms for more of it; the level check does the echo's part, so it can be permissive.
     near_aggressiveness: int = 1
     residual_gate_db: float = 20.0  # how far non-speech frames are turned down while the far end plays
+    # While something plays (or its echo may still arrive), a frame is speech, and can start a take, where the
+    # microphone holds a voice that no echo of what was played explains (EchoSpectrum, a spectral double-talk
+    # check), whatever AEC3 makes of it: an echo explains a frequency bin's power up to `echo_excess_db` above
+    # the loudest echo the playback could cause there, and the unexplained power must be at least
+    # `unexplained_to_noise` times the room's noise and `unexplained_share` of the microphone's power (the
+    # share keeps an echo a little above its bound in a quiet room from counting). Before, speech while
+    # something played was AEC3's output heard by the VAD and 3 dB above the echo's broadband loud end: AEC3's
+    # suppressor held a voice talking over the answer down for up to a second, and a voice less than about 20
+    # dB above the echo's loud end started its take 0.5-1 s late or never, or the take ended in its middle.
+    echo_excess_db: float = 10.0
+    unexplained_to_noise: float = 4.0
+    unexplained_share: float = 0.05
 
 
 class EchoLoudEnd:
@@ -101,6 +112,127 @@ class EchoLoudEnd:
         self.db = 0.0
 
 
+class EchoSpectrum:
+    """How much of the microphone's power an echo of what was played cannot explain (a spectral double-talk
+    check, delay-agnostic).
+
+    The user's voice has energy where the far end, at that moment, has little: at other harmonics (another
+    pitch) and other formants. Per 50 Hz bin (20 ms Hann windows at a 10 ms hop, 150 Hz-4 kHz), the loudest
+    echo the last LAGS frames of playback can cause there (whatever the echo's delay within that) is the bin's
+    far-end power at its loudest over those frames times the echo path's gain in that bin. An echo explains a
+    bin's power up to `excess_db` above that, the room's noise up to NOISE_MARGIN times its own. An echo
+    turned up (the volume) stays within the excess until the gain has learnt it, within a few frames, while a
+    voice lifts the bins of its own harmonics 10-40 dB above the bound.
+
+    The gain per bin is bracketed, since which far-end frame an echo came from is not known: it is at least
+    the echo now over the loudest of the last LAGS far-end frames, and at most the loudest echo heard while a
+    far-end frame was among the last LAGS over that frame (its echo came back some time then). It rises to the
+    first, by at most RISE_DB a frame, or CREEP_DB in a frame that may be the user's (they must not teach it
+    their voice) or lies above the bound by the excess already (a voice no VAD has heard yet); it falls to the
+    second, by at most FALL_DB a frame, where that frame's echo would have stood above the noise. It starts at
+    0 dB, "the echo as loud as the playback", and never falls below the echo's. (Learnt against the loudest
+    frame alone, it fell at every syllable that had not come back yet, 15 dB below an echo 200 ms late, and
+    the echo started takes.) The noise per bin is the minimum of the smoothed bin power, rising
+    NOISE_RISE_DB a frame, except while a voice may be heard."""
+
+    # 600 ms of far-end frames: the echo's delay after the playback handed to the device, which includes the
+    # output's and input's buffering (510 ms through the test's ALSA devices; with 300 ms that echo went
+    # unexplained) and the room's reflections.
+    LAGS = 60
+    LOW_BIN, HIGH_BIN = 3, 81  # 150 Hz-4 kHz at 50 Hz a bin
+    FALL_DB = 0.3
+    RISE_DB = 1.0
+    CREEP_DB = 0.05
+    NOISE_RISE_DB = 0.05
+    # A bin's power fluctuates around the noise's smoothed minimum: above NOISE_MARGIN times that, it is more
+    # than noise (below, the noise's loud moments lifted the gain in noisy rooms by 20 dB).
+    NOISE_MARGIN = 3.0
+
+    def __init__(self, *, excess_db: float) -> None:
+        bins = self.HIGH_BIN - self.LOW_BIN
+        self._window = np.hanning(2 * FRAME).astype(np.float32)
+        self._excess = np.float32(10 ** (excess_db / 10))
+        self._fall, self._rise, self._creep, self._noise_rise = (
+            np.float32(10 ** (-self.FALL_DB / 10)), np.float32(10 ** (self.RISE_DB / 10)),
+            np.float32(10 ** (self.CREEP_DB / 10)), np.float32(10 ** (self.NOISE_RISE_DB / 10)))
+        self._history = np.zeros((2, 2 * FRAME), np.float32)  # the microphone's and the far end's last 20 ms
+        self._windowed = np.zeros((2, 2 * FRAME), np.float32)
+        self._far_power = np.zeros((self.LAGS, bins), np.float32)  # the far end's bins, a row per frame
+        # Per far-end frame (as _far_power's rows), the loudest echo heard since it was played.
+        self._loudest_since = np.zeros((self.LAGS, bins), np.float32)
+        self._envelope = np.zeros(bins, np.float32)  # the far end's loudest of the last LAGS frames, per bin
+        self._gain = np.ones(bins, np.float32)
+        self._bound = np.zeros(bins, np.float32)  # the loudest echo: gain times envelope
+        self._power = np.zeros(bins, np.float32)  # the microphone's, this frame
+        self._smooth = np.zeros(bins, np.float32)
+        self._noise = np.zeros(bins, np.float32)
+        self._work = np.zeros(bins, np.float32)
+        self._frames = 0
+        self._voice = False  # learn()'s last verdict
+
+    def unexplained(self, near: np.ndarray, far: np.ndarray) -> tuple[float, float]:
+        """Takes the next frame pair (`far`: zeros while nothing plays) and returns the microphone's power that
+        neither the noise nor an echo explains, over the noise's power and over the microphone's; learn() must
+        follow with the frame's verdict."""
+        history = self._history
+        history[:, :FRAME] = history[:, FRAME:]
+        history[0, FRAME:] = near
+        history[1, FRAME:] = far
+        np.multiply(history, self._window, out=self._windowed)
+        spectra = np.fft.rfft(self._windowed)[:, self.LOW_BIN:self.HIGH_BIN]  # both in one call (float32)
+        powers = spectra.real ** 2 + spectra.imag ** 2
+        power = self._power
+        power[:] = powers[0]
+        row = self._frames % self.LAGS  # the oldest frame's row, now this one's
+        self._far_power[row] = powers[1]
+        self._loudest_since[row] = 0.0
+        if self._frames == 0:  # the room's noise starts as the first frame's
+            self._smooth[:] = power
+            self._noise[:] = power
+        else:
+            self._smooth += np.float32(0.3) * (power - self._smooth)
+            if not self._voice:  # a voice is not the room's noise
+                self._noise *= self._noise_rise
+            np.minimum(self._noise, self._smooth, out=self._noise)
+        self._frames += 1
+        np.maximum.reduce(self._far_power, axis=0, out=self._envelope)
+        np.multiply(self._gain, self._envelope, out=self._bound)
+        work = self._work
+        np.multiply(self._bound, self._excess, out=work)
+        work += self.NOISE_MARGIN * self._noise
+        np.subtract(power, work, out=work)
+        np.maximum(work, 0.0, out=work)
+        unexplained = float(work.sum())
+        return unexplained / (float(self._noise.sum()) + 1e-20), unexplained / (float(power.sum()) + 1e-20)
+
+    def learn(self, voice: bool) -> None:
+        """The echo path's gain per bin from the last frame; `voice`: it may be the user's (a caller holds this
+        for a while after the voice: the user's bins must not be learnt between syllables either; when they
+        were, the model took a voice for echo within a second and its take ended in the middle of it)."""
+        self._voice = voice
+        gain = self._gain
+        echo = np.maximum(self._power - self.NOISE_MARGIN * self._noise, 0.0)  # what may be echo
+        np.maximum(self._loudest_since, echo, out=self._loudest_since)
+        oldest = self._frames % self.LAGS  # the far-end frame that leaves next
+        played = self._far_power[oldest]
+        at_least = echo / np.maximum(self._envelope, 1e-20)
+        at_most = self._loudest_since[oldest] / np.maximum(played, 1e-20)
+        step = self._creep if voice else np.where(at_least > gain * self._excess, self._creep, self._rise)
+        rises = at_least > gain
+        falls = ~rises & (at_most < gain) & (gain * played > self._noise)
+        # (in place: rises and falls are bins apart)
+        gain[rises] = np.minimum(np.minimum(at_least, gain * step), 1.0)[rises]
+        gain[falls] = np.maximum(at_most, gain * self._fall)[falls]
+
+    def reset(self) -> None:
+        self._history[:] = 0.0
+        self._far_power[:] = 0.0
+        self._loudest_since[:] = 0.0
+        self._gain[:] = 1.0
+        self._frames = 0
+        self._voice = False
+
+
 def _dbfs(frame: np.ndarray) -> float:
     power = float(np.dot(frame, frame)) / max(1, len(frame))
     return 10.0 * np.log10(power + 1e-20)
@@ -127,12 +259,13 @@ class VoiceProcessor:
         self._far_index = 0
         self._gate = np.float32(10 ** (-options.residual_gate_db / 20))
         self._hangover = 0
+        self._voice_hold = 0  # frames the echo spectrum is still not to learn from (see VOICE_HOLD_FRAMES)
         self._gain = 1.0
         self._raw_share = 0.0  # how much of the output frame is the microphone's own (see near_dominant_db)
-        # The echo path's loud end, twice: the speech check's follows a louder echo within a second (it alone
-        # starts takes); the talk-over check's does not follow a user's voice rising slowly out of the echo.
-        self._echo_for_speech = EchoLoudEnd(outlier_db=8.0)
+        # The echo path's broadband loud end, for the talk-over check: it does not follow a user's voice rising
+        # slowly out of the echo.
         self._echo_for_talk_over = EchoLoudEnd(outlier_db=4.0)
+        self._echo_spectrum = EchoSpectrum(excess_db=options.echo_excess_db)
 
     def process(self, near: np.ndarray, far: np.ndarray | None) -> tuple[np.ndarray, bool, bool]:
         """`near`: FRAME float32 samples from the microphone; `far`: the FRAME samples handed to the speaker
@@ -148,6 +281,7 @@ class VoiceProcessor:
             far = far if far is not None else np.zeros(FRAME, np.float32)
             clean = self._apm.process(near, far)
             self._far_recent[self._far_index % len(self._far_recent)] = _dbfs(far)
+            unexplained, unexplained_share = self._echo_spectrum.unexplained(near, far)
             self._far_index += 1
             recent = float(self._far_recent.max())
             if recent > options.floor_dbfs:
@@ -167,11 +301,18 @@ class VoiceProcessor:
         if far_reference is not None:
             ratio = raw - far_reference
             near_voiced = self._vad_says(near, self._near_vad)
-            talk_over = (near_voiced and raw >= options.floor_dbfs
-                         and ratio - self._echo_for_talk_over.db > options.near_dominant_db)
-            speech = voiced and ratio - self._echo_for_speech.db > options.double_talk_margin_db
-            self._echo_for_speech.update(ratio, speech or talk_over)
-            self._echo_for_talk_over.update(ratio, speech or talk_over)
+            # A voice in bins the echo cannot fill is the user's, however AEC3's suppressor treats it.
+            speech = (near_voiced and raw >= options.floor_dbfs and unexplained >= options.unexplained_to_noise
+                      and unexplained_share >= options.unexplained_share)
+            talk_over = speech or (near_voiced and raw >= options.floor_dbfs
+                                   and ratio - self._echo_for_talk_over.db > options.near_dominant_db)
+            self._echo_for_talk_over.update(ratio, talk_over)
+            # Held on speech alone: an echo turned up is talk-over to the level check too, and must be learnt.
+            if speech:
+                self._voice_hold = VOICE_HOLD_FRAMES
+            elif self._voice_hold > 0:
+                self._voice_hold -= 1
+            self._echo_spectrum.learn(self._voice_hold > 0)
             if talk_over and level < raw - options.suppressed_db:
                 raw_share = 1.0
         if raw_share != 0.0 or self._raw_share != 0.0:  # crossfaded within the frame
@@ -196,10 +337,11 @@ class VoiceProcessor:
         self._apm.reset()
         self._far_recent.fill(-200.0)
         self._hangover = 0
+        self._voice_hold = 0
         self._gain = 1.0
         self._raw_share = 0.0
-        self._echo_for_speech.reset()
         self._echo_for_talk_over.reset()
+        self._echo_spectrum.reset()
 
 
 @dataclass(frozen=True)
