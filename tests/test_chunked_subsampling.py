@@ -90,10 +90,25 @@ def test_a_long_take_never_holds_its_first_stage_whole(conformer: ConformerEncod
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def test_layers_it_cannot_split_run_as_liquid_audio_runs_them(conformer: ConformerEncoder) -> None:
-    """A layer that is neither a plain convolution nor element-wise (here a pooling): the whole take at once."""
+class _PaddedInForward(torch.nn.Conv2d):
+    """A convolution that pads time on one side in its own forward (as NeMo's CausalConv2D does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(torch.nn.functional.pad(x, (0, 0, 2, 0)))
+
+
+@pytest.mark.parametrize("odd_layer", ["pooling", "convolution padding in its forward"])
+def test_layers_it_cannot_split_run_as_liquid_audio_runs_them(conformer: ConformerEncoder, odd_layer: str) -> None:
+    """A layer that is neither a plain convolution nor element-wise: the whole take at once."""
     model = copy.deepcopy(conformer)
-    model.pre_encode.conv[1] = torch.nn.MaxPool2d(kernel_size=(3, 1), stride=(1, 1), padding=(1, 0))
+    if odd_layer == "pooling":
+        model.pre_encode.conv[1] = torch.nn.MaxPool2d(kernel_size=(3, 1), stride=(1, 1), padding=(1, 0))
+    else:
+        plain = model.pre_encode.conv[2]
+        odd = _PaddedInForward(plain.in_channels, plain.out_channels, plain.kernel_size, stride=plain.stride,
+                               padding=(0, plain.padding[1]), groups=plain.groups)
+        odd.load_state_dict(plain.state_dict())
+        model.pre_encode.conv[2] = odd
     chunk_subsampling(model)
     x = torch.randn((1, 3000, conformer._feat_in))
     lengths = torch.tensor([2500])

@@ -11,7 +11,7 @@ Every layer only mixes neighbouring frames, so each stretch of output rows can b
 rows it sees, with the layers' time padding made explicit: rows outside the take's stage are zero (what the
 convolutions pad with), and rows past a stage's valid length are zero (the mask liquid-audio applies before
 each layer). `ChunkedMaskedConvSequential.forward` does that for stretches of `ROWS_PER_CHUNK` output rows
-into one output tensor. The values are the same sums over the same products (tests/test_encoder_graphs.py
+into one output tensor. The values are the same sums over the same products (tests/test_chunked_subsampling.py
 compares against liquid-audio's forward); the first stage holds ~17 MB at a time.
 """
 
@@ -28,7 +28,8 @@ ROWS_PER_CHUNK = 128
 
 
 def _time_geometry(layer: nn.Module) -> tuple[int, int, int] | None:
-    """(kernel, stride, padding) in time of a layer that mixes frames; None for one that works frame by frame."""
+    """(kernel, stride, padding) in time of a layer that mixes frames; None for one that works frame by frame
+    (for layers `_can_chunk` accepts)."""
     if isinstance(layer, nn.Conv2d):
         return layer.kernel_size[0], layer.stride[0], int(layer.padding[0])
     return None
@@ -36,9 +37,10 @@ def _time_geometry(layer: nn.Module) -> tuple[int, int, int] | None:
 
 def _can_chunk(layers: list[nn.Module]) -> bool:
     """Plain 2-D convolutions with symmetric zero padding (the non-causal subsamplings), and element-wise
-    activations between them: what `forward` knows how to split."""
+    activations between them: what `forward` knows how to split. A subclass of Conv2d (NeMo's CausalConv2D pads
+    in its own forward) is not plain: `forward` calls F.conv2d with the layer's parameters, not the layer."""
     for layer in layers:
-        if isinstance(layer, nn.Conv2d):
+        if type(layer) is nn.Conv2d:
             if layer.padding_mode != "zeros" or isinstance(layer.padding, str) or layer.dilation != (1, 1):
                 return False
         elif not isinstance(layer, (nn.ReLU, nn.SiLU, nn.GELU, nn.Identity)):
@@ -52,11 +54,13 @@ class ChunkedMaskedConvSequential(MaskedConvSequential):
 
     def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         layers = list(self)
+        if not _can_chunk(layers):
+            return MaskedConvSequential.forward(self, x, lengths)
         sizes = [x.shape[1]]  # time rows at each layer's input, and at the end
         for layer in layers:
             geometry = _time_geometry(layer)
             sizes.append(sizes[-1] if geometry is None else (sizes[-1] + 2 * geometry[2] - geometry[0]) // geometry[1] + 1)
-        if sizes[-1] <= ROWS_PER_CHUNK or not _can_chunk(layers):
+        if sizes[-1] <= ROWS_PER_CHUNK:
             return MaskedConvSequential.forward(self, x, lengths)
 
         # The valid rows before each layer and at the end, counted as liquid-audio counts them.
