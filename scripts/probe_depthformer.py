@@ -7,7 +7,7 @@
   last block at every phase (stage, rows; the "barrier" segments are empty since the blocks hand
   each other tagged words: the wait is inside the stage or attention after them), calibrated
   against %globaltimer.
-Writes $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
+bf16 and then int8 (the model quantized in place). Writes $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from pathlib import Path
 import torch
 
 from engine.bench.random_model import random_full_size_model
+from engine.model.quantized import quantize_model
 from engine.realtime.kernels import sources
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticDepthformer
 
-SOURCE = sources.source("depthformer_codebook")
+KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 for the int8 pass
 # Compile-time variants to time beside the shipped kernel, as {name: {define: value}}. Run 31 timed
 # DEPTH_EARLY_RESIDUAL (the residual row loaded before its dot product) and DEPTH_SPLIT 2 / 4 (the
 # out and w2 rows over 2 / 4 warps), run 32 DEPTH_ATTEND_STAGED 0 (the attention loading each value
@@ -38,7 +39,8 @@ SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrie
 
 def compiled(defines: dict[str, int]):
     header = "".join(f"#define {name} {value}\n" for name, value in defines.items())
-    return torch.cuda._compile_kernel(SOURCE.replace("#ifndef DEPTH_PREFETCH", header + "#ifndef DEPTH_PREFETCH", 1), "depthformer_codebook")
+    text = sources.source(KERNEL)
+    return torch.cuda._compile_kernel(text.replace("#ifndef DEPTH_PREFETCH", header + "#ifndef DEPTH_PREFETCH", 1), KERNEL)
 
 
 def replay_us(fn, replays: int = 100) -> float:
@@ -81,8 +83,20 @@ def phase_times(stamps: list[int], layers: int, ns_per_cycle: float) -> dict[str
 
 @torch.inference_mode()
 def main() -> None:
+    """bf16, then (the same model quantized in place) int8: `probe_depthformer.json` holds both."""
+    global KERNEL
     loaded = random_full_size_model(stop_tokens=True)
     device = torch.device("cuda")
+    report = {"bf16": probe(loaded, device)}
+    quantize_model(loaded.model, device=device)
+    torch.cuda.empty_cache()
+    KERNEL = "depthformer_codebook_int8"
+    report["int8"] = probe(loaded, device)
+    out = Path(os.environ.get("OUT", "."))
+    (out / "probe_depthformer.json").write_text(json.dumps(report, indent=1))
+
+
+def probe(loaded, device: torch.device) -> dict[str, object]:
     depthformer = StaticDepthformer(loaded.model, DeviceSampling(device))
     step = depthformer.fused
     assert step is not None
@@ -141,9 +155,8 @@ def main() -> None:
         print(name, json.dumps(entry, indent=1), flush=True)
     step.kernel, step.blocks = shipped_kernel, chosen
 
-    print(json.dumps(results, indent=1))
-    out = Path(os.environ.get("OUT", "."))
-    (out / "probe_depthformer.json").write_text(json.dumps(results, indent=1))
+    print(KERNEL, json.dumps(results, indent=1), flush=True)
+    return results
 
 
 if __name__ == "__main__":

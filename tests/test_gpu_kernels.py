@@ -56,6 +56,41 @@ def test_fused_sampler_chooses_exactly_what_the_plain_ops_choose(device, vocab: 
     assert checked == 120
 
 
+@pytest.mark.parametrize("vocab", [65536, 3 * 4096 + 17])
+def test_the_sampler_over_blocks_replayed_in_a_graph_chooses_what_the_plain_ops_choose(device, vocab: int) -> None:
+    """The text-length row runs over blocks whose last one resets their arrival counter: replays of one
+    captured launch (new logits, noise and k each time, ties that overflow a slice's candidate slots among
+    them) each choose the plain ops' index."""
+    from engine.realtime import graphs
+    from engine.realtime.kernels.sources import SAMPLER_GRID_SLICE
+    from engine.realtime.sampling import DeviceSampling
+
+    assert vocab > SAMPLER_GRID_SLICE  # the blocks' kernel, not the one-block one
+    sampling = DeviceSampling(device)
+    assert sampling.fused is not None and sampling.fused.grid_kernel is not None
+    generator = torch.Generator(device=device).manual_seed(7)
+    logits = torch.zeros(vocab, device=device, dtype=torch.bfloat16)
+    noise = torch.zeros(vocab, device=device)
+    out = torch.empty(1, dtype=torch.long, device=device)
+    reference = torch.empty(1, dtype=torch.long, device=device)
+
+    def choose() -> None:
+        sampling.fused(logits, noise, sampling.inv_temperature, sampling.top_k_index, out)
+
+    graphs.warm_up(device, choose)
+    graph, _ = graphs.capture(choose)
+    for trial in range(40):
+        sampling.set(greedy=trial % 5 == 0, temperature=1.0, top_k=(1, 4, 13, 64)[trial % 4])
+        values = torch.randn(vocab, device=device, generator=generator) * 3
+        if trial % 3 == 1:  # a few distinct values: more ties at a slice's k-th key than it has slots
+            values = values.round()
+        logits.copy_(values.to(torch.bfloat16))
+        sampling.noise_for(noise)
+        graph.replay()
+        sampling.choose_reference(logits, noise, out=reference)
+        assert out.item() == reference.item(), trial
+
+
 def test_fused_sampler_draws_from_the_top_k_only(device) -> None:
     from engine.realtime.sampling import DeviceSampling
 

@@ -20,6 +20,7 @@ import torch
 
 from engine.chat.decoding import MAX_TOP_K
 from engine.realtime.kernels import TopKGumbelArgmax
+from engine.realtime.kernels.sources import SAMPLER_GRID_SLICE
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +40,19 @@ class DeviceSampling:
             self.fused = None
 
     def _fused_agrees(self, device: torch.device) -> bool:
-        """Start-up check: the fused kernel picks the plain ops' index (greedy, and sampled with k = 1..64)."""
+        """Start-up check: the fused kernel picks the plain ops' index (greedy, and sampled with k = 1..64), on
+        a row for its one block and on a row for its blocks (SAMPLER_GRID_SLICE logits each, the last one short)."""
         generator = torch.Generator(device=device).manual_seed(0)
-        logits = torch.randn(2049, device=device, generator=generator).to(torch.bfloat16)
-        noise = torch.randn(2049, device=device, generator=generator)
         fused, reference = torch.empty(1, dtype=torch.long, device=device), torch.empty(1, dtype=torch.long, device=device)
         agrees = True
-        for k in (1, 4, MAX_TOP_K):
-            self.top_k_index.fill_(k - 1)
-            self.fused(logits, noise, self.inv_temperature, self.top_k_index, fused)
-            self.choose_reference(logits, noise, out=reference)
-            agrees = agrees and bool(torch.equal(fused, reference))
+        for length in (2049, 3 * SAMPLER_GRID_SLICE + 1):
+            logits = torch.randn(length, device=device, generator=generator).to(torch.bfloat16)
+            noise = torch.randn(length, device=device, generator=generator)
+            for k in (1, 4, MAX_TOP_K):
+                self.top_k_index.fill_(k - 1)
+                self.fused(logits, noise, self.inv_temperature, self.top_k_index, fused)
+                self.choose_reference(logits, noise, out=reference)
+                agrees = agrees and bool(torch.equal(fused, reference))
         self.top_k_index.zero_()
         return agrees
 

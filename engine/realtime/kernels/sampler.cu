@@ -1,6 +1,9 @@
 // top_k_gumbel_argmax: top-k threshold + Gumbel-max choice + argmax over one row of logits as one block
 // instead of ~7 kernels (wrapper: sampler.py; PyTorch's top-k alone took ~14 us per depthformer codebook).
-// THREADS (the block's threads) is defined by sources.py from SAMPLER_THREADS.
+// top_k_gumbel_argmax_grid: the same choice over a long row (the 65,536 text logits) spread over blocks of
+// GRID_SLICE logits each, which one block took ~41 us for: three passes over the row by one SM.
+// THREADS (the one block's threads), GRID_THREADS, GRID_SLICE and GRID_CANDIDATES are defined by
+// sources.py from the Python constants of the same names.
 
 #include "common.cuh"
 
@@ -42,31 +45,22 @@ __device__ void find_bin(const unsigned int* hist, unsigned int k, unsigned int*
     }
 }
 
-// One block of THREADS threads. out[0] = argmax over {i : logits[i] >= k-th largest logit} of
-// noise[i] + logits[i] * inv_temperature (first index on ties), k = top_k_index[0] + 1.
-extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict__ logits,
-                                               const float* __restrict__ noise,
-                                               const float* __restrict__ inv_temperature,
-                                               const long long* __restrict__ top_k_index,
-                                               long long* __restrict__ out, int n) {
-    __shared__ unsigned int hist[256];
-    __shared__ unsigned int chosen_bin, chosen_rank, found;
-    __shared__ float warp_best[THREADS / 32];
-    __shared__ int warp_index[THREADS / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-    // Two radix passes find the threshold key: the high byte of the k-th largest key, then its
-    // low byte among the keys with that high byte. If k > n every element is kept (cut 0).
-    unsigned int rank = (unsigned int)(top_k_index[0] + 1), high = 0, cut = 0;
+// The block's threads: the key of the rank-th largest of the `count` keys key_at(0..count-1) (rank 1 is
+// the largest), by two radix passes over 256-bin histograms: the high byte of that key, then its low byte
+// among the keys with that high byte. 0 (keep everything) when rank > count. Every thread gets it.
+template <class KeyAt>
+__device__ unsigned int rank_key(KeyAt key_at, int count, unsigned int rank, unsigned int* hist, unsigned int* chosen) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned int high = 0;
     for (int pass = 0; pass < 2; ++pass) {
-        for (int b = threadIdx.x; b < 256; b += THREADS) hist[b] = 0;
-        if (threadIdx.x == 0) found = 0;
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        if (threadIdx.x == 0) chosen[2] = 0;
         __syncthreads();
-        for (int base = 0; base < n; base += THREADS) {
-            int i = base + threadIdx.x;
+        for (int base = 0; base < count; base += blockDim.x) {  // the same trip count in every lane of a warp
+            int j = base + threadIdx.x;
             unsigned int bin = NONE;
-            if (i < n) {
-                unsigned int key = order_key(logits[i]);
+            if (j < count) {
+                unsigned int key = key_at(j);
                 if (pass == 0) bin = key >> 8;
                 else if ((key >> 8) == high) bin = key & 255u;
             }
@@ -74,40 +68,148 @@ extern "C" __global__ void top_k_gumbel_argmax(const unsigned short* __restrict_
             if (bin != NONE && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
         }
         __syncthreads();
-        if (warp == 0) find_bin(hist, rank, &chosen_bin, &chosen_rank, &found);
+        if (warp == 0) find_bin(hist, rank, &chosen[0], &chosen[1], &chosen[2]);
         __syncthreads();
-        bool ok = found != 0;
-        if (ok && pass == 0) { high = chosen_bin; rank = chosen_rank; }
-        if (ok && pass == 1) cut = (high << 8) | chosen_bin;
+        const bool ok = chosen[2] != 0;
+        const unsigned int bin = chosen[0], bin_rank = chosen[1];
         __syncthreads();  // everyone has read the results before the next pass resets them
-        if (!ok) break;
+        if (!ok) return 0;
+        if (pass == 1) return (high << 8) | bin;
+        high = bin;
+        rank = bin_rank;
     }
+    return 0;
+}
 
-    float t = inv_temperature[0];
+// The block's best (score, index) by `better`, reduced over its warps through `warp_best` / `warp_index`;
+// valid in warp 0's lane 0.
+__device__ void block_best(float* best, int* best_index, float* warp_best, int* warp_index) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        float other = __shfl_down_sync(0xffffffffu, *best, offset);
+        int other_index = __shfl_down_sync(0xffffffffu, *best_index, offset);
+        if (better(other, other_index, *best, *best_index)) { *best = other; *best_index = other_index; }
+    }
+    if (lane == 0) { warp_best[warp] = *best; warp_index[warp] = *best_index; }
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        *best = lane < warps ? warp_best[lane] : -__int_as_float(0x7f800000);
+        *best_index = lane < warps ? warp_index[lane] : 0x7fffffff;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            float other = __shfl_down_sync(0xffffffffu, *best, offset);
+            int other_index = __shfl_down_sync(0xffffffffu, *best_index, offset);
+            if (better(other, other_index, *best, *best_index)) { *best = other; *best_index = other_index; }
+        }
+    }
+}
+
+// The whole choice by one block over all n logits: out[0] = argmax over {i : key(logits[i]) >= the k-th
+// largest key} of noise[i] + logits[i] * t (first index on ties).
+__device__ void choose_in_one_block(const unsigned short* __restrict__ logits, const float* __restrict__ noise, float t,
+                                    unsigned int k, long long* __restrict__ out, int n, unsigned int* hist, unsigned int* chosen,
+                                    float* warp_best, int* warp_index) {
+    const unsigned int cut = rank_key([&](int i) { return order_key(logits[i]); }, n, k, hist, chosen);
     float best = -__int_as_float(0x7f800000);  // -inf (no CUDA headers under NVRTC)
     int best_index = 0x7fffffff;
-    for (int i = threadIdx.x; i < n; i += THREADS) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         unsigned short bits = logits[i];
         if (order_key(bits) >= cut) {
             float score = fmaf(bf16_to_float(bits), t, noise[i]);
             if (better(score, i, best, best_index)) { best = score; best_index = i; }
         }
     }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        float other = __shfl_down_sync(0xffffffffu, best, offset);
-        int other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
-        if (better(other, other_index, best, best_index)) { best = other; best_index = other_index; }
-    }
-    if (lane == 0) { warp_best[warp] = best; warp_index[warp] = best_index; }
+    block_best(&best, &best_index, warp_best, warp_index);
+    if (threadIdx.x == 0) out[0] = best_index < n ? best_index : 0;
+}
+
+// One block of THREADS threads. out[0] = argmax over {i : logits[i] >= k-th largest logit} of
+// noise[i] + logits[i] * inv_temperature (first index on ties), k = top_k_index[0] + 1.
+extern "C" __global__ void __launch_bounds__(THREADS) top_k_gumbel_argmax(const unsigned short* __restrict__ logits,
+                                               const float* __restrict__ noise,
+                                               const float* __restrict__ inv_temperature,
+                                               const long long* __restrict__ top_k_index,
+                                               long long* __restrict__ out, int n) {
+    __shared__ unsigned int hist[256], chosen[3];
+    __shared__ float warp_best[THREADS / 32];
+    __shared__ int warp_index[THREADS / 32];
+    choose_in_one_block(logits, noise, inv_temperature[0], (unsigned int)(top_k_index[0] + 1), out, n, hist, chosen, warp_best,
+                        warp_index);
+}
+
+// The same choice over gridDim.x blocks of GRID_THREADS threads, block b holding logits [b, b + 1) *
+// GRID_SLICE. Every block finds its slice's own k-th largest key and writes every logit of its slice at
+// or above it (its candidates: key, index and score) to its GRID_CANDIDATES slots of `candidates`, and
+// how many it found to counts[b]. The global k-th largest key is the k-th largest among the candidates
+// (each of the row's k largest is among its own slice's k largest), and every logit at or above it is a
+// candidate, so the last block to arrive (a counter in `arrived`, zero between launches: that block
+// resets it) chooses among the candidates alone. The rank selection counts keys, never their order, and
+// the choice breaks ties by index, so the result is the one-block kernel's whatever order the candidates
+// were written in. A slice with more candidates than its slots (ties at its k-th key) makes the last
+// block choose over the whole row itself, as the one-block kernel does. One launch at a time per buffer set.
+extern "C" __global__ void __launch_bounds__(GRID_THREADS) top_k_gumbel_argmax_grid(
+    const unsigned short* __restrict__ logits, const float* __restrict__ noise, const float* __restrict__ inv_temperature,
+    const long long* __restrict__ top_k_index, long long* __restrict__ out, int n, int4* candidates, int* counts,
+    unsigned int* arrived) {
+    __shared__ unsigned int hist[256], chosen[3], found, last;  // found: this slice's candidates
+    __shared__ float warp_best[GRID_THREADS / 32];
+    __shared__ int warp_index[GRID_THREADS / 32];
+    __shared__ unsigned short slice_bits[GRID_SLICE];
+    __shared__ int4 pool[GRID_POOL];
+    const unsigned int k = (unsigned int)(top_k_index[0] + 1);
+    const float t = inv_temperature[0];
+    const int first = blockIdx.x * GRID_SLICE, size = min(GRID_SLICE, n - first);
+
+    for (int j = threadIdx.x; j < size; j += GRID_THREADS) slice_bits[j] = logits[first + j];
+    if (threadIdx.x == 0) found = 0;
     __syncthreads();
-    if (warp == 0) {
-        best = warp_best[lane];
-        best_index = warp_index[lane];
-        for (int offset = 16; offset > 0; offset >>= 1) {
-            float other = __shfl_down_sync(0xffffffffu, best, offset);
-            int other_index = __shfl_down_sync(0xffffffffu, best_index, offset);
-            if (better(other, other_index, best, best_index)) { best = other; best_index = other_index; }
+    const unsigned int slice_cut = rank_key([&](int j) { return order_key(slice_bits[j]); }, size, k, hist, chosen);
+    int4* mine = candidates + (long long)blockIdx.x * GRID_CANDIDATES;
+    for (int j = threadIdx.x; j < size; j += GRID_THREADS) {
+        const unsigned short bits = slice_bits[j];
+        if (order_key(bits) >= slice_cut) {
+            const unsigned int slot = atomicAdd(&found, 1u);
+            const int i = first + j;
+            if (slot < GRID_CANDIDATES) mine[slot] = int4{(int)order_key(bits), i, __float_as_int(fmaf(bf16_to_float(bits), t, noise[i])), 0};
         }
-        if (lane == 0) out[0] = best_index < n ? best_index : 0;
     }
+    __threadfence();  // this thread's candidates are visible to the whole GPU before the block's arrival
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        counts[blockIdx.x] = (int)found;
+        __threadfence();
+        last = atomicAdd(arrived, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every block's writes are visible to this one after its arrival was counted
+    int total = 0;
+    bool whole_row = false;
+    for (int b = 0; b < (int)gridDim.x; ++b) {
+        const int c = __ldcg(counts + b);
+        whole_row = whole_row || c > GRID_CANDIDATES;
+        total += c;
+    }
+    whole_row = whole_row || total > GRID_POOL;
+    if (whole_row) {
+        choose_in_one_block(logits, noise, t, k, out, n, hist, chosen, warp_best, warp_index);
+    } else {
+        // The candidates side by side in shared memory, block by block.
+        for (int b = 0, at = 0; b < (int)gridDim.x; ++b) {
+            const int c = __ldcg(counts + b);
+            for (int s = threadIdx.x; s < c; s += GRID_THREADS) pool[at + s] = __ldcg(candidates + (long long)b * GRID_CANDIDATES + s);
+            at += c;
+        }
+        __syncthreads();
+        const unsigned int cut = rank_key([&](int j) { return (unsigned int)pool[j].x; }, total, k, hist, chosen);
+        float best = -__int_as_float(0x7f800000);
+        int best_index = 0x7fffffff;
+        for (int j = threadIdx.x; j < total; j += GRID_THREADS) {
+            const int4 c = pool[j];
+            if ((unsigned int)c.x >= cut && better(__int_as_float(c.z), c.y, best, best_index)) { best = __int_as_float(c.z); best_index = c.y; }
+        }
+        block_best(&best, &best_index, warp_best, warp_index);
+        if (threadIdx.x == 0) out[0] = best_index < n ? best_index : 0;
+    }
+    if (threadIdx.x == 0) *arrived = 0u;  // every block has arrived: the next launch counts from zero
 }

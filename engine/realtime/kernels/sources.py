@@ -19,6 +19,13 @@ FOLDER = Path(__file__).resolve().parent  # the .cu files, next to this module (
 
 # The sampler's one block.
 SAMPLER_THREADS = 1024
+# The sampler over blocks, for long rows (the text logits): logits per block, the block's threads, the
+# candidate slots per block (at least MAX_TOP_K, engine/protocol.py: room for ties at a slice's k-th
+# key) and the candidates the last block gathers in shared memory (16 bytes each).
+SAMPLER_GRID_SLICE = 4096
+SAMPLER_GRID_THREADS = 512
+SAMPLER_GRID_CANDIDATES = 128
+SAMPLER_GRID_POOL = 2048
 
 # The one-launch depthformer step's fixed limits.
 DEPTH_WARPS = 16
@@ -57,6 +64,13 @@ MATVEC_GROUP_LANES = {"bf16": 32, "int8": 16}
 MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 MATVEC_MIN_BLOCKS = 4
 
+_SAMPLER_DEFINES = {
+    "THREADS": SAMPLER_THREADS,
+    "GRID_THREADS": SAMPLER_GRID_THREADS,
+    "GRID_SLICE": SAMPLER_GRID_SLICE,
+    "GRID_CANDIDATES": SAMPLER_GRID_CANDIDATES,
+    "GRID_POOL": SAMPLER_GRID_POOL,
+}
 _DEPTHFORMER_DEFINES = {
     "DEPTH_WARPS": DEPTH_WARPS,
     "DEPTH_THREADS": DEPTH_THREADS,
@@ -95,7 +109,8 @@ KERNELS: dict[str, Kernel] = {
     kernel.name: kernel
     for kernel in (
         Kernel("short_conv_step", "short_conv.cu"),
-        Kernel("top_k_gumbel_argmax", "sampler.cu", {"THREADS": SAMPLER_THREADS}),
+        Kernel("top_k_gumbel_argmax", "sampler.cu", _SAMPLER_DEFINES),
+        Kernel("top_k_gumbel_argmax_grid", "sampler.cu", _SAMPLER_DEFINES),
         Kernel("depthformer_codebook", "depthformer.cu", {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 0, "DEPTH_NAME": "depthformer_codebook"}),
         Kernel("depthformer_codebook_int8", "depthformer.cu",
                {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
