@@ -91,6 +91,45 @@ def test_the_sampler_over_blocks_replayed_in_a_graph_chooses_what_the_plain_ops_
         assert out.item() == reference.item(), trial
 
 
+def test_an_old_graph_collected_as_garbage_never_breaks_a_capture(device) -> None:
+    """An earlier graph left in a reference cycle (a closed session's) becomes garbage while another step
+    is being captured, with the collector set to run at every allocation: the capture still succeeds and
+    replays its step, and the old graph is collected afterwards (H200 run 64 lost a capture so)."""
+    import gc
+    import weakref
+
+    from engine.realtime import graphs
+
+    x = torch.zeros(4, device=device)
+
+    class Holder:
+        def __init__(self) -> None:
+            self.graph, _ = graphs.capture(lambda: x.add_(1))
+            self.me = self  # the cycle: only the cyclic collector frees it
+
+    old = Holder()
+    freed = weakref.ref(old)
+    thresholds = gc.get_threshold()
+
+    def step() -> None:
+        nonlocal old
+        old = None  # garbage now, collectable only by the cycle collector
+        for _ in range(2000):  # allocations that would start collections
+            [[] for _ in range(3)]
+        x.mul_(2)
+
+    gc.set_threshold(1, 1, 1)
+    try:
+        graph, _ = graphs.capture(step)
+    finally:
+        gc.set_threshold(*thresholds)
+    x.fill_(3)
+    graph.replay()
+    assert x.tolist() == [6.0] * 4
+    gc.collect()
+    assert freed() is None
+
+
 def test_fused_sampler_draws_from_the_top_k_only(device) -> None:
     from engine.realtime.sampling import DeviceSampling
 

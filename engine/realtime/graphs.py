@@ -18,6 +18,7 @@ cache, a half-spoken utterance) snapshot it before the warm-up and restore it af
 from __future__ import annotations
 
 import functools
+import gc
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,10 +55,21 @@ def warm_up(device: torch.device, run: Callable[[], T], *, side: torch.cuda.Stre
 
 def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
     """Record one call of `step` as a new graph in memory pool `pool` (None: a private pool);
-    returns the graph and what `step` returned during the capture (its static output buffers)."""
+    returns the graph and what `step` returned during the capture (its static output buffers).
+
+    Python's cyclic garbage collector is off during the capture: a collection there could free an old
+    graph (an earlier session's, caught in a reference cycle), and destroying a graph while a stream
+    captures is refused and invalidates the capture (H200 run 64: a start-up timing's capture failed so
+    after ten earlier graphs were collected in it). `torch.cuda.graph` collects once before it begins."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
-        result = step()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            result = step()
+        finally:
+            if collecting:
+                gc.enable()
     return graph, result
 
 
