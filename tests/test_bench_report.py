@@ -176,3 +176,33 @@ def test_int8_run_reports_bytes_agreement_and_each_cards_speed_and_memory() -> N
     assert text.count("| card (memory, small_cards) |") == 2 and "| codebook_7 | 72 |" in text
     for card, estimate in int8["card_estimates"]["cards"].items():  # int8 reads half the bytes: faster on every card
         assert estimate["rtf"] < results["card_estimates"]["cards"][card]["rtf"]
+
+
+def test_the_int8_estimate_counts_the_dequantization_as_arithmetic_that_overlaps_the_bytes() -> None:
+    """Run 63 (bf16 and int8 side by side): with bf16's per-kernel cost as the reference, each int8 stage still
+    gives back its H200 time at the H200's own bandwidth and FP32 throughput; on every card the estimate lies
+    between the card's bandwidth floor and the conservative one (all of the H200's excess as per-kernel cost),
+    which is exactly the estimate without a reference."""
+    from engine.bench.cards import FP32_TFLOPS, H200_FP32_TFLOPS
+
+    results = json.loads((Path(__file__).resolve().parents[1] / "bench" / "results" / "run-63-final-bench" / "bench.json").read_text())
+    int8 = results["int8"]
+    view = {**results, "stage_bytes": int8["stage_bytes"], "engine_kernels": int8["engine_kernels"],
+            "summary": {SAMPLED: {"engine": results["summary"][SAMPLED]["engine-int8"]}}}  # fmt: skip
+    bf16_stages = results["card_estimates"]["stages"]
+    plain = estimate_cards(view, SAMPLED)
+    estimate = estimate_cards(view, SAMPLED, latency_reference=bf16_stages)
+    assert estimate["label"].startswith(plain["label"])
+    for stage, data in estimate["stages"].items():
+        assert data["per_kernel_us"] <= bf16_stages[stage]["per_kernel_us"] + 1e-12
+        assert data["per_kernel_us"] <= plain["stages"][stage]["per_kernel_us"] + 1e-12
+        floor = data["bytes"] / (results["copy_bandwidth_gbs"] * 1e9) * 1e3
+        at_h200 = max(floor, data["arithmetic_h200_ms"] * H200_FP32_TFLOPS / H200_FP32_TFLOPS) + data["kernels"] * data["per_kernel_us"] / 1e3
+        assert at_h200 == pytest.approx(data["h200_ms"], rel=1e-9)
+    # The backbone's int8 products spend more of the H200's time on arithmetic than their bytes take.
+    assert estimate["stages"]["backbone_step"]["arithmetic_h200_ms"] > int8["stage_bytes"]["backbone_step"] / (results["copy_bandwidth_gbs"] * 1e9) * 1e3
+    for card, data in estimate["cards"].items():
+        assert data["conservative"] == {key: plain["cards"][card][key] for key in ("ms_per_frame", "rtf", "ttfa_ms")}
+        assert data["rtf_bandwidth_floor"] < data["rtf"] <= data["conservative"]["rtf"]
+    assert estimate["cards"]["RTX 3060 12GB"]["rtf"] < plain["cards"]["RTX 3060 12GB"]["rtf"] - 0.003
+    assert CARDS.keys() == FP32_TFLOPS.keys()

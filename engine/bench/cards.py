@@ -16,10 +16,20 @@ CARDS: dict[str, tuple[float, float]] = {
     "RTX 5090": (1792.0, 32.0),
 }
 H200_PUBLISHED_GBS = 4800.0
+# Published FP32 throughput (TFLOP/s at boost clock, no tensor cores) of the same cards: what the int8 weights'
+# in-register dequantization runs on (per weight: a byte permute, a subtraction and a multiply-add).
+FP32_TFLOPS: dict[str, float] = {
+    "RTX 3060 12GB": 12.74,
+    "RTX 4060": 15.11,
+    "RTX 4070 Ti SUPER": 44.1,
+    "RTX 4090": 82.58,
+    "RTX 5090": 104.8,
+}
+H200_FP32_TFLOPS = 67.0
 _STAGE_GRAPHS = {"backbone_step": "decode", "text_head": "text_head", "depthformer_frame": "audio_head", "decoder_frame": "decoder_frame"}
 
 
-def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, Any]:
+def estimate_cards(results: dict[str, Any], sampling_label: str, *, latency_reference: dict[str, Any] | None = None) -> dict[str, Any]:
     """ESTIMATE, not a measurement: each stage on another card from what this run measured.
 
     Per stage (one graph replay): time = bytes / bandwidth + kernels × per-kernel cost. The H200 run gives
@@ -30,7 +40,16 @@ def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, An
     block's steps, the H200's measured host/overlap overhead per frame, and the decoder's bytes (it runs
     beside the steps and shares the memory). First audio: the H200's turn-1 value plus each card's
     extra bytes time for one prefill read of the backbone, the six text steps, one frame and one decoder
-    call. Not modelled: clocks, Windows' driver model, L2 size (the depthformer's stack re-read per codebook
+    call.
+
+    `latency_reference` (int8: the bf16 estimate's `stages`, from the same run): the per-kernel cost is the bf16
+    stage's, where it is no larger than this stage's whole excess, and the rest of the H200's time over it is
+    the dequantization's arithmetic, which the H200 (14 FLOP per byte of bandwidth) runs longer than it reads
+    the bytes (run 59: W8A8 products that read the same bytes with fewer instructions were 30-45 % faster).
+    On a card that arithmetic takes its H200 time times the FP32 throughput ratio, and overlaps the card's
+    byte time: a stage takes max(bytes, arithmetic) + kernels × cost. The RTX cards have 35-55 FLOP per byte,
+    so there the bytes win. Each card then also gets `conservative`: the same estimate with all of the H200's
+    excess counted as per-kernel cost, as without a reference. Not modelled: clocks, Windows' driver model, L2 size (the depthformer's stack re-read per codebook
     would fit a 72-96 MB L2 in int8, but on the H200 a codebook after itself, its stack as warm as L2 gets,
     was only ~2.5 % faster than one after an L2 flush: bench/results/run-60-depthformer-l2).
     """
@@ -44,20 +63,23 @@ def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, An
         count = float(kernels.get(graph, {}).get("kernels", 0.0))
         measured = float(engine[f"{stage}_ms"])
         floor = results["stage_bytes"][stage] / (measured_gbs * 1e9) * 1e3
-        stages[stage] = {
-            "bytes": results["stage_bytes"][stage],
-            "kernels": count,
-            "h200_ms": measured,
-            "per_kernel_us": max(0.0, (measured - floor) * 1e3 / count) if count else 0.0,
-        }
+        per_kernel = max(0.0, (measured - floor) * 1e3 / count) if count else 0.0
+        stages[stage] = {"bytes": results["stage_bytes"][stage], "kernels": count, "h200_ms": measured, "per_kernel_us": per_kernel}
+        if latency_reference is not None and stage in latency_reference:
+            per_kernel = min(per_kernel, latency_reference[stage]["per_kernel_us"])
+            stages[stage]["per_kernel_us"] = per_kernel
+            stages[stage]["arithmetic_h200_ms"] = measured - count * per_kernel / 1e3
 
-    def stage_ms(stage: str, gbs: float) -> float:
+    def stage_ms(stage: str, gbs: float, tflops: float = H200_FP32_TFLOPS) -> float:
         data = stages[stage]
-        return data["bytes"] / (gbs * 1e9) * 1e3 + data["kernels"] * data["per_kernel_us"] / 1e3
+        body = data["bytes"] / (gbs * 1e9) * 1e3
+        if "arithmetic_h200_ms" in data:
+            body = max(body, data["arithmetic_h200_ms"] * H200_FP32_TFLOPS / tflops)
+        return body + data["kernels"] * data["per_kernel_us"] / 1e3
 
-    def block_ms(gbs: float) -> float:
-        return n_text * (stage_ms("backbone_step", gbs) + stage_ms("text_head", gbs)) + n_audio * (
-            stage_ms("backbone_step", gbs) + stage_ms("depthformer_frame", gbs)
+    def block_ms(gbs: float, tflops: float = H200_FP32_TFLOPS) -> float:
+        return n_text * (stage_ms("backbone_step", gbs, tflops) + stage_ms("text_head", gbs, tflops)) + n_audio * (
+            stage_ms("backbone_step", gbs, tflops) + stage_ms("depthformer_frame", gbs, tflops)
         )
 
     h200_gbs = measured_gbs
@@ -69,19 +91,25 @@ def estimate_cards(results: dict[str, Any], sampling_label: str) -> dict[str, An
     floor_block_bytes = n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + n_audio * (
         backbone_bytes + results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]
     )
+    conservative = estimate_cards(results, sampling_label)["cards"] if latency_reference is not None else None
     cards = {}
     for card, (published, vram) in CARDS.items():
-        gbs = published * share
-        frame = block_ms(gbs) / n_audio + overhead + results["stage_bytes"]["decoder_frame"] / (gbs * 1e9) * 1e3
+        gbs, tflops = published * share, FP32_TFLOPS[card]
+        frame = block_ms(gbs, tflops) / n_audio + overhead + results["stage_bytes"]["decoder_frame"] / (gbs * 1e9) * 1e3
         cards[card] = {
             "published_bandwidth_gbs": published,
             "assumed_bandwidth_gbs": gbs,
             "vram_gb": vram,
-            "backbone_step_ms": stage_ms("backbone_step", gbs),
-            "depthformer_frame_ms": stage_ms("depthformer_frame", gbs),
+            "backbone_step_ms": stage_ms("backbone_step", gbs, tflops),
+            "depthformer_frame_ms": stage_ms("depthformer_frame", gbs, tflops),
             "ms_per_frame": frame,
             "rtf": frame / (FRAME_SECONDS * 1e3),
             "ttfa_ms": engine["ttfa_turn1_ms"] + ttfa_bytes * (1 / gbs - 1 / h200_gbs) / 1e9 * 1e3,
             "rtf_bandwidth_floor": floor_block_bytes / (gbs * 1e9) * 1e3 / n_audio / (FRAME_SECONDS * 1e3),
         }
-    return {"label": "ESTIMATE from the H200 run's bytes and kernel counts, not a measurement", "stages": stages, "cards": cards}
+        if conservative is not None:
+            cards[card]["conservative"] = {key: conservative[card][key] for key in ("ms_per_frame", "rtf", "ttfa_ms")}
+    label = "ESTIMATE from the H200 run's bytes and kernel counts, not a measurement"
+    if latency_reference is not None:
+        label += " (bf16's per-kernel cost; the H200's further time as arithmetic that overlaps the bytes)"
+    return {"label": label, "stages": stages, "cards": cards}
