@@ -204,6 +204,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The voice needs the model's bf16 weights for {module}, which are not available."),
     # The weights' precision (engine/worker/precision.py).
     QT_TRANSLATE_NOOP("EngineMessages", "int8 was refused for this model on this GPU: its output differs too much from bf16 ({worst}; allowed: KL up to {max_kl}, text top-1 from {text_top1}). Standard precision (bf16) stays."),
+    QT_TRANSLATE_NOOP("EngineMessages", "int8 was refused for this model on this GPU: its audio decoder, which int8 runs in bf16, differs too much from float32 (SNR {snr} dB over {frames} frames; allowed: from {min_snr} dB). Standard precision (bf16) stays."),
     QT_TRANSLATE_NOOP("EngineMessages", "int8 needs an NVIDIA GPU: it is checked against bf16 on the GPU, and only the GPU engine runs it faster. Standard precision (bf16) is used."),
     QT_TRANSLATE_NOOP("EngineMessages", "The int8 check could not run ({error}), so standard precision (bf16) stays."),
     QT_TRANSLATE_NOOP("EngineMessages", "This GPU has no room for the model in bf16, so int8 could not be checked against it on this card; int8 is used without the check."),

@@ -7,6 +7,7 @@ teacher-forced bf16-vs-int8 check. The int8 kernels themselves are tested on the
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,10 @@ def test_memory_need_counts_int8_matrices_at_a_byte_per_weight(tiny_model_dir: P
     header = read_safetensors_header(tiny_model_dir / "model.safetensors")[1]
     quantized = [(n, e["shape"]) for n, e in header.items() if is_quantized_tensor(n, e["shape"])]
     expected_saving = sum(shape[0] * shape[1] - 4 * shape[0] for _, shape in quantized)
+    # and the detokenizer's transformer at 2 bytes instead of 4 (tests/test_detokenizer_precision.py)
+    detokenizer = read_safetensors_header(tiny_model_dir / "audio_detokenizer" / "model.safetensors")[1]
+    expected_saving += sum(2 * math.prod(e["shape"]) for n, e in detokenizer.items()
+                           if n.startswith(("emb.", "lfm.")) and n != "lfm.embed_tokens.weight")
     assert bf16.weights - int8.weights == expected_saving
     # The header rule names exactly the tensors the loader quantizes (a tied table is stored once).
     stored = {n.removesuffix(".weight").replace("to_logits", "embedding") for n, _ in quantized}

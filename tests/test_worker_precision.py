@@ -36,10 +36,12 @@ def _report(passed: bool) -> PrecisionReport:
 class Check:
     """The check's two halves, recorded: which session each ran on and in which precision."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, passed: bool, during_record: Any = None) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, passed: bool, during_record: Any = None,
+                 report: PrecisionReport | None = None) -> None:
         self.recorded: list[tuple[str, int]] = []
         self.compared: list[tuple[str, int]] = []
         self.passed = passed
+        self.report = report  # what the comparison says, when not `_report(passed)`
         self.during_record = during_record
         check = self
 
@@ -52,7 +54,7 @@ class Check:
         def compare(session: ChatSession, reference: object) -> PrecisionReport:
             assert reference == "reference"
             check.compared.append((session.loaded.precision, id(session)))
-            return _report(check.passed)
+            return check.report or _report(check.passed)
 
         monkeypatch.setattr(ChatSession, "record_check_reference", record)
         monkeypatch.setattr(ChatSession, "compare_with_check_reference", compare)
@@ -156,6 +158,40 @@ def test_a_stored_passing_verdict_skips_the_check(audio_env, model: Path, monkey
         monkeypatch.setattr("engine.worker.precision.gpu_name", lambda: "Another GPU")
         start = _load(eng, model, "int8")
         assert len(check.compared) == 1 and eng.worker.session.loaded.precision == "bf16"
+    finally:
+        eng.stop()
+
+
+def test_a_verdict_kept_before_the_decoders_were_compared_is_checked_again_once(audio_env, model: Path, monkeypatch) -> None:  # noqa: ANN001
+    check = Check(monkeypatch, passed=True)
+    old = _report(True).as_dict()
+    old.pop("decoder", None)  # as a verdict kept before the check compared the audio decoders
+    store_verdict(model, GPU, old)
+    eng = _engine()
+    try:
+        start = _load(eng, model, "int8")
+        assert len(check.compared) == 1 and eng.worker.session.loaded.precision == "int8" and eng.errors(start) == []
+        assert "decoder" in load_verdict(model, GPU)
+        start = _load(eng, model, "int8")  # the new verdict is kept: no second check
+        assert len(check.compared) == 1 and _opened(eng, start) == 1
+    finally:
+        eng.stop()
+
+
+def test_a_check_failed_by_the_audio_decoder_says_so_and_keeps_bf16(audio_env, model: Path, monkeypatch) -> None:  # noqa: ANN001
+    from engine.chat.precision_check import DecoderAgreement
+
+    report = _report(True)
+    report.decoder, report.passed = DecoderAgreement(frames=18, snr_db=12.34), False
+    Check(monkeypatch, passed=False, report=report)
+    eng = _engine()
+    try:
+        for checked in (True, False):  # the check, then its kept verdict: the same refusal
+            start = _load(eng, model, "int8")
+            error = [e for e in eng.errors(start) if e.kind == "precision"]
+            assert len(error) == 1 and "audio decoder" in error[0].template, checked
+            assert "SNR 12.3 dB over 18 frames; allowed: from 20 dB" in error[0].message
+            assert eng.worker.session.loaded.precision == "bf16"
     finally:
         eng.stop()
 

@@ -625,6 +625,10 @@
       <translation>このモデルはこの GPU では int8 にできません。出力が bf16 と違いすぎます（{worst}。許容範囲: KL {max_kl} まで、テキストの top-1 一致 {text_top1} 以上）。標準 (bf16) のままにします。</translation>
     </message>
     <message>
+      <source>int8 was refused for this model on this GPU: its audio decoder, which int8 runs in bf16, differs too much from float32 (SNR {snr} dB over {frames} frames; allowed: from {min_snr} dB). Standard precision (bf16) stays.</source>
+      <translation>このモデルはこの GPU では int8 にできません。int8 で bf16 にする音声デコーダーの出力が float32 と違いすぎます（{frames} フレームで SNR {snr} dB。許容範囲: {min_snr} dB 以上）。標準 (bf16) のままにします。</translation>
+    </message>
+    <message>
       <source>int8 needs an NVIDIA GPU: it is checked against bf16 on the GPU, and only the GPU engine runs it faster. Standard precision (bf16) is used.</source>
       <translation>int8 には NVIDIA の GPU が必要です（bf16 との比較は GPU で行い、速くなるのも GPU のエンジンだけです）。標準 (bf16) で読み込みます。</translation>
     </message>

@@ -35,15 +35,24 @@ def condition_like_a_trained_model(model: torch.nn.Module) -> None:
     is ~1 %, and bf16 comparisons measure the implementations rather than the random init.
     The cost of a step does not change.
     """
-    layers = model.lfm.layers
+    _condition(model.lfm.layers, (model.lfm.embed_tokens.weight, model.audio_embedding.embedding.weight))
+
+
+def condition_detokenizer_like_a_trained_model(detokenizer: torch.nn.Module) -> None:
+    """`condition_like_a_trained_model` for liquid-audio's audio detokenizer: its codebook embeddings (what its
+    transformer is fed) at unit scale, its layers' residual branches scaled by 1/sqrt(2 · layers)."""
+    _condition(detokenizer.lfm.layers, (detokenizer.emb.emb.weight,))
+
+
+@torch.no_grad()
+def _condition(layers: torch.nn.ModuleList, tables: tuple[torch.Tensor, ...]) -> None:
     scale = (2 * len(layers)) ** -0.5
-    with torch.no_grad():
-        for table in (model.lfm.embed_tokens.weight, model.audio_embedding.embedding.weight):
-            table.div_(table.float().std().to(table.dtype))
-        for layer in layers:
-            operator = layer.self_attn if layer.is_attention_layer else layer.conv
-            operator.out_proj.weight.mul_(scale)
-            layer.feed_forward.w2.weight.mul_(scale)
+    for table in tables:
+        table.div_(table.float().std().to(table.dtype))
+    for layer in layers:
+        operator = layer.self_attn if layer.is_attention_layer else layer.conv
+        operator.out_proj.weight.mul_(scale)
+        layer.feed_forward.w2.weight.mul_(scale)
 
 
 def suppress_stop_tokens(model: torch.nn.Module) -> None:

@@ -200,6 +200,10 @@ def _int8_lines(int8: dict[str, Any], bf16_bytes: dict[str, int]) -> list[str]:
         for name, s in agreement["streams"].items():
             lines.append(f"| {name} | {s['steps']} | {s['top1']:.3f} | {s['top_k_overlap']:.3f} | {s['kl_mean']:.4f} | {s['kl_max']:.4f} |")
         lines.append("")
+        decoder = agreement.get("decoder")
+        if decoder:  # the detokenizer with its transformer in bf16 (int8's) against float32 (bf16's)
+            lines += [f"Audio decoder (transformer in bf16) against float32: SNR {decoder['snr_db']:.1f} dB over "
+                      f"{decoder['frames']} frames (threshold {agreement['thresholds'].get('min_decoder_snr_db', float('nan')):.0f} dB).", ""]
     estimate = int8.get("card_estimates")
     if estimate:
         lines += _card_lines(f"int8 on other GPUs: {estimate['label']}", estimate)

@@ -40,27 +40,33 @@ def _small_cards(args: argparse.Namespace) -> dict[str, Any]:
 SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"small_cards": _small_cards}
 # "engine-int8": the same engine on an int8 copy of the model (engine/model/quantized.py), made after the bf16
 # engine's runs, with its own stage bytes, kernel profile and card estimates, and the teacher-forced
-# agreement of int8 with bf16 per stream (engine/chat/precision_check.py).
+# agreement of int8 with bf16 per stream and of their audio decoders (engine/chat/precision_check.py).
 MODES = ("engine", "engine-int8", "recipe", "eager")
 # The bench's agreement turn: longer than the app's check (48 text steps, 72 frames).
 AGREEMENT_ROUNDS = 8
 
 
 def _int8_copy(loaded):
-    """The bench's model with its large matrices int8, as the app loads them (quantized in memory here)."""
+    """The bench's model with its large matrices int8 and its audio detokenizer's transformer bf16, as the app
+    loads them (quantized and cast in memory here; the processor is a copy that holds the int8 precision's
+    detokenizer, so its stage bytes are that detokenizer's)."""
     import copy
     import dataclasses
 
+    from engine.model.loading import set_detokenizer_precision
     from engine.model.quantized import quantize_model
 
     model = copy.deepcopy(loaded.model)
     quantize_model(model, device=loaded.device)
+    processor = copy.copy(loaded.processor)  # liquid-audio's processor is a plain object: the copy's detokenizer is its own
+    if not loaded.uses_mimi:
+        processor._audio_detokenizer = set_detokenizer_precision(copy.deepcopy(loaded.processor.audio_detokenizer), "int8")
     torch.cuda.empty_cache()
-    return dataclasses.replace(loaded, model=model, precision="int8")
+    return dataclasses.replace(loaded, model=model, processor=processor, precision="int8")
 
 
 def _int8_section(bf16: EngineBench | None, int8: EngineBench, bandwidth: float, workload) -> dict[str, Any]:
-    """int8's stage bytes and bandwidth floors, and its teacher-forced agreement with bf16 per stream."""
+    """int8's stage bytes and bandwidth floors, and its teacher-forced agreement with bf16 per stream and decoder."""
     from engine.chat.precision_check import compare_with_reference, record_reference
     from engine.model.quantized import weight_bytes
 
@@ -75,8 +81,9 @@ def _int8_section(bf16: EngineBench | None, int8: EngineBench, bandwidth: float,
     if bf16 is not None:
         section["bf16_weights_on_gpu_bytes"] = weight_bytes(bf16.loaded.model) + weight_bytes(bf16.loaded.processor.audio_detokenizer)
         prompt = bf16.session.check_prompt()
-        reference = record_reference(bf16.backend, prompt, workload.n_text, workload.n_audio, rounds=AGREEMENT_ROUNDS)
-        section["agreement_with_bf16"] = compare_with_reference(int8.backend, reference).as_dict()
+        reference = record_reference(bf16.backend, prompt, workload.n_text, workload.n_audio, rounds=AGREEMENT_ROUNDS,
+                                     decoder=bf16.session.check_decoder)
+        section["agreement_with_bf16"] = compare_with_reference(int8.backend, reference, decoder=int8.session.check_decoder).as_dict()
         bf16.session.reset()
         int8.session.reset()
     return section

@@ -9,15 +9,24 @@ the same inputs and its logits are compared with those, per stream (text, each c
 - KL(bf16 ‖ int8) of the softmax at temperature 1, the distribution the sampler draws from, in nats.
 With random weights, greedy near-ties make the top-1 figure pessimistic; KL is the steadier measure.
 
+The int8 precision also runs the audio detokenizer's transformer in bfloat16 (engine/model/loading.py,
+`detokenizer_dtype`), so the check compares the decoders too: each side decodes the turn's audio frames (the
+bf16 engine's greedy codes, fed to both) through its session's streaming decoder, and the report gives the
+SNR of int8's PCM against bf16's (float32 detokenizer) over the whole utterance. A folder decoded by Mimi
+has no decoder figure: Mimi is the same in both precisions.
+
 The app runs this once per model on the user's own GPU the first time int8 is chosen (the verdict is
 kept with the model: engine/model/precision_verdicts.py) and refuses int8 below `THRESHOLDS`.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import torch
 
 from engine.chat.decoding import SamplingSettings
@@ -43,9 +52,23 @@ class Thresholds:
 
     text_top1: float = 0.8
     max_kl: float = 0.1
+    # The detokenizer with its transformer in bfloat16 against float32: the SNR of the whole decoded utterance.
+    # Measured on the CPU (scripts/measure_detokenizer_bf16.py, bench/results/cpu-detokenizer-bf16-snr: the
+    # full-size detokenizer with random weights, 5 seeds x 50 random code frames, streamed): 39.2-39.4 dB with
+    # transformers' init, 42.1-42.3 dB conditioned like a trained model, 39.7-40.4 dB with the output head's
+    # log-magnitudes and angles spread by 1 and 29.3-33.3 dB spread by 3 (bf16's rounding of the hidden state
+    # reaches the spectrum through the head's gain: ~20 dB less per tenfold gain). The error is relative to
+    # each bin's magnitude and phase, so it is shaped like the signal's own spectrum, which masks it; at 20 dB
+    # it is a tenth of the signal's amplitude, about where it starts to be heard. So 20 dB: 9 dB below the
+    # worst random weights gave (by that scaling, a head whose outputs spread by ~10 would reach it), while a
+    # broken bf16 decoder (a wrong cast, a mis-rounded table: tests/test_detokenizer_precision.py corrupts one)
+    # falls far below it.
+    min_decoder_snr_db: float = 20.0
 
 
 THRESHOLDS = Thresholds()
+# What identical PCM reports as its SNR: finite, so that a report stays plain JSON.
+IDENTICAL_SNR_DB = 300.0
 
 
 @dataclass
@@ -58,13 +81,23 @@ class StreamAgreement:
 
 
 @dataclass
+class DecoderAgreement:
+    frames: int  # audio frames decoded
+    snr_db: float  # int8's PCM against bf16's over the whole utterance
+
+
+@dataclass
 class PrecisionReport:
     streams: dict[str, StreamAgreement]  # "text", "codebook_0" .. "codebook_7"
     passed: bool
     thresholds: dict[str, float] = field(default_factory=lambda: asdict(THRESHOLDS))
+    decoder: DecoderAgreement | None = None  # None: not compared (Mimi decodes the audio in both precisions)
 
     def as_dict(self) -> dict:
-        return {"passed": self.passed, "thresholds": self.thresholds, "streams": {k: asdict(v) for k, v in self.streams.items()}}
+        """Plain JSON. "decoder" is always there (null when not compared): a kept verdict without it was made
+        before the check compared the decoders (engine/model/precision_verdicts.py checks again)."""
+        return {"passed": self.passed, "thresholds": self.thresholds, "streams": {k: asdict(v) for k, v in self.streams.items()},
+                "decoder": None if self.decoder is None else asdict(self.decoder)}
 
     @property
     def worst(self) -> str:
@@ -76,12 +109,26 @@ class PrecisionReport:
 
 @dataclass
 class ReferenceTurn:
-    """The bf16 engine's turn: what each step was fed and the logits it gave (on the host, float32)."""
+    """The bf16 engine's turn: what each step was fed and the logits it gave (on the host, float32), and the PCM
+    its decoder made of the turn's audio frames."""
 
     prompt: torch.Tensor  # (1, n, hidden) backbone inputs
     kinds: list[str]  # per step: "text" or "audio"
     forced: list[torch.Tensor]  # per step: the token (1,) or the frame's codes (codebooks,) fed next
     logits: list[torch.Tensor]  # per step: (vocab,) text or (codebooks, audio vocab)
+    pcm: torch.Tensor | None = None  # the audio frames decoded by the bf16 session's decoder (float32, host)
+
+    @property
+    def audio_frames(self) -> list[torch.Tensor]:
+        return [codes for kind, codes in zip(self.kinds, self.forced) if kind == "audio"]
+
+
+class FrameDecoder(Protocol):
+    """What the check decodes with: a session's `PipelinedDecoder` (engine/chat/audio_decoding.py)."""
+
+    def reset(self) -> None: ...
+    def submit(self, codes: torch.Tensor) -> None: ...
+    def drain(self) -> list[np.ndarray]: ...
 
 
 def _step_logits(backend: GraphedBackend, kind: str, forced: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,8 +154,12 @@ def _step_logits(backend: GraphedBackend, kind: str, forced: torch.Tensor | None
 
 
 @torch.inference_mode()
-def record_reference(backend: GraphedBackend, prompt: torch.Tensor, n_text: int, n_audio: int, rounds: int = CHECK_ROUNDS) -> ReferenceTurn:
-    """Run the turn on `backend` (bf16) greedily from `prompt`, keeping its logits. Resets the backend."""
+def record_reference(
+    backend: GraphedBackend, prompt: torch.Tensor, n_text: int, n_audio: int, rounds: int = CHECK_ROUNDS,
+    decoder: FrameDecoder | None = None,
+) -> ReferenceTurn:
+    """Run the turn on `backend` (bf16) greedily from `prompt`, keeping its logits, and with `decoder` the PCM
+    of its audio frames. Resets the backend and the decoder."""
     backend.reset()
     backend.prefill(prompt)
     kinds = (["text"] * n_text + ["audio"] * n_audio) * rounds
@@ -118,12 +169,18 @@ def record_reference(backend: GraphedBackend, prompt: torch.Tensor, n_text: int,
         logits.append(step)
         forced.append(choice)
     backend.reset()
-    return ReferenceTurn(prompt=prompt.cpu(), kinds=kinds, forced=forced, logits=logits)
+    reference = ReferenceTurn(prompt=prompt.cpu(), kinds=kinds, forced=forced, logits=logits)
+    if decoder is not None:
+        reference.pcm = decode_frames(decoder, reference.audio_frames)
+    return reference
 
 
 @torch.inference_mode()
-def compare_with_reference(backend: GraphedBackend, reference: ReferenceTurn, thresholds: Thresholds = THRESHOLDS) -> PrecisionReport:
-    """Feed `backend` (int8) the reference's inputs and compare its logits with the reference's. Resets it."""
+def compare_with_reference(
+    backend: GraphedBackend, reference: ReferenceTurn, thresholds: Thresholds = THRESHOLDS, decoder: FrameDecoder | None = None,
+) -> PrecisionReport:
+    """Feed `backend` (int8) the reference's inputs and compare its logits with the reference's, and with
+    `decoder` (where the reference has PCM) its decoding of the same audio frames. Resets both."""
     backend.reset()
     backend.prefill(reference.prompt.to(backend.device))
     per_stream: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -136,10 +193,57 @@ def compare_with_reference(backend: GraphedBackend, reference: ReferenceTurn, th
                 per_stream.setdefault(f"codebook_{i}", []).append((expected[i], got[i]))
     backend.reset()
     streams = {name: agreement(pairs) for name, pairs in per_stream.items()}
-    passed = all(s.kl_mean <= thresholds.max_kl for s in streams.values())
+    decoded = None
+    if decoder is not None and reference.pcm is not None:
+        frames = reference.audio_frames
+        decoded = DecoderAgreement(frames=len(frames), snr_db=snr_db(reference.pcm, decode_frames(decoder, frames)))
+    report = PrecisionReport(streams=streams, passed=False, thresholds=asdict(thresholds), decoder=decoded)
+    figures = report.as_dict()
+    report.passed = streams_pass(figures["streams"], report.thresholds) and decoder_passes(figures["decoder"], report.thresholds)
+    return report
+
+
+def streams_pass(streams: Mapping[str, Mapping[str, Any]], thresholds: Mapping[str, Any]) -> bool:
+    """The verdict on the logits (a report's "streams" and "thresholds", as `as_dict` writes them): every
+    stream's mean KL within `max_kl`, and the text's top-1 agreement at least `text_top1`."""
+    limits = {**asdict(THRESHOLDS), **thresholds}
+    passed = all(float(s["kl_mean"]) <= float(limits["max_kl"]) for s in streams.values())
     if "text" in streams:
-        passed = passed and streams["text"].top1 >= thresholds.text_top1
-    return PrecisionReport(streams=streams, passed=passed, thresholds=asdict(thresholds))
+        passed = passed and float(streams["text"]["top1"]) >= float(limits["text_top1"])
+    return passed
+
+
+def decoder_passes(decoder: Mapping[str, Any] | None, thresholds: Mapping[str, Any]) -> bool:
+    """The verdict on the decoder (a report's "decoder", None where not compared): its SNR at least
+    `min_decoder_snr_db`."""
+    if decoder is None:
+        return True
+    return float(decoder["snr_db"]) >= float({**asdict(THRESHOLDS), **thresholds}["min_decoder_snr_db"])
+
+
+def decode_frames(decoder: FrameDecoder, frames: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`frames` (codes (codebooks,) each) decoded as one utterance, as a turn streams it: (samples,) float32 on
+    the host. The decoder is reset before and after."""
+    decoder.reset()
+    for codes in frames:
+        decoder.submit(codes)
+    chunks = decoder.drain()  # ends the utterance (the decoder's flush resets it)
+    decoder.reset()
+    return torch.from_numpy(np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.float32))
+
+
+def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
+    """10 log10(reference power / power of other - reference), in float64; IDENTICAL_SNR_DB at most."""
+    reference, other = reference.double().reshape(-1), other.double().reshape(-1)
+    if reference.shape != other.shape:
+        raise ValueError(f"the decoded lengths differ: {reference.numel()} and {other.numel()} samples")
+    noise = float((other - reference).square().sum())
+    signal = float(reference.square().sum())
+    if noise == 0.0:
+        return IDENTICAL_SNR_DB
+    if signal == 0.0:
+        return -IDENTICAL_SNR_DB
+    return min(10.0 * math.log10(signal / noise), IDENTICAL_SNR_DB)
 
 
 def agreement(pairs: list[tuple[torch.Tensor, torch.Tensor]], k: int = TOP_K) -> StreamAgreement:

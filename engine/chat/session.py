@@ -251,7 +251,8 @@ class ChatSession:
         precision: Precision = "bf16",
     ) -> "ChatSession":
         """`precision`: "bf16", or "int8" for the large matrices as int8 with per-row scales (about half the
-        weights' memory and of the bytes each step reads; engine/model/quantized.py)."""
+        weights' memory and of the bytes each step reads; engine/model/quantized.py) and the audio detokenizer's
+        transformer in bfloat16 instead of float32 (engine/model/loading.py, `detokenizer_dtype`)."""
         report = progress or (lambda _p: None)
         if demo:
             folder, model_id = ensure_demo_model(), None
@@ -407,17 +408,25 @@ class ChatSession:
         finally:
             self.conversation = saved
 
+    @property
+    def check_decoder(self) -> PipelinedDecoder | None:
+        """The decoder the int8 check compares (this session's streaming detokenizer, whose transformer is bf16
+        in int8), or None where Mimi decodes the audio: the same in both precisions."""
+        return None if self.loaded.uses_mimi else self.decoder
+
     def record_check_reference(self) -> ReferenceTurn:
-        """The bf16 side of the int8 check, on this session's engine (its cache is emptied: call between
-        conversations, e.g. before the session is closed for an int8 one)."""
+        """The bf16 side of the int8 check, on this session's engine and decoder (its cache is emptied and its
+        decoder reset: call between conversations, e.g. before the session is closed for an int8 one)."""
         with self._exclusive("the int8 check"):
-            return record_reference(self.backend, self.check_prompt(), self.schedule.n_text, self.schedule.n_audio)
+            return record_reference(self.backend, self.check_prompt(), self.schedule.n_text, self.schedule.n_audio,
+                                    decoder=self.check_decoder)
 
     def compare_with_check_reference(self, reference: ReferenceTurn) -> PrecisionReport:
-        """The int8 side: this session's engine fed the reference's inputs (its cache is emptied after)."""
+        """The int8 side: this session's engine fed the reference's inputs, and its decoder the reference's audio
+        frames (its cache is emptied and its decoder reset after)."""
         with self._exclusive("the int8 check"):
             try:
-                return compare_with_reference(self.backend, reference)
+                return compare_with_reference(self.backend, reference, decoder=self.check_decoder)
             finally:
                 self.conversation = self._new_conversation()
 

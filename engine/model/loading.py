@@ -51,7 +51,8 @@ class LoadedModel:
     # The memory-mapped checkpoint the weights were loaded from: where a voice switch reads the pristine
     # weights back. None for a model built in memory (the benchmark's random model).
     weights: CheckpointTensors | None = None
-    # "int8": the large matrices are int8 with per-row scales (engine/model/quantized.py).
+    # "int8": the large matrices are int8 with per-row scales (engine/model/quantized.py), and the audio
+    # detokenizer's transformer is bfloat16 (`detokenizer_dtype`).
     precision: Precision = "bf16"
 
     @property
@@ -122,9 +123,8 @@ def load_model(
         except Exception as error:
             raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error
         if processor.detokenizer_path is not None:
-            # Built now (not lazily mid-conversation), in float32 like liquid-audio does: its
-            # torch.polar has no bf16 kernel, and the decoder is small.
-            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device)
+            # Built now (not lazily mid-conversation), in the precision's dtypes (`detokenizer_dtype`).
+            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device, precision=precision)
     except torch.OutOfMemoryError as error:
         _free_cuda_memory()
         raise GpuMemoryError.of(
@@ -202,11 +202,14 @@ def _tied_aliases(model: nn.Module) -> list[str]:
     return [f"depth_embeddings.{i}.to_logits.weight" for i in range(len(model.depth_embeddings))]
 
 
-def load_detokenizer(folder: Path, *, device: torch.device) -> nn.Module:
-    """The audio detokenizer as liquid-audio's `LFM2AudioProcessor.audio_detokenizer` builds it (float32, its
-    buffers computed on the CPU, then moved), less the random initialisation of its parameters on the CPU:
-    they are made on meta and filled straight from audio_detokenizer/model.safetensors, and the backbone's
-    token table, which it never reads, is never made at all (`drop_unused_token_table`)."""
+def load_detokenizer(folder: Path, *, device: torch.device, precision: Precision = "bf16") -> nn.Module:
+    """The audio detokenizer as liquid-audio's `LFM2AudioProcessor.audio_detokenizer` builds it (its buffers
+    computed on the CPU, then moved), less the random initialisation of its parameters on the CPU: they are
+    made on meta, allocated once in the dtype `precision` gives them (`detokenizer_dtype`: all float32 for
+    "bf16", as liquid-audio keeps it; the transformer in bfloat16 for "int8") and filled straight from
+    audio_detokenizer/model.safetensors (a float32 tensor is cast on the host on its way, so no float32 copy
+    of a bf16 parameter is ever made on the device), and the backbone's token table, which it never reads,
+    is never made at all (`drop_unused_token_table`)."""
     from liquid_audio.detokenizer import LFM2AudioDetokenizer
     from transformers import Lfm2Config
 
@@ -215,10 +218,58 @@ def load_detokenizer(folder: Path, *, device: torch.device) -> nn.Module:
     with parameters_on_meta():
         detokenizer = LFM2AudioDetokenizer(config).eval()
     drop_unused_token_table(detokenizer)
-    materialize_parameters(detokenizer, device=device, dtype=torch.float32)
+    float32 = {name for name, _ in detokenizer.named_parameters() if name.startswith(DETOKENIZER_FLOAT32)}
+    materialize_parameters(detokenizer, device=device, dtype=detokenizer_dtype(precision), skip=float32)
+    materialize_parameters(detokenizer, device=device, dtype=torch.float32)  # what the first call left on meta
     detokenizer.to(device)  # the buffers, as liquid-audio's `.cuda()` moves them
     fill_from_checkpoint(detokenizer, CheckpointTensors(folder / "model.safetensors"), skip=(UNUSED_TOKEN_TABLE,))
+    return set_detokenizer_precision(detokenizer, precision)
+
+
+# What stays float32 in the detokenizer whatever the precision (names in its state dict): the output Linear
+# (its log-magnitudes go through exp(), where a bf16 rounding would be a ~0.4 % error of every magnitude; it
+# is 2.6 MB) and the ISTFT's window. The other buffers (the rotary inverse frequencies) are never cast either:
+# `set_detokenizer_precision` casts parameters only.
+DETOKENIZER_FLOAT32 = ("lin.", "istft.")
+
+
+def detokenizer_dtype(precision: Precision) -> torch.dtype:
+    """The dtype of the detokenizer's transformer (the codebook embeddings it averages, the LFM2 layers and
+    their final norm) in `precision`. "bf16" keeps liquid-audio's float32 detokenizer as it is; "int8" (the
+    user chose less memory and more speed, and the check compares its decoder with float32:
+    engine/chat/precision_check.py) holds it in bfloat16: a decoded frame of the full-size model reads 74 MB
+    of weights instead of 146, and the weights and the streaming decoder's fused copies of them take half the
+    memory (89 and 56 MB less). `StreamingDetokenizer` runs its transformer in that dtype and its output head,
+    spectrum and ISTFT in float32."""
+    return torch.bfloat16 if precision == "int8" else torch.float32
+
+
+def detokenizer_tensor_dtype(name: str, precision: Precision) -> torch.dtype:
+    """The dtype the detokenizer's floating tensor `name` (a state-dict or checkpoint name) has in `precision`."""
+    return torch.float32 if name.startswith(DETOKENIZER_FLOAT32) else detokenizer_dtype(precision)
+
+
+@torch.no_grad()
+def set_detokenizer_precision(detokenizer: nn.Module, precision: Precision) -> nn.Module:
+    """Give a detokenizer's parameters the dtypes of `precision` (in place; a parameter already in its dtype
+    is kept as it is, so after `load_detokenizer` this casts nothing) and returns it. With a bfloat16
+    transformer, liquid-audio's own whole-utterance `forward` (`processor.decode`) still runs: the output
+    Linear takes its bfloat16 input in float32."""
+    for module_name, module in detokenizer.named_modules():
+        for leaf, param in list(module._parameters.items()):
+            if param is None or not param.is_floating_point():
+                continue
+            dtype = detokenizer_tensor_dtype(f"{module_name}.{leaf}" if module_name else leaf, precision)
+            if param.dtype != dtype:
+                module._parameters[leaf] = nn.Parameter(param.to(dtype), requires_grad=param.requires_grad)
+    if detokenizer_dtype(precision) != torch.float32 and not getattr(detokenizer.lin, "_takes_float32", False):
+        detokenizer.lin.register_forward_pre_hook(_input_in_float32)
+        detokenizer.lin._takes_float32 = True
     return detokenizer
+
+
+def _input_in_float32(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    return (args[0].float(), *args[1:])
 
 
 UNUSED_TOKEN_TABLE = "lfm.embed_tokens.weight"

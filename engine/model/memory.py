@@ -2,13 +2,15 @@
 
 A card that is too small must be told to the user before a minute of loading ends in an out-of-memory
 error or a 50x slower fallback: the weights' size is read from the safetensors headers (the loader
-casts floating tensors to bf16; liquid-audio keeps the audio detokenizer in float32), the rest is what
+casts floating tensors to bf16; the audio detokenizer is float32 as liquid-audio keeps it, its transformer
+bfloat16 with "int8": engine/model/loading.py `detokenizer_tensor_dtype`), the rest is what
 the real-time engine adds on top, measured on the H200 at the app's 4096-token context
 (bench/results: `small_cards`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import torch
 
 from engine.errors import GpuMemoryError
 from engine.model.checkpoint import read_safetensors_header
-from engine.model.loading import UNUSED_AUDIO_HEAD, UNUSED_TOKEN_TABLE
+from engine.model.loading import UNUSED_AUDIO_HEAD, UNUSED_TOKEN_TABLE, detokenizer_tensor_dtype
 from engine.model.quantized import Precision, is_quantized_tensor
 
 GB = 1e9
@@ -53,12 +55,13 @@ def model_need(
     folder: Path, *, context_tokens: int, dtype: torch.dtype = torch.bfloat16, precision: Precision = "bf16"
 ) -> MemoryNeed:
     """Bytes the model will hold on the GPU: its weights (from the file headers; with "int8" the quantized
-    matrices at a byte per weight and 4 per row) and the engine's runtime."""
+    matrices at a byte per weight and 4 per row, and the audio detokenizer's transformer in bfloat16) and the
+    engine's runtime."""
     element = torch.empty((), dtype=dtype).element_size()
     weights = _tensor_bytes(folder / "model.safetensors", element, skip=(UNUSED_AUDIO_HEAD,), int8=precision == "int8")
     detokenizer = folder / "audio_detokenizer" / "model.safetensors"
     if detokenizer.is_file():  # (less its token table, which the loader drops unused)
-        weights += _tensor_bytes(detokenizer, 4, skip=(UNUSED_TOKEN_TABLE,))
+        weights += _tensor_bytes(detokenizer, _detokenizer_element_size(precision), skip=(UNUSED_TOKEN_TABLE,))
     runtime = RUNTIME_BYTES + (context_tokens - MEASURED_CONTEXT) * CACHE_BYTES_PER_POSITION
     return MemoryNeed(weights=weights, runtime=max(runtime, 0))
 
@@ -98,9 +101,17 @@ def check_room(folder: Path, device: torch.device, *, context_tokens: int, preci
     return need
 
 
-def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] = (), *, int8: bool = False) -> int:
-    """Bytes of a safetensors file's tensors once loaded (but `skip`), floating ones at `floating_element_size`,
-    or with `int8` those the loader quantizes at one byte each plus a float32 scale per row."""
+def _detokenizer_element_size(precision: Precision) -> Callable[[str], int]:
+    """Bytes per element of each floating tensor of the detokenizer's checkpoint, loaded in `precision`."""
+    return lambda name: detokenizer_tensor_dtype(name, precision).itemsize
+
+
+def _tensor_bytes(
+    path: Path, floating_element_size: int | Callable[[str], int], skip: tuple[str, ...] = (), *, int8: bool = False
+) -> int:
+    """Bytes of a safetensors file's tensors once loaded (but `skip`), floating ones at `floating_element_size`
+    (or what it gives for the tensor's name), or with `int8` those the loader quantizes at one byte each plus a
+    float32 scale per row."""
     total = 0
     for name, entry in read_safetensors_header(path)[1].items():
         if name in skip:
@@ -112,8 +123,10 @@ def _tensor_bytes(path: Path, floating_element_size: int, skip: tuple[str, ...] 
         floating = entry["dtype"] in ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")
         if int8 and floating and is_quantized_tensor(name, entry["shape"]):
             total += count + 4 * int(entry["shape"][0])
+        elif floating:
+            total += count * (floating_element_size(name) if callable(floating_element_size) else floating_element_size)
         else:
-            total += count * floating_element_size if floating else stored
+            total += stored
     return total
 
 

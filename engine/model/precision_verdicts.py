@@ -3,7 +3,8 @@
 A verdict is keyed by the checkpoint it was measured on (the model.safetensors' resolved path, size and
 modification time: a changed file is a different model) and the GPU's name. The file is one JSON object
 written whole or not at all (engine/files.py); a damaged file is treated as empty (the check runs again,
-costing seconds), never as a pass.
+costing seconds), never as a pass. So is a verdict kept before the check compared the audio decoders
+(`load_verdict`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def load_verdict(folder: Path, gpu: str, path: Path | None = None) -> dict[str, 
     """The stored report of the int8 check for this checkpoint on this GPU, or None."""
     entry = _read(path or precision_verdicts_file()).get(checkpoint_key(folder, gpu))
     valid = isinstance(entry, dict) and isinstance(entry.get("passed"), bool) and isinstance(entry.get("streams"), dict)
-    return entry if valid else None
+    # A verdict kept before the check compared the audio decoders (int8 now runs the detokenizer's transformer in
+    # bf16) has no "decoder" entry (PrecisionReport.as_dict writes one, null where Mimi decodes): it was measured
+    # on what int8 no longer is, pass or fail, so the check runs again, once (its new verdict replaces it).
+    return entry if valid and "decoder" in entry else None
 
 
 def store_verdict(folder: Path, gpu: str, report: dict[str, Any], path: Path | None = None) -> None:

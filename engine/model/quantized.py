@@ -160,8 +160,9 @@ def quantized_module_names(model: nn.Module) -> list[str]:
     """The modules of an LFM2AudioModel whose weights go int8: every linear layer of the backbone's layers and
     of the depthformer's, the depthformer's input projection, and the tied tables (the backbone's token
     table, which is also its text head, and each codebook's embedding, which is also its logits head).
-    The audio encoder, the audio embeddings and the detokenizer stay as they are: prefill and decoding
-    read them once per take or frame, not once per step."""
+    The audio encoder, the audio embeddings and the detokenizer are not quantized: prefill and decoding
+    read them once per take or frame, not once per step (the int8 precision holds the detokenizer's transformer
+    in bfloat16 instead: engine/model/loading.py, `detokenizer_dtype`)."""
     names = []
     for name, module in model.named_modules():
         in_layers = name.startswith("lfm.layers.") or name.startswith("depthformer.layers.")

@@ -217,7 +217,8 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
     For use inside a larger graph: write codes into `codes_buffer`, run `step_graphable()` (or replay),
     then read `pcm_buffer[FRAME_SAMPLES - valid_samples:]`; `valid_samples` is a device int64 scalar.
 
-    The transformer runs in the module's dtype (float32 or bfloat16); the output Linear, the spectrum
+    The transformer runs in the module's dtype (float32, or bfloat16 as the int8 precision loads it:
+    engine/model/loading.py `detokenizer_dtype`); the output Linear, the spectrum
     and the ISTFT always run in float32 (exp() of a bf16 log-magnitude would be off by ~0.4 %, and
     complex bf16 does not exist).
     """

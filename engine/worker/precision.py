@@ -85,6 +85,27 @@ def _refused(worst: str, thresholds: dict[str, Any]) -> PrecisionRefused:
     )
 
 
+def _refusal(report: dict[str, Any]) -> PrecisionRefused:
+    """Why a failed report (PrecisionReport.as_dict(), fresh or kept) refused int8: the logits' figures when they
+    failed, else the audio decoder's (int8 runs the detokenizer's transformer in bf16)."""
+    from engine.chat.precision_check import THRESHOLDS, streams_pass
+
+    thresholds = {**dataclasses.asdict(THRESHOLDS), **(report.get("thresholds") or {})}
+    decoder = report.get("decoder")
+    try:
+        logits_passed = streams_pass(report.get("streams") or {}, thresholds)
+    except (KeyError, TypeError, ValueError):  # a damaged kept report: its figures are what is said
+        logits_passed = False
+    if not isinstance(decoder, dict) or not logits_passed:
+        return _refused(worst_of(report), thresholds)
+    return PrecisionRefused.of(
+        "int8 was refused for this model on this GPU: its audio decoder, which int8 runs in bf16, differs too much "
+        "from float32 (SNR {snr} dB over {frames} frames; allowed: from {min_snr} dB). Standard precision (bf16) stays.",
+        snr=f"{float(decoder.get('snr_db', 0.0)):.1f}", frames=int(decoder.get("frames", 0)),
+        min_snr=f"{float(thresholds['min_decoder_snr_db']):.0f}",
+    )
+
+
 def _notice(message: Message) -> p.EngineNotice:
     return p.EngineNotice(str(message), message.template, tuple(sorted(message.values.items())))
 
@@ -167,7 +188,7 @@ class PrecisionOpener:
             self._close_old()
             if verdict["passed"]:
                 return self._open_plain("int8")
-            self.worker._report(_refused(worst_of(verdict), verdict.get("thresholds") or {}), "precision")
+            self.worker._report(_refusal(verdict), "precision")
             return self._open_plain("bf16")
         self.worker._helper_cancel = self.cancel  # a Cancel (or a new Load) stops the check between its steps
         try:
@@ -224,7 +245,7 @@ class PrecisionOpener:
                 _set_voice(int8, self.command.lora)
                 return int8
             int8.close()
-            worker._report(_refused(report.worst, report.thresholds), "precision")
+            worker._report(_refusal(report.as_dict()), "precision")
             return self._open_plain("bf16")
         except CheckStopped:
             if worker._stopping:
