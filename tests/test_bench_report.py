@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.bench import CARDS, estimate_cards
-from engine.bench.report import markdown as _markdown
+from engine.bench.report import _card_lines, markdown as _markdown
 
 RUN = Path(__file__).resolve().parents[1] / "bench" / "results" / "run-22-long-conversation" / "bench.json"
 SAMPLED = "sampled (top_k=4, temperature 1.0)"
@@ -206,3 +206,6 @@ def test_the_int8_estimate_counts_the_dequantization_as_arithmetic_that_overlaps
         assert data["rtf_bandwidth_floor"] < data["rtf"] <= data["conservative"]["rtf"]
     assert estimate["cards"]["RTX 3060 12GB"]["rtf"] < plain["cards"]["RTX 3060 12GB"]["rtf"] - 0.003
     assert CARDS.keys() == FP32_TFLOPS.keys()
+    text = "\n".join(_card_lines("t", estimate))
+    assert "RTF (all H200 excess as per-kernel cost)" in text and f"| {estimate['cards']['RTX 4060']['conservative']['rtf']:.3f} |" in text
+    assert "RTF (all H200 excess" not in "\n".join(_card_lines("t", plain))

@@ -212,7 +212,8 @@ def run_bench(args: argparse.Namespace) -> int:
         if "engine-int8" in results["summary"].get(first, {}):
             as_engine = {"engine": results["summary"][first]["engine-int8"]}
             view = {**results, "stage_bytes": int8["stage_bytes"], "engine_kernels": int8["engine_kernels"], "summary": {first: as_engine}}
-            int8["card_estimates"] = estimate_cards(view, first)
+            bf16_estimate = results.get("card_estimates")  # bf16's per-kernel cost, from this same run
+            int8["card_estimates"] = estimate_cards(view, first, latency_reference=bf16_estimate["stages"] if bf16_estimate else None)
         write_results(results, out)
     if SECTIONS:
         engine = engine_int8 = loaded = None  # the models, the graphs and their pools: nothing of the modes stays on the device
