@@ -7,7 +7,9 @@ What a Load with precision="int8" gets:
   check needs the real-time GPU engine, so int8's quality would go unproven there, and it would buy nothing (the
   CPU runs the eager path, which dequantizes every matrix at every step: slower, not faster; and system memory
   is not what is short on such a PC).
-- A verdict kept for this model and GPU: int8 at once if it passed; bf16 with the kept figures if it did not.
+- A verdict kept for this model and GPU: int8 at once if it passed; bf16 with the kept figures if it did not (the
+  logits' figures where they failed, else the audio decoder's: `_refusal`). One kept before the check compared
+  the audio decoders counts as none (engine/model/precision_verdicts.py).
 - No verdict: the check. The bf16 reference comes from the loaded session when that is bf16 on the same model
   (its voice taken off for it), else from a bf16 session opened for it (with progress) and closed; then int8
   opens (without a voice) and is compared, the verdict is kept, and the voice is merged. A failed check closes
