@@ -32,8 +32,10 @@ KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 
 # Run 36 timed a 100 ns back-off between polls of the tagged words (no faster; removed) and
 # DEPTH_PREFETCH 0 (no L2 prefetch: 14 % slower); run 37 each warp's rows of the coming phase
 # prefetched into L1 before the wait (5 % slower: 1009 against 960 µs per frame at 66 blocks).
-# Run 64 timed the shipped kernel alone, bf16 and int8; run 65 the rows taken one at a time (before).
-VARIANTS: dict[str, dict[str, int]] = {"shipped": {}, "one_row_at_a_time": {"DEPTH_ROWS_TOGETHER": 0}}
+# Run 64 timed the shipped kernel alone, bf16 and int8. Run 65 timed a warp's second row (second w1|w3 pair)
+# loaded together with its first (DEPTH_ROWS_TOGETHER, removed): int8 frame 937 against 900 µs at 132
+# blocks, bf16 994 against 961 at 66: it lost, as rows in pairs did in run 39.
+VARIANTS: dict[str, dict[str, int]] = {"shipped": {}}
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
 

@@ -92,38 +92,41 @@ def test_the_sampler_over_blocks_replayed_in_a_graph_chooses_what_the_plain_ops_
 
 
 def test_an_old_graph_collected_as_garbage_never_breaks_a_capture(device) -> None:
-    """An earlier graph left in a reference cycle (a closed session's) becomes garbage while another step
-    is being captured, with the collector set to run at every allocation: the capture still succeeds and
-    replays its step, and the old graph is collected afterwards (H200 run 64 lost a capture so)."""
+    """An earlier graph (with an output in its own pool) becomes garbage in a reference cycle while another
+    step is being captured, and the collector is set to run at every allocation: the capture still succeeds
+    and replays its step, and the old graph is collected afterwards (H200 run 64 lost a start-up timing's
+    capture when ten earlier graphs were destroyed in it)."""
     import gc
     import weakref
 
     from engine.realtime import graphs
 
-    x = torch.zeros(4, device=device)
+    x = torch.ones(4, device=device)
 
-    class Holder:
-        def __init__(self) -> None:
-            self.graph, _ = graphs.capture(lambda: x.add_(1))
-            self.me = self  # the cycle: only the cyclic collector frees it
+    class Sentinel:
+        pass
 
-    old = Holder()
-    freed = weakref.ref(old)
+    old_graph, old_output = graphs.capture(lambda: x * 2)
+    box: dict[str, object] = {"graph": old_graph, "output": old_output, "sentinel": Sentinel()}
+    freed = weakref.ref(box["sentinel"])
+    del old_graph, old_output
     thresholds = gc.get_threshold()
 
     def step() -> None:
-        nonlocal old
-        old = None  # garbage now, collectable only by the cycle collector
-        for _ in range(2000):  # allocations that would start collections
+        cycle: list[object] = [dict(box)]  # the old graph's last references, in a young cycle
+        box.clear()
+        cycle.append(cycle)
+        del cycle
+        for _ in range(2000):  # allocations that start collections
             [[] for _ in range(3)]
-        x.mul_(2)
+        x.mul_(3)
 
     gc.set_threshold(1, 1, 1)
     try:
         graph, _ = graphs.capture(step)
     finally:
         gc.set_threshold(*thresholds)
-    x.fill_(3)
+    x.fill_(2)
     graph.replay()
     assert x.tolist() == [6.0] * 4
     gc.collect()

@@ -28,13 +28,6 @@ typedef unsigned short weight_t;
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-// A warp's second row (SwiGLU: its second gate|up pair) of a phase is loaded together with its first, so
-// their loads are one round trip to L2, not two: at 132 blocks a third of the warps own two w1|w3 pairs
-// and the act vector waited for them (H200 run 64, probe_depthformer.json: w13 rows 20 µs of block 0's
-// 112 per codebook, 10 in the last block's). 0 (probe only): one row after the other, as before.
-#ifndef DEPTH_ROWS_TOGETHER
-#define DEPTH_ROWS_TOGETHER 1
-#endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
 #endif
@@ -126,31 +119,6 @@ __device__ __forceinline__ void row_dot2(const weight_t* __restrict__ W, const f
     }
     *a = warp_sum(acc_a) * row_scale(scales, ra);
     *b = warp_sum(acc_b) * row_scale(scales, rb);
-}
-
-// One warp: rows ra, rb, rc and rd against the same h, all their loads in flight together (two w1|w3
-// pairs). Each row's sum runs in row_dot's order, so each result is row_dot's, bit for bit.
-__device__ __forceinline__ void row_dot4(const weight_t* __restrict__ W, const float* __restrict__ scales, long long ra,
-                                         long long rb, long long rc, long long rd, const unsigned short* h, int K, float* a,
-                                         float* b, float* c, float* d) {
-    const uint4* wa = reinterpret_cast<const uint4*>(W + ra * K);
-    const uint4* wb = reinterpret_cast<const uint4*>(W + rb * K);
-    const uint4* wc = reinterpret_cast<const uint4*>(W + rc * K);
-    const uint4* wd = reinterpret_cast<const uint4*>(W + rd * K);
-    const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    float acc_a = 0.0f, acc_b = 0.0f, acc_c = 0.0f, acc_d = 0.0f;
-    #pragma unroll 2
-    for (int k = threadIdx.x & 31; k < K / WEIGHTS_PER_CHUNK; k += 32) {
-        uint4 x = __ldg(wa + k), y = __ldg(wb + k), z = __ldg(wc + k), w = __ldg(wd + k);
-        acc_a += chunk_dot(x, inputs, k);
-        acc_b += chunk_dot(y, inputs, k);
-        acc_c += chunk_dot(z, inputs, k);
-        acc_d += chunk_dot(w, inputs, k);
-    }
-    *a = warp_sum(acc_a) * row_scale(scales, ra);
-    *b = warp_sum(acc_b) * row_scale(scales, rb);
-    *c = warp_sum(acc_c) * row_scale(scales, rc);
-    *d = warp_sum(acc_d) * row_scale(scales, rd);
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -357,28 +325,15 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
 }
 
-// silu(gate) * up of the two float sums, each rounded to bf16 first (as the plain ops' bf16 product outputs).
-__device__ __forceinline__ unsigned short swiglu_bits(float gate, float up) {
-    gate = bf16_to_float(float_to_bf16(gate));
-    up = bf16_to_float(float_to_bf16(up));
-    return float_to_bf16(gate / (1.0f + __expf(-gate)) * up);
-}
-
 // next[r] = previous[r] + W[r] . h, tagged, for every row r of W (rows x K) that this warp owns (the
 // same warp owns row r of every residual phase, so previous[r] is its own earlier word).
 __device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, const float* __restrict__ scales, int rows, int K,
                                               const unsigned short* h, const unsigned int* previous, unsigned int* next,
                                               unsigned int tag, int first_row, int row_step) {
-    for (int r = first_row; r < rows; r += (1 + DEPTH_ROWS_TOGETHER) * row_step) {
-        const int r2 = r + row_step;
-        float acc, acc2 = 0.0f;
-        if (DEPTH_ROWS_TOGETHER && r2 < rows) row_dot2(W, scales, r, r2, h, K, &acc, &acc2);
-        else acc = row_dot(W, scales, r, h, K);
-        if ((threadIdx.x & 31) == 0) {
+    for (int r = first_row; r < rows; r += row_step) {
+        float acc = row_dot(W, scales, r, h, K);
+        if ((threadIdx.x & 31) == 0)
             store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
-            if (DEPTH_ROWS_TOGETHER && r2 < rows)
-                store_relaxed(next + r2, tagged(tag, float_to_bf16(acc2 + bf16_to_float((unsigned short)(previous[r2] & 0xffffu)))));
-        }
     }
 }
 
@@ -489,20 +444,11 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
 
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
-        for (int r = first_row; r < qkv_width; r += (1 + DEPTH_ROWS_TOGETHER) * row_step) {
-            const int r2 = r + row_step;
-            const bool two = DEPTH_ROWS_TOGETHER && r2 < qkv_width;
-            float acc, acc2 = 0.0f;
-            if (two) row_dot2(qkv, qkv_scales, r, r2, h, dim, &acc, &acc2);
-            else acc = row_dot(qkv, qkv_scales, r, h, dim);
+        for (int r = first_row; r < qkv_width; r += row_step) {
+            unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
             if (lane == 0) {
-                const unsigned short bits = float_to_bf16(acc), bits2 = float_to_bf16(acc2);
                 qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
                 store_relaxed(qkv_now + r, tagged(tag, bits));
-                if (two) {
-                    qkv_rows[(long long)i * qkv_width + r2] = bits2;
-                    store_relaxed(qkv_now + r2, tagged(tag, bits2));
-                }
             }
         }
         prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
@@ -517,16 +463,12 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
 
         stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
         STAMP(64 + 3 * l + 1);
-        for (int r = first_row; r < ff; r += (1 + DEPTH_ROWS_TOGETHER) * row_step) {
-            const int r2 = r + row_step;
-            const bool two = DEPTH_ROWS_TOGETHER && r2 < ff;
-            float gate, up, gate2 = 0.0f, up2 = 0.0f;
-            if (two) row_dot4(w13, w13_scales, r, r + ff, r2, r2 + ff, h, dim, &gate, &up, &gate2, &up2);
-            else row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
-            if (lane == 0) {
-                store_relaxed(act + r, tagged(tag, swiglu_bits(gate, up)));
-                if (two) store_relaxed(act + r2, tagged(tag, swiglu_bits(gate2, up2)));
-            }
+        for (int r = first_row; r < ff; r += row_step) {
+            float gate, up;
+            row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
+            gate = bf16_to_float(float_to_bf16(gate));
+            up = bf16_to_float(float_to_bf16(up));
+            if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
         }
         prefetch_phase(4 * l + 4, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 6);
@@ -542,16 +484,9 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
     }
 
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
-    for (int r = first_row; r < vocab; r += (1 + DEPTH_ROWS_TOGETHER) * row_step) {
-        const int r2 = r + row_step;
-        const bool two = DEPTH_ROWS_TOGETHER && r2 < vocab;
-        float acc, acc2 = 0.0f;
-        if (two) row_dot2(to_logits, head_scales, r, r2, h, dim, &acc, &acc2);
-        else acc = row_dot(to_logits, head_scales, r, h, dim);
-        if (lane == 0) {
-            logits[r] = float_to_bf16(acc);
-            if (two) logits[r2] = float_to_bf16(acc2);
-        }
+    for (int r = first_row; r < vocab; r += row_step) {
+        float acc = row_dot(to_logits, head_scales, r, h, dim);
+        if (lane == 0) logits[r] = float_to_bf16(acc);
     }
     STAMP(126);
     // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now
