@@ -59,8 +59,10 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
 
     Python's cyclic garbage collector is off during the capture: a collection there could free an old
     graph (an earlier session's, caught in a reference cycle), and destroying a graph while a stream
-    captures is refused and invalidates the capture (H200 run 64: a start-up timing's capture failed so
-    after ten earlier graphs were collected in it). `torch.cuda.graph` collects once before it begins."""
+    captures is refused ("operation not permitted when stream is capturing"), and H200 run 64 lost a
+    start-up timing's capture right after ten such refusals. `torch.cuda.graph` collects once before it
+    begins. (Two GPU tests that made a graph garbage mid-capture did not break the capture without this
+    either, runs 65-66, so no test stands for it: the cause is inferred from run 64's log.)"""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
         collecting = gc.isenabled()
