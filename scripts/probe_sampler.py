@@ -2,7 +2,7 @@
 
 For the text row (65,536 logits) and the audio row (2049), each kernel in a CUDA graph of 20 launches on
 the same row, replayed 50 times; top-k 4 (the app's default) and 64 (its largest); and whether both chose
-the plain ops' index. The one-block kernel runs where a row fits one slice; the probe says what the blocks'
+the plain ops' index (run 64 timed it with a copy of `graphs.per_call_us`, the helper it calls now). The one-block kernel runs where a row fits one slice; the probe says what the blocks'
 kernel would cost there (one block). Run on the GPU machine: `python3 scripts/probe_sampler.py OUT.json`.
 """
 
@@ -18,19 +18,6 @@ from engine.realtime.kernels.sources import SAMPLER_GRID_SLICE, SAMPLER_GRID_THR
 from engine.realtime.sampling import DeviceSampling
 
 LAUNCHES = 20
-
-
-def replay_us(device: torch.device, run, replays: int = 50) -> float:
-    graphs.warm_up(device, run)
-    graph, _ = graphs.capture(run)
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / replays / LAUNCHES
 
 
 @torch.inference_mode()
@@ -50,15 +37,13 @@ def main() -> None:
         candidates, counts, arrived = fused._buffers(blocks, device)
 
         def one_block() -> None:
-            for _ in range(LAUNCHES):
-                fused.kernel(grid=(1, 1, 1), block=(SAMPLER_THREADS, 1, 1), args=[logits, noise, sampling.inv_temperature, sampling.top_k_index, out, n])
+            fused.kernel(grid=(1, 1, 1), block=(SAMPLER_THREADS, 1, 1), args=[logits, noise, sampling.inv_temperature, sampling.top_k_index, out, n])
 
         def over_blocks() -> None:
-            for _ in range(LAUNCHES):
-                fused.grid_kernel(
-                    grid=(blocks, 1, 1), block=(SAMPLER_GRID_THREADS, 1, 1),
-                    args=[logits, noise, sampling.inv_temperature, sampling.top_k_index, out, n, candidates, counts, arrived],
-                )  # fmt: skip
+            fused.grid_kernel(
+                grid=(blocks, 1, 1), block=(SAMPLER_GRID_THREADS, 1, 1),
+                args=[logits, noise, sampling.inv_temperature, sampling.top_k_index, out, n, candidates, counts, arrived],
+            )  # fmt: skip
 
         for top_k in (4, 64):
             sampling.set(greedy=False, temperature=1.0, top_k=top_k)
@@ -69,7 +54,7 @@ def main() -> None:
                 out.fill_(-1)
                 run()
                 entry[f"{name}_agrees"] = bool(torch.equal(out, reference))
-                entry[f"{name}_us"] = replay_us(device, run)
+                entry[f"{name}_us"] = graphs.per_call_us(device, run, calls=LAUNCHES, replays=50)
             report[f"n_{n}_top_k_{top_k}"] = entry
             print(n, top_k, json.dumps(entry), flush=True)
     if len(sys.argv) > 1:
