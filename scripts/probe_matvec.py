@@ -25,7 +25,7 @@ from engine.realtime.kernels.sources import MATVEC_DEPTH, MATVEC_MIN_BLOCKS
 from engine.realtime.static_model import product_label
 
 # (depth, min blocks), the shipped one first. Run 44 shipped 16 and 2 (104 registers), and chose 8 and 4 from it.
-VARIANTS = list(dict.fromkeys([(MATVEC_DEPTH, MATVEC_MIN_BLOCKS), (16, 2), (8, 2), (8, 3), (8, 4), (4, 4)]))
+VARIANTS = list(dict.fromkeys([(MATVEC_DEPTH, MATVEC_MIN_BLOCKS["bf16"]), (16, 2), (8, 2), (8, 3), (8, 4), (4, 4)]))
 # (rows, columns, with a residual, of a norm, gated): the decode step's products (LFM2.5-Audio-1.5B)
 SHAPES = [(6144, 2048, False, True, False), (3072, 2048, False, True, False), (2048, 2048, True, False, False),
           (16384, 2048, False, True, False), (16384, 2048, False, True, True), (2048, 8192, True, False, False)]  # fmt: skip
@@ -34,11 +34,8 @@ SHAPES = [(6144, 2048, False, True, False), (3072, 2048, False, True, False), (2
 def variant(depth: int, blocks: int) -> Matvec:
     kernels = []
     for name in ("matvec", "matvec_gated"):
-        source = sources.source(name)
-        for define, value in (("MATVEC_DEPTH", depth), ("MATVEC_MIN_BLOCKS", blocks)):
-            shipped = f"#define {define} {getattr(sources, define)}\n"
-            assert source.count(shipped) == 1
-            source = source.replace(shipped, f"#define {define} {value}\n")
+        defines = {**sources.KERNELS[name].defines, "MATVEC_DEPTH": depth, "MATVEC_MIN_BLOCKS": blocks}
+        source = sources.defines(defines) + sources.read(sources.KERNELS[name].file)
         kernels.append(torch.cuda._compile_kernel(source, name))
     return Matvec(*kernels, depth=depth)
 

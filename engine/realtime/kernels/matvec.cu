@@ -8,6 +8,9 @@
 #include "common.cuh"
 
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
+#ifndef PIPELINE
+#define PIPELINE 0
+#endif
 // A row (or its part, see `split`) is one group of lanes: a warp for bf16 weights, half a warp for int8, so
 // that a lane's MATVEC_DEPTH loads cover the same 256 weights either way and a launch keeps as many bytes in
 // flight per lane as bf16 does (a warp per int8 row halved them: on the H200 the int8 products then took
@@ -48,6 +51,91 @@ __device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restric
     return acc;
 }
 
+// The rows a block's groups take in tile `tile` (GROUPS / split rows; gated: half of them gates, half their
+// ups): the row this thread's group multiplies. A tile past the last row loads row N - 1 and writes nothing.
+__device__ __forceinline__ int tile_row(int tile, int group, int split, int N) {
+#if GATED
+    const int local = group / split, half = GROUPS / split / 2;
+    return tile * half + local % half + (local < half ? 0 : N / 2);
+#else
+    return tile * (GROUPS / split) + group / split;
+#endif
+}
+
+// Issues a tile's weight loads (all of them, before any is used): this lane's per_lane 16-byte chunks.
+__device__ __forceinline__ void load_tile(uint4 (&w)[MATVEC_DEPTH], const weight_t* __restrict__ W, int row, int N, int K,
+                                          int first, int glane, int per_lane) {
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + glane;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t)
+        if (t < per_lane) w[t] = __ldcs(weights + GROUP_LANES * t);
+}
+
+#if WEIGHT_INT8
+#define XSTAGE xf
+typedef float4 staged_t;
+#else
+#define XSTAGE xs
+typedef uint4 staged_t;
+#endif
+
+// This lane's part of a tile's row sum: its chunks in order (the row's fixed-order sum, with the group's
+// shuffle in finish_tile).
+__device__ __forceinline__ float tile_dot(const uint4 (&w)[MATVEC_DEPTH], const staged_t* __restrict__ staged, int first, int glane,
+                                          int per_lane, int K) {
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < MATVEC_DEPTH; ++t) {
+        if (t < per_lane) {
+#if WEIGHT_INT8
+            acc += int8_chunk_dot(w[t], staged, first + glane + GROUP_LANES * t, K);
+#else
+            const uint4 h = staged[first + glane + GROUP_LANES * t];
+            acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
+#endif
+        }
+    }
+    return acc;
+}
+
+// The group's sum (a shuffle within the group), the row's parts in order through `partial`, then the
+// output (times the row's scale for int8, plus the residual, or the SwiGLU of a gate and its up). Every
+// thread of the block calls it: it synchronizes the block before and after using `partial`.
+__device__ __forceinline__ void finish_tile(float acc, int tile, int group, int glane, int split, float* partial,
+                                            const float* __restrict__ scales, int has_residual,
+                                            const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N) {
+    for (int offset = GROUP_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);  // within the group
+    if (glane == 0) partial[group] = acc;
+    __syncthreads();
+    const int part = group % split;
+#if GATED
+    const int local = group / split, half = GROUPS / split / 2, out_row = tile * half + local % half;
+    if (part == 0 && glane == 0 && local < half && out_row < N / 2) {
+        float gate = 0.0f, up = 0.0f;  // the up row's groups are half * split after the gate row's
+        for (int p = 0; p < split; ++p) { gate += partial[group + p]; up += partial[group + half * split + p]; }
+#if WEIGHT_INT8
+        gate *= scales[out_row];
+        up *= scales[out_row + N / 2];
+#endif
+        gate = bf16_to_float(float_to_bf16(gate));
+        up = bf16_to_float(float_to_bf16(up));
+        out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
+    }
+#else
+    const int row = tile_row(tile, group, split, N);
+    if (part == 0 && glane == 0 && row < N) {
+        float total = 0.0f;
+        for (int p = 0; p < split; ++p) total += partial[group + p];
+#if WEIGHT_INT8
+        total *= scales[row];
+#endif
+        if (has_residual) total += bf16_to_float(residual[row]);
+        out[row] = float_to_bf16(total);
+    }
+#endif
+    __syncthreads();  // partial[] is written again by the next tile
+}
+
 // out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 32 * PER_CHUNK * split;
 // with WEIGHT_INT8, W is int8 and row r's sum is multiplied by scales[r] (float32) before the residual:
 // out = bf16(scales[r] * sum_k q[r][k] h[k] (+ residual[r])), each weight dequantized in registers;
@@ -57,7 +145,14 @@ __device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restric
 // part's loads (up to MATVEC_DEPTH 16-byte chunks per lane) issued before any is used; the block copies
 // x into shared memory meanwhile. The launch's latency is one round trip of loads, and its bytes stream
 // at the memory's pace (the weights are read once: evict-first loads).
-// Each output is a fixed-order sum, so a replay is bitwise the eager call.
+// A block's rows are a tile (tile_row); there are `tiles` of them. PIPELINE 0: one tile per block (the grid
+// is `tiles` blocks). PIPELINE 1: a block takes tiles blockIdx.x, + gridDim.x, ... (the grid is a few blocks
+// per SM), stages x once, and keeps the next tile's loads in flight while it multiplies the current one
+// (two register buffers), so the memory does not wait on the arithmetic: with the whole matrix's loads
+// in one round per block, the blocks of a launch load together and then all multiply together, and on the
+// H200 the int8 products, three instructions per weight, streamed at ~2 TB/s (run 66's decode graph).
+// Either way a row's sum is the same fixed-order sum, so the outputs are bitwise the same, and a replay is
+// bitwise the eager call.
 // GATED (the kernel matvec_gated): W is a SwiGLU's gate rows [0, N/2) over its up rows [N/2, N), and
 // out (N/2) = bf16(silu(g) * u) of each bf16-rounded pair (g, u) (as the jiterator SwiGLU computes it
 // from the product's bf16 outputs): a block's first half of rows are gates, its second half their ups,
@@ -65,7 +160,7 @@ __device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restric
 extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) MATVEC_NAME(
         const weight_t* __restrict__ W, const float* __restrict__ scales, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
-        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split) {
+        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split, int tiles) {
 #if WEIGHT_INT8
     __shared__ float4 xf[MATVEC_MAX_K / 4];  // x (or its norm) as floats: 4 LDS.128 per 16 weights, no unpacking
 #else
@@ -73,19 +168,14 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
 #endif
     __shared__ float partial[GROUPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int glane = threadIdx.x % GROUP_LANES, group = threadIdx.x / GROUP_LANES;
-#if GATED
-    const int local = group / split, half = GROUPS / split / 2, part = group % split;
-    const int out_row = blockIdx.x * half + local % half, row = out_row + (local < half ? 0 : N / 2);
-#else
-    const int row = blockIdx.x * (GROUPS / split) + group / split, part = group % split;
-#endif
+    const int glane = threadIdx.x % GROUP_LANES, group = threadIdx.x / GROUP_LANES, part = group % split;
     const int per_lane = K / (GROUP_LANES * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
-    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + glane;
     uint4 w[MATVEC_DEPTH];
-    #pragma unroll
-    for (int t = 0; t < MATVEC_DEPTH; ++t)
-        if (t < per_lane) w[t] = __ldcs(weights + GROUP_LANES * t);
+    load_tile(w, W, tile_row(blockIdx.x, group, split, N), N, K, first, glane, per_lane);
+#if PIPELINE
+    uint4 w_next[MATVEC_DEPTH];
+    if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
+#endif
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
@@ -137,42 +227,18 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         __syncthreads();  // partial[] is reused below
     }
     __syncthreads();
-    float acc = 0.0f;
-    #pragma unroll
-    for (int t = 0; t < MATVEC_DEPTH; ++t) {
-        if (t < per_lane) {
-#if WEIGHT_INT8
-            acc += int8_chunk_dot(w[t], xf, first + glane + GROUP_LANES * t, K);
-#else
-            const uint4 h = xs[first + glane + GROUP_LANES * t];
-            acc += pair_dot(w[t].x, h.x) + pair_dot(w[t].y, h.y) + pair_dot(w[t].z, h.z) + pair_dot(w[t].w, h.w);
-#endif
-        }
-    }
-    for (int offset = GROUP_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);  // within the group
-    if (glane == 0) partial[group] = acc;
-    __syncthreads();
-#if GATED
-    if (part == 0 && glane == 0 && local < half && out_row < N / 2) {
-        float gate = 0.0f, up = 0.0f;  // the up row's groups are half * split after the gate row's
-        for (int p = 0; p < split; ++p) { gate += partial[group + p]; up += partial[group + half * split + p]; }
-#if WEIGHT_INT8
-        gate *= scales[out_row];
-        up *= scales[out_row + N / 2];
-#endif
-        gate = bf16_to_float(float_to_bf16(gate));
-        up = bf16_to_float(float_to_bf16(up));
-        out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
+#if PIPELINE
+    for (int tile = blockIdx.x; tile < tiles; tile += 2 * gridDim.x) {
+        float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
+        if (tile + 2 * gridDim.x < tiles) load_tile(w, W, tile_row(tile + 2 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
+        finish_tile(acc, tile, group, glane, split, partial, scales, has_residual, residual, out, N);
+        if (tile + gridDim.x >= tiles) break;
+        acc = tile_dot(w_next, XSTAGE, first, glane, per_lane, K);
+        if (tile + 3 * gridDim.x < tiles) load_tile(w_next, W, tile_row(tile + 3 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
+        finish_tile(acc, tile + gridDim.x, group, glane, split, partial, scales, has_residual, residual, out, N);
     }
 #else
-    if (part == 0 && glane == 0 && row < N) {
-        float total = 0.0f;
-        for (int p = 0; p < split; ++p) total += partial[group + p];
-#if WEIGHT_INT8
-        total *= scales[row];
-#endif
-        if (has_residual) total += bf16_to_float(residual[row]);
-        out[row] = float_to_bf16(total);
-    }
+    finish_tile(tile_dot(w, XSTAGE, first, glane, per_lane, K), blockIdx.x, group, glane, split, partial, scales, has_residual,
+                residual, out, N);
 #endif
 }

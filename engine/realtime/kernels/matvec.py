@@ -16,7 +16,9 @@ from engine.realtime.kernels.sources import (
     MATVEC_GROUP_LANES,
     MATVEC_MAX_K,
     MATVEC_MAX_SPLIT,
+    MATVEC_MIN_BLOCKS,
     MATVEC_PER_CHUNK,
+    MATVEC_PIPELINE,
     MATVEC_WARPS,
 )
 
@@ -27,13 +29,27 @@ class Matvec:
     step uses it for the weights where it beats cuBLAS on this GPU (`StaticBackbone` times both at start-up)."""
 
     def __init__(
-        self, kernel: Any, gated_kernel: Any | None, depth: int = MATVEC_DEPTH, *, int8: Any | None = None, gated_int8: Any | None = None
+        self,
+        kernel: Any,
+        gated_kernel: Any | None,
+        depth: int = MATVEC_DEPTH,
+        *,
+        int8: Any | None = None,
+        gated_int8: Any | None = None,
+        sm_count: int = 0,
+        walkers_per_sm: dict[str, int] | None = None,
     ) -> None:
         self.kernel = kernel
         self.gated_kernel = gated_kernel  # None: `gated` products unavailable
         self.depth = depth  # the kernels' MATVEC_DEPTH
         self.int8_kernel = int8  # the same for int8 weights (None: unavailable)
         self.gated_int8_kernel = gated_int8
+        self.sm_count = sm_count
+        # Blocks per SM that walk a product's tiles, by weight kind (the kernels built with PIPELINE 1); 0:
+        # one tile per block.
+        self.walkers_per_sm = walkers_per_sm if walkers_per_sm is not None else {
+            kind: MATVEC_MIN_BLOCKS[kind] if MATVEC_PIPELINE[kind] else 0 for kind in MATVEC_PIPELINE
+        }
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
@@ -42,7 +58,19 @@ class Matvec:
         kernel = compiled("matvec")
         if kernel is None:
             return None
-        return cls(kernel, compiled("matvec_gated"), int8=compiled("matvec_int8"), gated_int8=compiled("matvec_gated_int8"))
+        return cls(
+            kernel, compiled("matvec_gated"), int8=compiled("matvec_int8"), gated_int8=compiled("matvec_gated_int8"),
+            sm_count=torch.cuda.get_device_properties(device).multi_processor_count,
+        )  # fmt: skip
+
+    def blocks(self, tiles: int, *, int8: bool) -> int:
+        """The grid for a product of `tiles` tiles: one block per tile, or for the walking kernels as few
+        blocks as the GPU holds at once, each walking the same number of tiles (no block a tile short)."""
+        walkers = self.walkers_per_sm["int8" if int8 else "bf16"] * self.sm_count
+        if walkers <= 0:
+            return tiles
+        per_block = -(-tiles // walkers)
+        return -(-tiles // per_block)
 
     @staticmethod
     def split(columns: int, depth: int = MATVEC_DEPTH, *, int8: bool = False) -> int | None:
@@ -91,13 +119,14 @@ class Matvec:
             outputs = rows
         out = torch.empty((1, outputs), device=x.device, dtype=x.dtype)
         kernels = (self.gated_int8_kernel, self.int8_kernel) if int8 else (self.gated_kernel, self.kernel)
+        tiles = -(-outputs // per_block)
         launch_after_previous(
             kernels[0] if gated else kernels[1],
-            (-(-outputs // per_block), 1, 1),
+            (self.blocks(tiles, int8=int8), 1, 1),
             (MATVEC_WARPS * 32, 1, 1),
             [
                 values, scales, x, int(norm is not None), norm if norm is not None else x, float_bits(eps),
-                int(residual is not None), residual if residual is not None else x, out, rows, columns, split,
+                int(residual is not None), residual if residual is not None else x, out, rows, columns, split, tiles,
             ],
         )  # fmt: skip
         return out

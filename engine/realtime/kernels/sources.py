@@ -62,7 +62,12 @@ MATVEC_MAX_SPLIT = MATVEC_WARPS  # row groups per row at most (a row's groups ar
 # weights, 256 per group and depth step, as with bf16), and the weights in one 16-byte load.
 MATVEC_GROUP_LANES = {"bf16": 32, "int8": 16}
 MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
-MATVEC_MIN_BLOCKS = 4
+# Whether a block keeps the next tile's loads in flight while it multiplies (matvec.cu's PIPELINE: a few
+# blocks per SM walk the tiles, two register buffers each), and the resident blocks per SM the registers are
+# budgeted for (64 registers a thread at 4, 128 at 2: the second buffer needs them). The int8 products'
+# arithmetic (three instructions per weight) otherwise stalls the memory between a launch's rounds of loads.
+MATVEC_PIPELINE = {"bf16": 0, "int8": 1}
+MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
@@ -91,7 +96,6 @@ _MATVEC_DEFINES = {
     "MATVEC_WARPS": MATVEC_WARPS,
     "MATVEC_DEPTH": MATVEC_DEPTH,
     "MATVEC_MAX_K": MATVEC_MAX_K,
-    "MATVEC_MIN_BLOCKS": MATVEC_MIN_BLOCKS,
 }
 
 
@@ -118,7 +122,10 @@ KERNELS: dict[str, Kernel] = {
         *(
             Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu", {
                 **_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}",
-                "GROUP_LANES": MATVEC_GROUP_LANES["int8" if int8 else "bf16"], "PER_CHUNK": MATVEC_PER_CHUNK["int8" if int8 else "bf16"],
+                **{name: table["int8" if int8 else "bf16"] for name, table in (
+                    ("GROUP_LANES", MATVEC_GROUP_LANES), ("PER_CHUNK", MATVEC_PER_CHUNK), ("PIPELINE", MATVEC_PIPELINE),
+                    ("MATVEC_MIN_BLOCKS", MATVEC_MIN_BLOCKS),
+                )},
             })
             for int8 in (0, 1) for gated in (0, 1)
         ),
