@@ -211,36 +211,6 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(request, p
 
 
 @torch.inference_mode()
-def test_int8_prefill_dequantizing_ahead_on_its_own_stream_changes_no_bit(full_size_int8, monkeypatch) -> None:
-    """The int8 prefill dequantizes each matrix on a stream of its own while the prefill's stream works up to
-    that matrix's product (StaticBackbone._prefill_matrices). A missing dependency (a product reading a copy
-    before it is written, or a copy written into a block a product still reads) changes outputs: against the
-    same kernels all on the prefill's stream, the hidden state, the key/value cache and the conv states are
-    bit for bit equal, captured (every bucket's graph) and eager, over spans of several buckets."""
-    from engine.realtime import static_model
-    from engine.realtime.backend import GraphedBackend
-
-    def run(capture: bool) -> list[torch.Tensor]:
-        engine = GraphedBackend(full_size_int8, context_tokens=4096, capture=capture)
-        results = []
-        for turn, positions in enumerate((20, 45, 130, 700, 1100)):
-            engine.prefill(_prompt(full_size_int8, positions, seed=50 + turn))
-            results.append(engine.hidden.clone())
-        results.extend(t.clone() for t in engine.backbone.snapshot()[1:])
-        del engine
-        torch.cuda.empty_cache()
-        return results
-
-    ahead = {capture: run(capture) for capture in (True, False)}
-    monkeypatch.setattr(static_model, "_dequantize_stream", lambda device: torch.cuda.current_stream(device))
-    for capture in (True, False):
-        in_line = run(capture)
-        assert len(in_line) == len(ahead[capture])
-        for index, (ours, theirs) in enumerate(zip(ahead[capture], in_line)):
-            assert torch.equal(ours, theirs), (capture, index)
-
-
-@torch.inference_mode()
 def test_flash_prefill_attention_equals_the_masked_attention(full_size) -> None:
     """FlashAttention over the whole cache (causal from the bottom right, `position + rows` slots used)
     against the masked attention: at the cache's start, in the middle, and at its very end."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import torch
@@ -98,13 +97,6 @@ def plain(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
 @functools.cache
 def _dequantize_kernel(device: torch.device) -> Dequantize | None:
     return Dequantize.create(device)
-
-
-@functools.cache
-def _dequantize_stream(device: torch.device) -> torch.cuda.Stream:
-    """The stream the int8 prefill dequantizes its next matrix on (StaticBackbone._prefill_matrices): one of its
-    own, never the stream the prefill itself runs on (warm-ups run it on graphs.side_stream)."""
-    return torch.cuda.Stream(device)
 
 
 def lookup(ids: torch.Tensor, table: Weight, dtype: torch.dtype) -> torch.Tensor:
@@ -274,49 +266,10 @@ class StaticBackbone(StreamingState):
         return F.rms_norm(x, (self.hidden,), weight, self.eps)
 
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
-        """The decode step's FFN: x (1, hidden) plus w2 of the SwiGLU of w1|w3 of its norm."""
-        return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
-
-    def _prefill_matrices(self) -> Iterator[torch.Tensor]:
-        """The prefill's matrices in the order it multiplies by them (per layer: q|k|v or the conv's
-        in-projection, the out-projection, w1|w3, w2), as the plain ops take them (`plain`).
-
-        int8 on CUDA: each is dequantized on a stream of its own, started as the one before it is handed
-        out, so that a matrix's dequantization overlaps the prefill's work up to its own product instead of
-        preceding it (the dequantization took 1.1 ms of the int8 prefill's 3.9 at 128 rows, H200 run 66).
-        Two copies exist at most, the one in use and the next. A copy is allocated on the prefill's own
-        stream, and its dequantization first waits for everything that stream has queued, so a block an
-        earlier copy freed is never written while a product still reads it; the prefill's stream waits for
-        the copy before its product. Graph capture records the same dependencies."""
-        order = [
-            matrix
-            for layer in self.layers
-            for matrix in (layer.qkv if isinstance(layer, _AttentionLayer) else layer.in_proj, layer.out, layer.w13, layer.w2)
-        ]
-        kernel = _dequantize_kernel(self.device) if self.device.type == "cuda" and self.dtype == torch.bfloat16 else None
-        if kernel is None or not all(isinstance(m, Int8Matrix) and kernel.supports(m.values) for m in order):
-            for matrix in order:
-                yield plain(matrix, self.dtype)
-            return
-        prefill_stream = torch.cuda.current_stream(self.device)
-        dequantize_stream = _dequantize_stream(self.device)
-
-        def start(matrix: Int8Matrix) -> tuple[torch.Tensor, torch.cuda.Event]:
-            copy = torch.empty(matrix.shape, dtype=self.dtype, device=self.device)
-            dequantize_stream.wait_stream(prefill_stream)
-            with torch.cuda.stream(dequantize_stream):
-                kernel(matrix.values, matrix.scales, out=copy)
-            done = torch.cuda.Event()
-            done.record(dequantize_stream)
-            return copy, done
-
-        ahead = start(order[0])
-        for index in range(len(order)):
-            copy, done = ahead
-            if index + 1 < len(order):
-                ahead = start(order[index + 1])
-            prefill_stream.wait_event(done)
-            yield copy
+        if x.shape[0] == 1:  # decode
+            return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
+        gate, up = F.linear(self._norm(x, layer.ffn_norm), plain(layer.w13, self.dtype)).chunk(2, dim=-1)
+        return x + F.linear(swiglu(gate, up), plain(layer.w2, self.dtype))
 
     def _product(
         self,
@@ -627,25 +580,22 @@ class StaticBackbone(StreamingState):
         else:
             mask = self._prefill_mask(rows, keys, matmul=attention == "matmul")
             attend = self._attend_matmul if attention == "matmul" else self._attend
-        matrices = self._prefill_matrices()
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, F.linear(h, next(matrices)), cos, sin)
+                q, k, v = self._qkv(layer, F.linear(h, plain(layer.qkv, self.dtype)), cos, sin)
                 layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
                 layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
-                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), next(matrices))
+                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), plain(layer.out, self.dtype))
             else:
-                b, c, u = F.linear(h, next(matrices)).chunk(3, dim=-1)
+                b, c, u = F.linear(h, plain(layer.in_proj, self.dtype)).chunk(3, dim=-1)
                 full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + rows)
                 kernel = layer.conv.shape[1]
                 conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -rows:]
                 # The new state is the last `kernel` columns of the real inputs: columns n .. n + kernel - 1.
                 layer.state.copy_(full.index_select(1, self.span_length + self.key_index[:kernel]))
-                y = F.linear(c * conv.transpose(0, 1), next(matrices))
-            x = x + y
-            gate, up = F.linear(self._norm(x, layer.ffn_norm), next(matrices)).chunk(2, dim=-1)
-            x = x + F.linear(swiglu(gate, up), next(matrices))
+                y = F.linear(c * conv.transpose(0, 1), plain(layer.out, self.dtype))
+            x = self._mlp(layer, x + y)
         last = x.index_select(0, self.span_length - 1)
         self.position.add_(self.span_length)
         return F.rms_norm(last, (self.hidden,), self.final_norm, self.eps)

@@ -44,12 +44,9 @@ class Dequantize:
     def supports(values: torch.Tensor) -> bool:
         return values.is_contiguous() and values.shape[1] % 16 == 0 and values.data_ptr() % 16 == 0
 
-    def __call__(self, values: torch.Tensor, scales: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The bf16 matrix, in `out` (contiguous, values' shape) if given, else a new tensor."""
+    def __call__(self, values: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         rows, columns = values.shape
-        if out is None:
-            out = torch.empty((rows, columns), dtype=torch.bfloat16, device=values.device)
-        assert out.shape == values.shape and out.dtype == torch.bfloat16 and out.is_contiguous()
+        out = torch.empty((rows, columns), dtype=torch.bfloat16, device=values.device)
         chunks = rows * columns // 16
         self.kernel(grid=(-(-chunks // THREADS), 1, 1), block=(THREADS, 1, 1), args=[values, scales, out, chunks, columns // 16])
         return out
