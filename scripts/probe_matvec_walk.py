@@ -34,7 +34,6 @@ from engine.realtime.kernels.runtime import _load, compiled, nvrtc_compile
 LAYER_TYPES = ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv",
                "full_attention", "conv", "full_attention", "conv", "full_attention", "conv"]  # fmt: skip
 HIDDEN, FFN, VOCAB = 2048, 8192, 65536
-SWEEP = [(8, 4, 2), (8, 8, 1), (8, 2, 4), (4, 4, 4), (16, 2, 2), (4, 2, 8)]
 # (kind, rows, columns, of a norm, with a residual, gated)
 Product = tuple[str, int, int, bool, bool, bool]
 
@@ -68,7 +67,6 @@ def main() -> None:
     generator = torch.Generator(device=device).manual_seed(7)
     engine = Matvec.create(device, torch.bfloat16)
     assert engine is not None
-    arch = "".join(map(str, torch.cuda.get_device_capability()))
     sms = engine.sm_count
     old_int8, old_gated = built(8, 4, 0)
     walk4, walk4_gated = built(4, 4, 1)
@@ -137,26 +135,6 @@ def main() -> None:
         report["bitwise"][name] = {p[0]: bool(torch.equal(call(matvec, p, w), reference[p[0]])) for p, w in layer0}
         report.setdefault("max_error_bf16_steps", {})[name] = {p[0]: error_in_steps(call(matvec, p, w), p, w) for p, w in layer0}
         print(name, json.dumps({k: round(v, 1) for k, v in times.items()}), report["bitwise"][name], flush=True)
-    # The tensor-core kernel's shape: (warps per block, 64-column chunks per warp and step, blocks per SM).
-    report["sweep_us"] = {}
-    for warps, depth, per_sm in SWEEP:
-        kernels = []
-        for name in ("matvec_int8", "matvec_gated_int8"):
-            kernel = sources.KERNELS[name]
-            text = sources.defines({**kernel.defines, "MMA_WARPS": warps, "MMA_DEPTH": depth, "MMA_MIN_BLOCKS": per_sm})
-            kernels.append(_load(*nvrtc_compile(text + sources.read(kernel.file), name, arch)))
-        for walking in (True, False) if (warps, depth, per_sm) == SWEEP[0] else (True,):
-            matvec = Matvec(engine.kernel, engine.gated_kernel, int8=kernels[0], gated_int8=kernels[1], sm_count=sms,
-                            walkers_per_sm={"bf16": 0, "int8": per_sm if walking else 0})
-            matvec.int8_warps = warps
-            label = f"{warps} warps, {depth} chunks, {per_sm}/SM" + ("" if walking else ", one tile per block")
-            times = {"step (64 products)": graphs.per_call_us(device, chain_of(matvec, None), calls=1, replays=10)}
-            for kind in ("w1|w3 SwiGLU", "w2", "in_proj 6144"):
-                times[kind] = graphs.per_call_us(device, chain_of(matvec, {kind}), calls=1, replays=10)
-            times["text head"] = graphs.per_call_us(device, lambda m=matvec: call(m, head, head_weight), calls=1, replays=10)
-            times["bitwise_to_engine"] = all(torch.equal(call(matvec, p, w), call(engine, p, w)) for p, w in layer0)
-            report["sweep_us"][label] = times
-            print(label, json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in times.items()}), flush=True)
     bf16 = [w.dequantized() for w in weights]
     times = {"step (64 products)": graphs.per_call_us(device, chain_of(engine, None, bf16), calls=1, replays=10)}
     for kind in kinds:

@@ -56,7 +56,6 @@ class Matvec:
         }
         # int8 kernels: matvec_int8.cu's (tensor cores, True) or matvec.cu's (FMA, False; probes)
         self.int8_tensor_cores = int8_tensor_cores
-        self.int8_warps = MATVEC_INT8_WARPS  # the tensor-core kernels' MMA_WARPS
         if int8_tensor_cores and walkers_per_sm is None:
             self.walkers_per_sm["int8"] = MATVEC_INT8_MIN_BLOCKS
 
@@ -160,7 +159,7 @@ class Matvec:
         launch_after_previous(
             self.gated_int8_kernel if gated else self.int8_kernel,
             (self.blocks(tiles, int8=True), 1, 1),
-            (self.int8_warps * 32, 1, 1),
+            (MATVEC_INT8_WARPS * 32, 1, 1),
             [
                 weight.values, weight.scales, x, int(norm is not None), norm if norm is not None else x, float_bits(eps),
                 int(residual is not None), residual if residual is not None else x, out, rows, columns, tiles,
