@@ -387,33 +387,42 @@ def test_int8_matvec_kernel_matches_the_dequantized_product(device, rows: int, c
         assert torch.equal(got, matvec(h, weight, None, norm, 1e-5, gated=True))
 
 
-def test_int8_walking_products_are_bitwise_one_tile_per_block(device) -> None:
-    """The int8 kernels' walking blocks (a few blocks per SM each take every gridDim-th tile of 16 rows, the
-    next step's loads in flight) against a grid of one tile per block: bit for bit the same outputs, plain
-    (with the norm and the residual) and gated, for tile counts that leave the blocks an odd number of
-    tiles, a grid's last block short, a partial last tile and fewer tiles than walking blocks, and rows
-    of one step (2048 columns), three (6144: an odd number of steps per tile) and four (8192)."""
-    from engine.realtime.kernels import Matvec
+def test_int8_walking_products_are_bitwise_the_one_tile_per_block_kernels(device) -> None:
+    """The int8 kernels' walking blocks (matvec.cu's PIPELINE 1: a few blocks per SM each take every
+    gridDim-th tile, the next one's loads in flight) against the same source built with one tile per block
+    (run 66's kernels): bit for bit the same outputs, plain (with the norm and the residual) and gated, for
+    tile counts that leave the blocks an odd number of tiles, a grid's last block short and a partial last
+    tile, fewer tiles than walking blocks, and a row split over several groups (8192 columns)."""
+    from engine.realtime.kernels import Matvec, sources
 
     walking = Matvec.create(device, torch.bfloat16)
-    assert walking is not None and walking.int8_tensor_cores and walking.walkers_per_sm["int8"] > 0
-    one_tile = Matvec(walking.kernel, walking.gated_kernel, int8=walking.int8_kernel, gated_int8=walking.gated_int8_kernel,
-                      sm_count=walking.sm_count, walkers_per_sm={"bf16": 0, "int8": 0})
+    assert walking is not None and walking.walkers_per_sm["int8"] > 0 and sources.MATVEC_PIPELINE["int8"]
+    one_tile = []
+    for name in ("matvec_int8", "matvec_gated_int8"):
+        kernel = sources.KERNELS[name]
+        text = sources.defines({**kernel.defines, "PIPELINE": 0, "MATVEC_MIN_BLOCKS": 4}) + sources.read(kernel.file)
+        one_tile.append(torch.cuda._compile_kernel(text, name))
+    plain = Matvec(walking.kernel, walking.gated_kernel, int8=one_tile[0], gated_int8=one_tile[1], sm_count=walking.sm_count,
+                   walkers_per_sm={"bf16": 0, "int8": 0})
     walkers = walking.walkers_per_sm["int8"] * walking.sm_count
+    rows_per_tile = sources.MATVEC_WARPS * 32 // sources.MATVEC_GROUP_LANES["int8"]
     generator = torch.Generator(device=device).manual_seed(29)
-    cases = [(walkers * 2 + 1, 2048), (walkers * 3 - 5, 2048), (walkers - 1, 2048), (walkers + 7, 6144), (walkers * 2 - 1, 8192)]
+    cases = [(walkers * 2 + 1, 2048), (walkers * 3 - 5, 2048), (walkers - 1, 2048), (walkers * 5 + 3, 8192)]
     for tiles, columns in cases:
-        rows = tiles * 16
+        split = Matvec.split(columns, int8=True)
+        rows = tiles * rows_per_tile // split
         assert walking.blocks(tiles, int8=True) < tiles or tiles < walkers
         weight = _int8(rows - 3, columns, generator, device)  # a partial last tile
         x = torch.randn((1, columns), device=device, generator=generator).to(torch.bfloat16)
         gain = torch.randn((columns,), device=device, generator=generator).to(torch.bfloat16)
-        residual = torch.randn((rows - 3,), device=device, generator=generator).to(torch.bfloat16)
-        for extra, norm in ((None, None), (residual, gain)):
-            assert torch.equal(walking(x, weight, extra, norm, 1e-5), one_tile(x, weight, extra, norm, 1e-5)), (tiles, columns)
-        gated = _int8(rows, columns, generator, device)  # tiles of 8 gate rows: twice as many
-        for norm in (None, gain):
-            assert torch.equal(walking(x, gated, None, norm, 1e-5, gated=True), one_tile(x, gated, None, norm, 1e-5, gated=True)), (tiles, "gated")
+        residual = torch.randn((rows,), device=device, generator=generator).to(torch.bfloat16)
+        for extra, norm in ((None, None), (residual[: rows - 3], gain)):
+            assert torch.equal(walking(x, weight, extra, norm, 1e-5), plain(x, weight, extra, norm, 1e-5)), (tiles, columns)
+        if columns == 2048:
+            gated = _int8(rows, columns, generator, device)
+            for norm in (None, gain):
+                got = walking(x, gated, None, norm, 1e-5, gated=True)
+                assert torch.equal(got, plain(x, gated, None, norm, 1e-5, gated=True)), (tiles, "gated")
 
 
 @pytest.mark.parametrize("rows, columns", [(16384, 2048), (2048, 8192), (3, 16), (1001, 2816)])

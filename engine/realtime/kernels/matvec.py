@@ -14,9 +14,6 @@ from engine.realtime.kernels.runtime import compiled, float_bits, launch_after_p
 from engine.realtime.kernels.sources import (
     MATVEC_DEPTH,
     MATVEC_GROUP_LANES,
-    MATVEC_INT8_CHUNK,
-    MATVEC_INT8_MIN_BLOCKS,
-    MATVEC_INT8_WARPS,
     MATVEC_MAX_K,
     MATVEC_MAX_SPLIT,
     MATVEC_MIN_BLOCKS,
@@ -41,7 +38,6 @@ class Matvec:
         gated_int8: Any | None = None,
         sm_count: int = 0,
         walkers_per_sm: dict[str, int] | None = None,
-        int8_tensor_cores: bool = True,
     ) -> None:
         self.kernel = kernel
         self.gated_kernel = gated_kernel  # None: `gated` products unavailable
@@ -54,10 +50,6 @@ class Matvec:
         self.walkers_per_sm = walkers_per_sm if walkers_per_sm is not None else {
             kind: MATVEC_MIN_BLOCKS[kind] if MATVEC_PIPELINE[kind] else 0 for kind in MATVEC_PIPELINE
         }
-        # int8 kernels: matvec_int8.cu's (tensor cores, True) or matvec.cu's (FMA, False; probes)
-        self.int8_tensor_cores = int8_tensor_cores
-        if int8_tensor_cores and walkers_per_sm is None:
-            self.walkers_per_sm["int8"] = MATVEC_INT8_MIN_BLOCKS
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype) -> "Matvec | None":
@@ -97,8 +89,6 @@ class Matvec:
         """Whether products over `columns` can run here (gated: a block holds a gate row and its up row)."""
         if int8 and (self.int8_kernel is None or (gated and self.gated_int8_kernel is None)):
             return False
-        if int8 and self.int8_tensor_cores:
-            return columns % MATVEC_INT8_CHUNK == 0 and 0 < columns <= MATVEC_MAX_K
         split = self.split(columns, self.depth, int8=int8)
         return split is not None and (not gated or (self.gated_kernel is not None and _groups(int8) // split >= 2))
 
@@ -118,8 +108,6 @@ class Matvec:
         Int8Matrix weight: each row's sum is times its scale (the product with `weight.dequantized()` in float32)."""
         int8 = isinstance(weight, Int8Matrix)
         rows, columns = weight.shape
-        if int8 and self.int8_tensor_cores:
-            return self._int8_product(x, weight, residual, norm, eps, gated)
         split = self.split(columns, self.depth, int8=int8)
         assert split is not None and x.is_contiguous() and (weight.is_aligned() if int8 else weight.is_contiguous())
         values, scales = (weight.values, weight.scales) if int8 else (weight, weight)
@@ -143,29 +131,6 @@ class Matvec:
         )  # fmt: skip
         return out
 
-
-    def _int8_product(
-        self, x: torch.Tensor, weight: Int8Matrix, residual: torch.Tensor | None, norm: torch.Tensor | None, eps: float, gated: bool
-    ) -> torch.Tensor:
-        """`__call__` for int8 weights on the tensor cores (matvec_int8.cu): tiles of 16 rows, or 8 gate rows
-        over their 8 up rows."""
-        rows, columns = weight.shape
-        assert self.supports(columns, gated=gated, int8=True) and x.is_contiguous() and weight.is_aligned()
-        if gated:
-            assert residual is None and rows % 2 == 0
-        outputs = rows // 2 if gated else rows
-        tiles = -(-outputs // (8 if gated else 16))
-        out = torch.empty((1, outputs), device=x.device, dtype=x.dtype)
-        launch_after_previous(
-            self.gated_int8_kernel if gated else self.int8_kernel,
-            (self.blocks(tiles, int8=True), 1, 1),
-            (MATVEC_INT8_WARPS * 32, 1, 1),
-            [
-                weight.values, weight.scales, x, int(norm is not None), norm if norm is not None else x, float_bits(eps),
-                int(residual is not None), residual if residual is not None else x, out, rows, columns, tiles,
-            ],
-        )  # fmt: skip
-        return out
 
 
 def _groups(int8: bool) -> int:

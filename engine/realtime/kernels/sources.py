@@ -68,13 +68,6 @@ MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 # arithmetic (three instructions per weight) otherwise stalls the memory between a launch's rounds of loads.
 MATVEC_PIPELINE = {"bf16": 0, "int8": 1}
 MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
-# The int8 products on the tensor cores (matvec_int8.cu): warps per block, 64-column chunks per warp and
-# step (4: 128 bytes of loads per lane and step, as matvec.cu's), resident blocks per SM (two register
-# buffers of a step's loads: ~120 registers), and the columns a chunk covers (K is a multiple of it).
-MATVEC_INT8_WARPS = 8
-MATVEC_INT8_DEPTH = 4
-MATVEC_INT8_MIN_BLOCKS = 2
-MATVEC_INT8_CHUNK = 64
 
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
@@ -127,21 +120,14 @@ KERNELS: dict[str, Kernel] = {
                {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
         Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
         *(
-            Kernel(f"matvec{'_gated' * gated}{'_int8_fma' * int8}", "matvec.cu", {
-                **_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8_fma' * int8}",
+            Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu", {
+                **_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}",
                 **{name: table["int8" if int8 else "bf16"] for name, table in (
                     ("GROUP_LANES", MATVEC_GROUP_LANES), ("PER_CHUNK", MATVEC_PER_CHUNK), ("PIPELINE", MATVEC_PIPELINE),
                     ("MATVEC_MIN_BLOCKS", MATVEC_MIN_BLOCKS),
                 )},
             })
             for int8 in (0, 1) for gated in (0, 1)
-        ),
-        *(
-            Kernel(name, "matvec_int8.cu", {
-                "GATED": gated, "MATVEC_NAME": name, "MMA_WARPS": MATVEC_INT8_WARPS, "MMA_DEPTH": MATVEC_INT8_DEPTH,
-                "MATVEC_MAX_K": MATVEC_MAX_K, "MMA_MIN_BLOCKS": MATVEC_INT8_MIN_BLOCKS,
-            })
-            for gated, name in ((0, "matvec_int8"), (1, "matvec_gated_int8"))
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
         Kernel("dequantize_int8", "dequantize.cu"),
