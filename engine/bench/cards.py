@@ -48,8 +48,10 @@ def estimate_cards(results: dict[str, Any], sampling_label: str, *, latency_refe
     the bytes (run 59: W8A8 products that read the same bytes with fewer instructions were 30-45 % faster).
     On a card that arithmetic takes its H200 time times the FP32 throughput ratio, and overlaps the card's
     byte time: a stage takes max(bytes, arithmetic) + kernels × cost. The RTX cards have 35-55 FLOP per byte,
-    so there the bytes win. Each card then also gets `conservative`: the same estimate with all of the H200's
-    excess counted as per-kernel cost, as without a reference. Not modelled: clocks, Windows' driver model, L2 size (the depthformer's stack re-read per codebook
+    so there the bytes win. Runs 68-69 contradict the premise: a tensor-core int8 product with less than half
+    the instructions per weight was no faster on the H200, so that excess is not (all) arithmetic, and this
+    figure is the optimistic end. Each card then also gets `conservative`: the same estimate with all of the
+    H200's excess counted as per-kernel cost, as without a reference. Not modelled: clocks, Windows' driver model, L2 size (the depthformer's stack re-read per codebook
     would fit a 72-96 MB L2 in int8, but on the H200 a codebook after itself, its stack as warm as L2 gets,
     was only ~2.5 % faster than one after an L2 flush: bench/results/run-60-depthformer-l2).
     """
