@@ -425,6 +425,47 @@ def test_int8_walking_products_are_bitwise_the_one_tile_per_block_kernels(device
                 assert torch.equal(got, plain(x, gated, None, norm, 1e-5, gated=True)), (tiles, "gated")
 
 
+@torch.inference_mode()
+def test_int8_products_that_trigger_their_dependents_early_are_read_only_when_written(device) -> None:
+    """The walking int8 products let the next kernel launch right after their own wait (matvec.cu,
+    launch_dependents): a chain of products, each reading the one before it (and its residual the one before
+    that), gives in every one of 20 graph replays and eagerly exactly what it gives with the device
+    synchronized after every product (a dependent reading before its input was written would differ)."""
+    from engine.realtime import graphs
+    from engine.realtime.kernels import Matvec
+
+    matvec = Matvec.create(device, torch.bfloat16)
+    assert matvec is not None and matvec.walkers_per_sm["int8"] > 0
+    generator = torch.Generator(device=device).manual_seed(41)
+    shapes = [(2048, 2048), (6144, 2048), (2048, 6144), (16384, 2048), (2048, 8192)] * 3
+    weights = [_int8(rows, columns, generator, device) for rows, columns in shapes]
+    gain = torch.randn((2048,), device=device, generator=generator).to(torch.bfloat16)
+    start = torch.randn((1, 2048), device=device, generator=generator).to(torch.bfloat16)
+
+    def chain(synchronize: bool) -> torch.Tensor:
+        x, before = start, start
+        for weight, (rows, columns) in zip(weights, shapes):
+            if rows == 16384:
+                y = matvec(x, weight, None, gain, 1e-5, gated=True)
+            elif rows == 2048:
+                y = matvec(x, weight, before[0], None, 1e-5)
+            else:
+                y = matvec(x, weight, None, gain if columns == 2048 else None, 1e-5)
+            if synchronize:
+                torch.cuda.synchronize()
+            before, x = x if x.shape[1] == 2048 else before, y
+        return x
+
+    expected = chain(synchronize=True).clone()
+    assert torch.equal(chain(synchronize=False), expected)
+    graphs.warm_up(device, lambda: chain(synchronize=False))
+    graph, out = graphs.capture(lambda: chain(synchronize=False))
+    for _ in range(20):
+        out.zero_()
+        graph.replay()
+        assert torch.equal(out, expected)
+
+
 @pytest.mark.parametrize("rows, columns", [(16384, 2048), (2048, 8192), (3, 16), (1001, 2816)])
 def test_dequantize_kernel_rounds_exactly_as_the_plain_ops(device, rows: int, columns: int) -> None:
     from engine.model.quantized import dequantize

@@ -21,13 +21,24 @@ __device__ __forceinline__ unsigned short float_to_bf16(float value) {  // round
 // as soon as every block of the kernel ahead of it has exited, without the completion and launch latency
 // between them, and wait (`wait_for_previous`) for that kernel's writes before they read or write
 // anything a kernel before them touches. What comes first (a product's weight loads) overlaps the gap.
-// Every block waits (before any early return), so "finished" carries down the chain. No kernel triggers
-// its dependents earlier: on the H200 a trigger at block start let graph replays read before the kernel
-// ahead had written (bench/results/run-40-dependent-launch-early-trigger; scripts/probe_dependent_launch.py
-// in run 41).
+// Every block waits (before any early return), so "finished" carries down the chain. A trigger at block
+// start let graph replays read before the kernel ahead had written (bench/results/run-40-dependent-launch-
+// early-trigger; scripts/probe_dependent_launch.py in run 41: 0 of 20 replays right), a trigger right after
+// the wait did not (20 of 20, and the GPU tests passed). Only the walking int8 products trigger, right after
+// their wait (`launch_dependents`): their grid is one wave, so its blocks all trigger at once, and the next
+// kernel's blocks take each SM as soon as this kernel's blocks there exit, their weight loads issued while the
+// last tiles are multiplied elsewhere. (A grid of several waves triggers only once its last wave has started.)
 __device__ __forceinline__ void wait_for_previous() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the kernel after this one launch (it still waits for this one's completion before it reads what this
+// one writes: griddepcontrol.wait). Call only after wait_for_previous, in every block.
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 

@@ -177,6 +177,9 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
 #endif
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
+#if PIPELINE
+    launch_dependents();  // one wave of walking blocks: the next kernel's blocks may take each SM as ours leave it
+#endif
     float squares = 0.0f;
     for (int c = threadIdx.x; c < K / 8; c += MATVEC_THREADS) {
         const uint4 v = reinterpret_cast<const uint4*>(x)[c];
