@@ -33,7 +33,9 @@ that are their one definition) and each kernel's exact NVRTC input; `runtime.py`
 background threads while the weights load), the on-disk cache of compiled kernels, and the launch
 binding. On Hopper and later the backbone decode step's kernels (short_conv, backbone_attention, matvec,
 matvec_gated, rms_norm) are programmatic dependent launches (`launch_after_previous`): each may start as
-the blocks of the kernel ahead of it exit, and waits inside only where it touches what came before.
+the blocks of the kernel ahead of it exit, and waits inside only where it touches what came before. The
+int8 products walk their tiles with one wave of blocks and let the next kernel launch right after their
+own wait (common.cuh), so its blocks start as theirs leave each SM (H200 run 71: int8 step 0.613 → 0.546 ms).
 Every kernel computes the same function as the plain ops it replaces (the GPU tests compare them on
 random data, and each is checked once at start-up). When NVRTC is missing or a check fails, the plain
 ops run instead: slower, same results within bf16 rounding.
