@@ -147,10 +147,11 @@ __device__ __forceinline__ void finish_tile(float acc, int tile, int group, int 
 // at the memory's pace (the weights are read once: evict-first loads).
 // A block's rows are a tile (tile_row); there are `tiles` of them. PIPELINE 0: one tile per block (the grid
 // is `tiles` blocks). PIPELINE 1: a block takes tiles blockIdx.x, + gridDim.x, ... (the grid is a few blocks
-// per SM), stages x once, and keeps the next tile's loads in flight while it multiplies the current one
-// (two register buffers), so the memory does not wait on the arithmetic: with the whole matrix's loads
-// in one round per block, the blocks of a launch load together and then all multiply together, and on the
-// H200 the int8 products, three instructions per weight, streamed at ~2 TB/s (run 66's decode graph).
+// per SM), stages x once, and keeps the next tile's loads in flight while it multiplies and writes the
+// current one (two register buffers): with one tile per block, the blocks of a launch load together and
+// then all multiply together, the memory idle meanwhile (H200, the int8 decode step's 64 products, each
+// matrix cold: 582 µs one tile per block, 542 walking; bench/results/run-67-walking-products). A walking
+// grid is one wave, so it can also let the next kernel launch early (launch_dependents, common.cuh).
 // Either way a row's sum is the same fixed-order sum, so the outputs are bitwise the same, and a replay is
 // bitwise the eager call.
 // GATED (the kernel matvec_gated): W is a SwiGLU's gate rows [0, N/2) over its up rows [N/2, N), and

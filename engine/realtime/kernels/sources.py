@@ -64,8 +64,8 @@ MATVEC_GROUP_LANES = {"bf16": 32, "int8": 16}
 MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 # Whether a block keeps the next tile's loads in flight while it multiplies (matvec.cu's PIPELINE: a few
 # blocks per SM walk the tiles, two register buffers each), and the resident blocks per SM the registers are
-# budgeted for (64 registers a thread at 4, 128 at 2: the second buffer needs them). The int8 products'
-# arithmetic (three instructions per weight) otherwise stalls the memory between a launch's rounds of loads.
+# budgeted for (64 registers a thread at 4, 128 at 2: the second buffer needs them). bf16 keeps one tile per
+# block: its products are timed against cuBLAS at start-up, and run 41's early trigger gained nothing there.
 MATVEC_PIPELINE = {"bf16": 0, "int8": 1}
 MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 
