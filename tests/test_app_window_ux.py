@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -127,14 +128,20 @@ def _xvfb(monkeypatch: pytest.MonkeyPatch, *options: str) -> Iterator[str]:
     xvfb = shutil.which("Xvfb")
     if xvfb is None:
         pytest.skip("Xvfb is not installed (apt-get install xvfb)")
-    display = next(n for n in range(140, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists()
-                   and not Path(f"/tmp/.X{n}-lock").exists())
-    proc = subprocess.Popen([xvfb, f":{display}", "-screen", "0", "640x480x24", "-nolisten", "tcp", *options],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while not Path(f"/tmp/.X11-unix/X{display}").exists():
-        assert time.monotonic() < deadline and proc.poll() is None, "Xvfb did not start"
-        time.sleep(0.05)
+    # Xvfb picks a free display itself and writes its number to the pipe once it accepts connections. (The
+    # test used to pick the first number without a socket and start Xvfb on it: two test processes, such as
+    # pytest-xdist's workers, could pick the same one, and the loser's test would then talk to the other's
+    # server.)
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([xvfb, "-displayfd", str(write_end), "-screen", "0", "640x480x24", "-nolisten", "tcp",
+                             *options], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,))
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        ready, _, _ = select.select([pipe], [], [], 10)
+        display = pipe.readline().strip() if ready else ""
+    if not display.isdigit() or proc.poll() is not None:
+        proc.kill()
+        pytest.fail("Xvfb did not start")
     monkeypatch.setenv("DISPLAY", f":{display}")
     for name in [m for m in sys.modules if m == "pynput" or m.startswith("pynput.")]:
         monkeypatch.delitem(sys.modules, name)  # pynput picks its backend at import
