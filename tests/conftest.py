@@ -11,16 +11,7 @@ import torch
 torch.set_num_threads(1)
 
 
-# Files run before all others. The default run spreads whole files over two pytest-xdist workers in this
-# order (pyproject's addopts: -n 2 --dist loadfile --no-loadscope-reorder). The randomized engine-thread test
-# alone takes 2 to 6 minutes (hypothesis draws other rules each run), up to a third of the suite's work: handed
-# out last (by name, or by xdist's default of the files with the most tests first), it would leave the other
-# worker idle for that long.
-RUN_FIRST = ("test_worker_stateful.py",)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # stable: the order within each file stays
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine)")
