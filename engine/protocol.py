@@ -8,7 +8,8 @@ so either side can be tested alone and nothing is shared between threads except 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from engine.chat.decoding import MAX_TOP_K, SamplingSettings  # re-exported: commands carry them
 
@@ -52,10 +53,16 @@ class Load:
 class StartTake:
     """Push-to-talk pressed. While the assistant is speaking this is a barge-in: playback stops."""
 
+    # When the user pressed (`time.monotonic()`; window and engine share the process). A press the engine acts
+    # on late (queued behind an export, a model load or the end of a turn) still starts where it was made.
+    at: float = field(default_factory=time.monotonic)
+
 
 @dataclass(frozen=True)
 class EndTake:
     """Push-to-talk released: the take ends (after a short tail) and the turn is generated."""
+
+    at: float = field(default_factory=time.monotonic)  # when the user released (as StartTake.at)
 
 
 @dataclass(frozen=True)

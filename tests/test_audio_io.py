@@ -283,6 +283,78 @@ def test_too_short_take_is_dropped_with_event(alsa: alsa_env.AlsaTestEnv, closin
     assert recorder.takes.get(timeout=HANG_GUARD_S).pressed_s == pytest.approx(0.2)
 
 
+def test_late_presses_and_releases_land_where_they_were_made(alsa: alsa_env.AlsaTestEnv,
+                                                            closing: Callable[[Any], Any]) -> None:
+    """A press and release the engine acts on late (queued behind an export, a model load, the end of a turn)
+    carry how late they are; the recorder places them that far back in the stream. Both often reach it within
+    one block: a hold made while the engine was busy used to be refused as too short (press and release on one
+    frame). Generated holds: the take is exactly the stream's audio from the pre-roll before the press to the
+    tail after the release, a hold under `min_take_s` is refused with its true length, and a press is never
+    placed back into the take before it (nor further back than BACKDATE_LIMIT_S)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from engine.audio.capture import BACKDATE_LIMIT_S
+
+    rate = 48_000
+    recorder = make_recorder(closing, samplerate=rate, preroll_s=0.3, tail_s=0.15, min_take_s=0.1)
+    assert recorder.open()
+    block = recorder.block_frames
+    fed: list[np.ndarray] = []
+    state = {"frames": 0, "last_end": 0, "seed": 0}
+
+    def feed(samples: np.ndarray) -> None:
+        for start in range(0, len(samples), 4800 * 5):  # within the FIFO, each piece taken before the next
+            piece = samples[start : start + 4800 * 5]
+            alsa.feed_mic(piece, block=block)
+            state["frames"] += len(piece)
+            wait_frames(recorder, state["frames"])
+        fed.append(samples)
+
+    def noise(blocks: int) -> np.ndarray:  # distinct audio everywhere, so any misplaced frame shows
+        state["seed"] += 1
+        return (0.3 * np.random.default_rng(state["seed"]).standard_normal(blocks * block)).astype(np.float32)
+
+    @settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(lead=st.integers(0, 60), held=st.integers(0, 80), after=st.integers(6, 80),
+           extra_late=st.sampled_from((0, 0, 4_000)))
+    def hold_made_while_busy(lead: int, held: int, after: int, extra_late: int) -> None:
+        # The stream runs on: `lead` blocks, then the user holds for `held` blocks and releases `after` blocks
+        # before the engine acts on both (blocks of 10 ms; `extra_late` ms more for both: beyond the ring).
+        feed(noise(lead))
+        press_at = state["frames"]
+        feed(noise(held))
+        release_at = state["frames"]
+        feed(noise(after))
+        now = state["frames"]
+        extra = extra_late / 1000
+        recorder.press(late_s=(now - press_at) / rate + extra)
+        recorder.release(late_s=(now - release_at) / rate + extra)
+        feed(noise(20))  # the block they land on, and room for the tail
+        limit = round(BACKDATE_LIMIT_S * rate)
+        want_press = min(now, max(press_at - round(extra * rate), now - limit, state["last_end"]))
+        want_release = max(release_at - round(extra * rate), now - limit, want_press)
+        if want_release - want_press < round(0.1 * rate):
+            rejected = next_event(recorder.events, TakeRejected)
+            assert rejected.reason == "too_short"
+            assert rejected.duration_s == pytest.approx((want_release - want_press) / rate)
+            state["last_end"] = want_release
+            wait_until(lambda: not recorder.is_recording, "the refused take to end")
+            return
+        take = recorder.takes.get(timeout=HANG_GUARD_S)
+        assert (take.press_frame, take.release_frame) == (want_press, want_release)
+        assert take.start_frame == max(want_press - round(0.3 * rate), 0)
+        assert take.end_frame == want_release + round(0.15 * rate)
+        assert take.pressed_s == pytest.approx((want_release - want_press) / rate)
+        source = np.concatenate(fed)
+        np.testing.assert_allclose(take.audio, resample(source[take.start_frame : take.end_frame], rate, 16_000),
+                                   atol=1e-6)
+        state["last_end"] = take.end_frame
+
+    hold_made_while_busy()
+    assert recorder.takes.empty()
+
+
 def test_too_long_take_is_cut_at_the_cap_and_still_delivered(
     alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
 ) -> None:

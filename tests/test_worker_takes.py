@@ -80,3 +80,38 @@ def test_a_release_never_overtakes_its_deferred_press(engine: Engine, tmp_path) 
                            after=at + 1, timeout=15)
     assert rest.state in (p.EngineState.IDLE, p.EngineState.THINKING)
     assert engine.of(p.Exported, answering)
+
+
+def test_a_hold_made_while_an_export_runs_is_a_take_of_its_length(engine: Engine, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A press and its release made while an export is being written wait for it (the table), then reach the
+    recorder within a millisecond of each other. They carry when the user made them, so the take is the 0.5 s
+    hold with its pre-roll and tail. It used to be refused as too short: press and release on one audio block
+    (found by tests/test_worker_stateful.py, behind an answer's queued export and model load). The export is
+    held open until the release is in."""
+    import threading
+
+    from engine.worker import thread as worker_thread
+
+    writing, finish = threading.Event(), threading.Event()
+    real_export = worker_thread.export_conversation
+
+    def slow_export(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        writing.set()
+        assert finish.wait(30)
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(worker_thread, "export_conversation", slow_export)
+    mark = len(engine.seen)
+    engine.send(p.Export(str(tmp_path / "talk.wav")))
+    assert writing.wait(30)
+    engine.send(p.StartTake())
+    time.sleep(0.5)
+    engine.send(p.EndTake(), p.Ping(7))
+    engine.wait_for(lambda e: isinstance(e, p.Pong) and e.seq == 7, after=mark, timeout=10)
+    assert not engine.of(p.StateChanged, mark), "the press ran during the export"
+    finish.set()
+    answer = engine.wait_for(lambda e: isinstance(e, (p.UserTakeAdded, p.TakeRejected)), after=mark, timeout=30)
+    assert isinstance(answer, p.UserTakeAdded), f"the hold was refused: {answer}"
+    # The 0.3 s pre-roll + the hold (0.5 s, as this thread slept it) + the tests' 0.05 s tail (engine_helpers).
+    assert 0.84 <= answer.duration_s <= 1.0
+    assert [e.kind for e in engine.errors(mark)] == ["export"]  # (nothing to export yet: said once it ran)

@@ -9,7 +9,10 @@ Threads and who owns what
   including the take buffers, are allocated when the stream opens).
 * Callers (the engine thread) only call `open`/`press`/`release`/`close`/`select_device`. `press` and
   `release` just bump counters that the callback reads at the start of its next block, so a press takes effect
-  at most one block (10 ms) later, on an exact stream frame. Presses and releases alternate (press, release,
+  at most one block (10 ms) later, on an exact stream frame. A press or release the engine acts on late (it
+  waited behind an export, a model load or the end of a turn) says how late (`late_s`), and lands that far
+  back in the stream, within the history ring: a 0.5 s hold made while the engine was busy is a 0.5 s take,
+  not a press and a release on one frame. Presses and releases alternate (press, release,
   press, ...), so however many of them land in one block, the counters say what happened: every new press
   since the last block was released again unless there is one more press than releases. Each press has a
   number (`press_seq`); every take and every rejection carries the number of the last press it
@@ -47,6 +50,11 @@ CLIP_LEVEL = 0.999
 # under the time it takes the user to record the next one; if not, the press is refused with an event.
 _TAKE_BUFFERS = 2
 _LEVEL_SLOTS = 256
+# A press or release acted on this late or less lands on the next block, as an immediate one does (the engine
+# thread's ordinary delay); later ones are placed back where they were made, up to BACKDATE_LIMIT_S (the
+# history ring keeps that much more audio; longer waits are cut to it).
+LATE_TOLERANCE_S = 0.05
+BACKDATE_LIMIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -138,9 +146,12 @@ class PushToTalkRecorder(DeviceStream):
         self._init_device_stream()
         self._stream_lock = threading.Lock()  # serialises open/close between engine and worker; never in callback
 
-        # Requests from the engine thread: monotonically increasing counters, read by the callback.
+        # Requests from the engine thread: monotonically increasing counters, read by the callback, and how
+        # many frames back the last press and release were made (0: now).
         self._press_requests = 0
         self._release_requests = 0
+        self._press_late_frames = 0
+        self._release_late_frames = 0
 
         self._finished: queue.SimpleQueue[_ActiveTake | None] = queue.SimpleQueue()  # None only wakes the worker
         self._stop_worker = threading.Event()
@@ -201,14 +212,15 @@ class PushToTalkRecorder(DeviceStream):
         self.device_name = device
         return self.open()
 
-    def press(self) -> bool:
-        """Push-to-talk pressed: start a take (with pre-roll), or continue the last one if it is still in its
-        tail. Reopens the stream if it died or never opened. Returns False (after emitting an EngineError) if
-        no stream could be opened. A press while one is held is ignored: presses and releases alternate.
-        `press_seq` then is this press's number."""
+    def press(self, late_s: float = 0.0) -> bool:
+        """Push-to-talk pressed `late_s` seconds ago: start a take (with pre-roll), or continue the last one if
+        it is still in its tail. Reopens the stream if it died or never opened. Returns False (after emitting
+        an EngineError) if no stream could be opened. A press while one is held is ignored: presses and
+        releases alternate. `press_seq` then is this press's number."""
         if not self.is_open and not self.open():
             return False
         if self._press_requests == self._release_requests:
+            self._press_late_frames = self._late_frames(late_s)  # written before the count the callback reads
             self._press_requests += 1
         return True
 
@@ -217,11 +229,17 @@ class PushToTalkRecorder(DeviceStream):
         """The number of the last press (what its take or its rejection will carry)."""
         return self._press_requests
 
-    def release(self) -> None:
-        """Push-to-talk released: the take ends `tail_s` later (in stream frames) and is delivered. A release
-        without a press held is ignored."""
+    def release(self, late_s: float = 0.0) -> None:
+        """Push-to-talk released `late_s` seconds ago: the take ends `tail_s` later (in stream frames) and is
+        delivered. A release without a press held is ignored."""
         if self._release_requests < self._press_requests:
+            self._release_late_frames = self._late_frames(late_s)
             self._release_requests += 1
+
+    def _late_frames(self, late_s: float) -> int:
+        if late_s <= LATE_TOLERANCE_S:
+            return 0
+        return round(min(late_s, BACKDATE_LIMIT_S) * self._rate)
 
     def close_stream(self) -> None:
         """Close the input stream only (e.g. before `rescan_devices()`); `press()` or `open()` reopens it."""
@@ -267,9 +285,11 @@ class PushToTalkRecorder(DeviceStream):
         self._tail_frames = round(self.tail_s * rate)
         self._min_take_frames = round(self.min_take_s * rate)
         self._max_take_frames = max(1, round(self.max_take_s * rate))
-        # The history ring reaches back one pre-roll plus a block of press latency, and 2 s for the hands-free
-        # listener (engine/audio/voice.py), which reads the stream from it on its own thread.
-        self._history = np.zeros(max(self._preroll_frames + 4 * max_block, 2 * rate), dtype=np.float32)
+        # The history ring reaches back one pre-roll and a late press (BACKDATE_LIMIT_S) plus a few blocks, and
+        # at least 2 s for the hands-free listener (engine/audio/voice.py), which reads it on its own thread.
+        self._backdate_limit_frames = round(BACKDATE_LIMIT_S * rate)
+        self._history = np.zeros(
+            max(self._preroll_frames + self._backdate_limit_frames + 4 * max_block, 2 * rate), dtype=np.float32)
         # Per block: how far the reference player (hands-free echo cancellation) had played when the block
         # was captured, so the listener pairs the microphone with what the speaker was playing.
         self._pairs = np.full(512, -1, dtype=np.int64)
@@ -281,6 +301,7 @@ class PushToTalkRecorder(DeviceStream):
         for _ in range(_TAKE_BUFFERS):
             self._pool.put(np.zeros(self._max_take_frames, dtype=np.float32))
         self._active: _ActiveTake | None = None
+        self._last_take_end = 0  # a late press is not placed back into the audio of the take before it
         # Requests made before this stream existed are void: a stream starts idle (a press still held is
         # released here, so the next press starts a take).
         self._release_requests = self._press_requests
@@ -329,8 +350,9 @@ class PushToTalkRecorder(DeviceStream):
         self._level_frames[slot] = frames
         self._level_written += 1
 
-        # Press/release requests take effect at the first frame of this block. Releases are read first: a
-        # release never runs ahead of its press, so `releases <= presses` holds for what is read here.
+        # Press/release requests take effect at the first frame of this block, or as far back as they were made
+        # (see `press`). Releases are read first: a release never runs ahead of its press, so
+        # `releases <= presses` holds for what is read here.
         releases = self._release_requests
         presses = self._press_requests
         if presses != self._handled_presses:
@@ -343,16 +365,24 @@ class PushToTalkRecorder(DeviceStream):
                 take.end_frame = None
                 take.press_seq = presses
             else:
-                self._begin_take(block_start, presses)
+                # Not before the take before it ended, nor before what the ring still holds under the pre-roll,
+                # nor more than a take's length back.
+                earliest = max(self._last_take_end, block_start - len(self._history) + self._preroll_frames,
+                               block_start - self._max_take_frames, 0)
+                press_frame = min(block_start, max(block_start - self._press_late_frames, earliest))
+                self._begin_take(block_start, press_frame, presses)
         if releases != self._handled_releases:
             self._handled_releases = releases
             take = self._active
             if take is not None and take.release_frame is None and releases == presses:
-                take.release_frame = block_start
-                if block_start - take.press_frame < self._min_take_frames:
+                release_frame = max(block_start - self._release_late_frames, take.press_frame)
+                take.release_frame = release_frame
+                if release_frame - take.press_frame < self._min_take_frames:
                     self._finish(take, "too_short")
                 else:
-                    take.end_frame = min(block_start + self._tail_frames, take.start_frame + len(take.buffer))
+                    take.end_frame = min(release_frame + self._tail_frames, take.start_frame + len(take.buffer))
+                    # A late release may end the take before audio already in its buffer: that audio goes.
+                    take.filled = min(take.filled, take.end_frame - take.start_frame)
 
         ring_write(self._history, block_start, mono)
         reference = self.reference
@@ -371,25 +401,29 @@ class PushToTalkRecorder(DeviceStream):
 
         self._frames_captured = block_start + frames
 
-    def _begin_take(self, press_frame: int, press_seq: int) -> None:
+    def _begin_take(self, block_start: int, press_frame: int, press_seq: int) -> None:
+        """A take pressed at `press_frame` (this block's first frame, or earlier for a late press): its audio
+        before this block, the pre-roll included, comes from the history ring."""
         try:
             buffer = self._pool.get_nowait()
         except queue.Empty:
             self._refused_seq = press_seq
             self._refused_presses += 1
             return
-        preroll = min(self._preroll_frames, press_frame, len(buffer))
-        start = press_frame - preroll
-        ring_read(self._history, start, buffer[:preroll])
+        start = max(press_frame - self._preroll_frames, block_start - len(buffer), 0)
+        before = block_start - start
+        ring_read(self._history, start, buffer[:before])
         self._take_counter += 1
         take = _ActiveTake(self._take_counter, self._rate, buffer, self._pool, start, press_frame, press_seq)
-        take.filled = preroll
+        take.filled = before
         self._active = take
 
     def _finish(self, take: _ActiveTake, outcome: str) -> None:
         take.outcome = outcome
         if take.end_frame is None or take.end_frame > take.start_frame + take.filled:
             take.end_frame = take.start_frame + take.filled
+        # A take too short to keep gives no audio to overlap: only the press after it follows its release.
+        self._last_take_end = take.release_frame if outcome == "too_short" else take.end_frame
         self._active = None
         self._finished.put(take)
 
@@ -459,7 +493,7 @@ class PushToTalkRecorder(DeviceStream):
             device_audio = take.buffer[: take.filled]
             if rate == MODEL_SAMPLE_RATE:
                 audio = device_audio.copy()
-            elif resampler is not None:
+            elif resampler is not None and consumed <= take.filled:  # (a late release may have cut what it read)
                 pieces.append(resampler.process(device_audio[consumed:]))
                 pieces.append(resampler.flush())
                 audio = np.concatenate(pieces)

@@ -54,7 +54,8 @@ class Takes:
         self.channel: queue.Queue[TakeMessage] = queue.Queue()
         self.device: str | None = None
         self.recorder: Any = None
-        self.released_t: float | None = None  # monotonic time of the release (None: still held)
+        self.released_t: float | None = None  # monotonic time the user released (None: still held)
+        self._release_sent_t = 0.0  # monotonic time the release reached the recorder (the lost-take clock)
         # The take in progress, by the number the recorder gave its press: what the recorder delivers
         # (a take, or a note that it dropped, cut or refused one) carries the number of the last press it
         # answers, so it belongs to the take in progress exactly when the numbers are equal. (Stream
@@ -111,11 +112,11 @@ class Takes:
         """A take is in progress and its press has not been released."""
         return self.press_seq is not None and self.released_t is None
 
-    def press(self) -> bool:
-        """Start a take (a press during the last take's tail continues it); False if the microphone could not
-        be opened (the recorder has said why, once)."""
+    def press(self, at: float) -> bool:
+        """Start a take pressed at `at` (monotonic time; a press during the last take's tail continues it);
+        False if the microphone could not be opened (the recorder has said why, once)."""
         recorder = self.recorder or self._new_recorder()  # press() opens it if needed
-        if not recorder.press():
+        if not recorder.press(late_s=time.monotonic() - at):
             return False
         self.press_seq = recorder.press_seq
         self.dropped = False
@@ -133,12 +134,15 @@ class Takes:
     def is_voice(self) -> bool:
         return self.press_seq is not None and self.press_seq < 0
 
-    def release(self) -> bool:
-        """End the held take (it arrives `tail_s` later); False if it was already released."""
+    def release(self, at: float | None = None) -> bool:
+        """End the held take, released at `at` (monotonic time; None: now). It arrives `tail_s` later; False
+        if it was already released."""
         if self.recorder is None or self.released_t is not None:
             return False
-        self.released_t = time.monotonic()
-        self.recorder.release()
+        now = time.monotonic()
+        self.released_t = now if at is None else min(at, now)
+        self._release_sent_t = now
+        self.recorder.release(late_s=now - self.released_t)
         return True
 
     def drop(self) -> None:
@@ -160,7 +164,8 @@ class Takes:
 
     def lost(self, now: float) -> bool:
         """Released long ago and nothing came (a press the recorder merged or refused): give up on it."""
-        return self.press_seq is not None and self.released_t is not None and now - self.released_t > TAKE_LOST_AFTER_S
+        return (self.press_seq is not None and self.released_t is not None
+                and now - self._release_sent_t > TAKE_LOST_AFTER_S)
 
     def forget(self) -> None:
         """The recorder is closed: no take in progress will arrive, and what it sent is stale."""

@@ -438,7 +438,7 @@ class EngineWorker:
             # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
             # that was not open has no pre-roll to lose).
             self.audio.rescan()
-        if self.takes.press():  # False: the microphone could not be opened; the recorder has said why
+        if self.takes.press(command.at):  # False: the microphone could not be opened; the recorder has said why
             if self.phase is not Phase.RECORDING:
                 self._set_phase(Phase.RECORDING)
         elif self.phase is Phase.RECORDING:
@@ -479,7 +479,7 @@ class EngineWorker:
         # itself ends `tail_s` later in stream time and arrives on the take channel; the phase stays
         # RECORDING meanwhile, because the tail is still being recorded.
         if self.phase is Phase.RECORDING:
-            self.takes.release()
+            self.takes.release(command.at)
 
     def _on_Cancel(self, command: p.Cancel) -> None:
         if self.phase is Phase.RECORDING:
