@@ -160,10 +160,8 @@ def test_depthformer_grid_is_fitted_beside_the_decoder_without_touching_the_conv
     fit_depthformer_to_decoder(backend, decoder)
     depthformer = backend.depthformer
     timings = depthformer.grid_timings_ms["backbone_step_and_frame_beside_the_decoder"]
-    assert sorted(timings) == sorted(depthformer.grid_candidates(beside_other_work=True)) and len(timings) >= 2
-    assert depthformer.fused.exclusive_shared_bytes is not None  # (sm_80 and later: every supported GPU)
-    assert any(grid.exclusive for grid in timings)
-    assert depthformer.fused.grid == min(timings, key=timings.__getitem__)
+    assert sorted(timings) == sorted(depthformer.grid_candidates()) and len(timings) >= 2
+    assert depthformer.fused.blocks == min(timings, key=timings.__getitem__)
     assert all(torch.equal(a, b) for a, b in zip(backend.snapshot(), before, strict=True))
     assert decoder.decoder._frames_done == 0 and backend.positions == 40
     backend.audio_head(SamplingSettings(greedy=True))

@@ -204,9 +204,7 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
 def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(device, full_size) -> None:
     """The one-launch codebook kernel against the plain ops on the full-size depthformer, teacher-forced
     over random inputs; and bit for bit the same logits whatever the number of blocks that hand each
-    other its phases' vectors (a block reading a word before its writer would show as a difference), and
-    with blocks that take their SMs' whole shared memory (exclusive grids)."""
-    from engine.realtime.kernels import Grid
+    other its phases' vectors (a block reading a word before its writer would show as a difference)."""
     from engine.realtime.sampling import DeviceSampling
     from engine.realtime.static_model import StaticDepthformer
 
@@ -225,11 +223,11 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
         depthformer.fused = step
         for i in range(8):
             assert _relative(fused[i], plain[i]) < 2e-2, (trial, i)  # two bf16 roundings apart, 6 layers deep
-        chosen = step.grid
-        for grid in (Grid(1), Grid(3), Grid(17), Grid(chosen.blocks), Grid(17, exclusive=True), Grid(step.sms, True)):
-            step.grid = grid
+        blocks = step.blocks
+        for grid in (1, 3, 17, blocks):
+            step.blocks = grid
             assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused), (trial, grid)
-        step.grid = chosen
+        step.blocks = blocks
     # Every launch was counted (its words' tags all differ from the launch before) and every block of it
     # read its number: the arrivals reset, 6 trials x 5 frames x 8 codebooks launches (mod 65535) on.
     launches, arrivals = step.sync.tolist()

@@ -63,7 +63,7 @@ class EngineBench:
             "peak_reserved_gb_during_startup": torch.cuda.max_memory_reserved() / 1e9,
             "peak_allocated_gb_during_startup": torch.cuda.max_memory_allocated() / 1e9,
             "depthformer_grid": {
-                "grid": str(self.backend.depthformer.fused.grid) if self.backend.depthformer.fused else None,
+                "blocks": self.backend.depthformer.fused.blocks if self.backend.depthformer.fused else None,
                 "timings_ms": {way: {str(k): v for k, v in t.items()} for way, t in self.backend.depthformer.grid_timings_ms.items()},
             },
             # µs per decode product, the kernel against cuBLAS (or the separate SwiGLU), and those it won

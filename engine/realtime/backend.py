@@ -29,7 +29,6 @@ from engine.chat.decoding import SamplingSettings
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.model.quantized import Int8Matrix
-from engine.realtime.kernels import Grid
 from engine.realtime.static_model import StaticBackbone, StaticDepthformer, layer_weight, lookup, plain
 from engine.realtime.streaming import StreamingState
 
@@ -189,13 +188,13 @@ class GraphedBackend(StreamingState):
         main = torch.cuda.current_stream(self.device)
         side = graphs.side_stream(self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        timings: dict[Grid, float] = {}
-        captured: dict[Grid, torch.cuda.CUDAGraph] = {fused.grid: self.graphs.pop("audio_head")}
-        for grid in depthformer.grid_candidates(beside_other_work=True):
-            fused.grid = grid
-            if grid not in captured:
-                captured[grid], _ = graphs.capture(self.steps["audio_head"], pool=self.graph_pool)
-            audio_head = captured[grid]
+        timings: dict[int, float] = {}
+        captured: dict[int, torch.cuda.CUDAGraph] = {fused.blocks: self.graphs.pop("audio_head")}
+        for blocks in depthformer.grid_candidates():
+            fused.blocks = blocks
+            if blocks not in captured:
+                captured[blocks], _ = graphs.capture(self.steps["audio_head"], pool=self.graph_pool)
+            audio_head = captured[blocks]
             for repeat in range(2):  # the first round warms up
                 start.record(main)
                 for _ in range(4):
@@ -208,9 +207,9 @@ class GraphedBackend(StreamingState):
                 main.wait_stream(side)
                 end.record(main)
                 end.synchronize()
-            timings[grid] = start.elapsed_time(end) / 4
-        fused.grid = min(timings, key=timings.__getitem__)
-        self.graphs["audio_head"] = captured.pop(fused.grid)
+            timings[blocks] = start.elapsed_time(end) / 4
+        fused.blocks = min(timings, key=timings.__getitem__)
+        self.graphs["audio_head"] = captured.pop(fused.blocks)
         captured.clear()
         depthformer.grid_timings_ms["backbone_step_and_frame_beside_the_decoder"] = timings
         self.restore(saved)

@@ -34,7 +34,6 @@ from engine.realtime.kernels import (
     BackboneAttention,
     Dequantize,
     DepthformerCodebookStep,
-    Grid,
     Matvec,
     RmsNormRow,
     ShortConvStep,
@@ -687,7 +686,7 @@ class StaticDepthformer:
         words = DepthformerCodebookStep.exchange_words(dim=self.dim, kv_heads=self.kv_heads, ff=self.ff, layers=len(self.layers))
         self._exchange = torch.zeros((words,), device=device, dtype=torch.int32)  # the fused step's vectors between blocks
         self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
-        self.grid_timings_ms: dict[str, dict[Grid, float]] = {}  # ms per frame by grid, per way it was timed
+        self.grid_timings_ms: dict[str, dict[int, float]] = {}  # ms per frame by grid, per way it was timed
         self.input_product = self._int8_input_product()
         self.fused = self._fused_step()
 
@@ -741,15 +740,10 @@ class StaticDepthformer:
             return None
         return matvec
 
-    def grid_candidates(self, *, beside_other_work: bool = False) -> list[Grid]:
-        """The fused kernel's grids worth timing: a block on every SM, on 3/4, 1/2 and 1/3 of them; with other
-        work beside the frame (the decoder), also the partial grids as exclusive (see Grid), where possible."""
+    def grid_candidates(self) -> list[int]:
+        """The fused kernel's grids worth timing: a block on every SM, on 3/4, 1/2 and 1/3 of them."""
         sms = self.fused.sms if self.fused is not None else 1
-        counts = sorted({max(1, sms * share // 12) for share in (12, 9, 6, 4)}, reverse=True)
-        grids = [Grid(blocks) for blocks in counts]
-        if beside_other_work and self.fused is not None and self.fused.exclusive_shared_bytes is not None:
-            grids += [Grid(blocks, exclusive=True) for blocks in counts if blocks < sms]
-        return grids
+        return sorted({max(1, sms * share // 12) for share in (12, 9, 6, 4)}, reverse=True)
 
     @torch.no_grad()
     def choose_grid(self) -> None:
@@ -763,9 +757,9 @@ class StaticDepthformer:
         inputs = self._inputs(torch.zeros((1, self.depth_linear.shape[1]), device=self.device, dtype=self.dtype))
         codes = torch.zeros((self.codebooks,), dtype=torch.long, device=self.device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        timings: dict[Grid, float] = {}
-        for grid in self.grid_candidates():
-            step.grid = grid
+        timings: dict[int, float] = {}
+        for blocks in self.grid_candidates():
+            step.blocks = blocks
             for repeat in range(2):  # the first round warms up
                 start.record()
                 for _ in range(3):
@@ -773,8 +767,8 @@ class StaticDepthformer:
                         self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
                 end.record()
                 end.synchronize()
-            timings[grid] = start.elapsed_time(end) / 3
-        step.grid = min(timings, key=timings.__getitem__)
+            timings[blocks] = start.elapsed_time(end) / 3
+        step.blocks = min(timings, key=timings.__getitem__)
         self.grid_timings_ms["frame_alone"] = timings
 
     @torch.no_grad()

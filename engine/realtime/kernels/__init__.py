@@ -42,7 +42,7 @@ ops run instead: slower, same results within bf16 rounding.
 """
 
 from engine.realtime.kernels.attention import BackboneAttention
-from engine.realtime.kernels.depthformer import DepthformerCodebookStep, Grid
+from engine.realtime.kernels.depthformer import DepthformerCodebookStep
 from engine.realtime.kernels.dequantize import Dequantize
 from engine.realtime.kernels.matvec import Matvec
 from engine.realtime.kernels.rms_norm import RmsNormRow
@@ -65,7 +65,6 @@ __all__ = [
     "BackboneAttention",
     "DepthformerCodebookStep",
     "Dequantize",
-    "Grid",
     "Matvec",
     "RmsNormRow",
     "ShortConvStep",

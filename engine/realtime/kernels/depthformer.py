@@ -6,11 +6,11 @@ so a block waits for exactly the vector it needs instead of at a grid-wide barri
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
-from engine.realtime.kernels.runtime import compiled, float_bits, whole_sm_shared_bytes
+from engine.realtime.kernels.runtime import compiled, float_bits
 from engine.realtime.kernels.sources import (
     DEPTH_HEAD_DIM,
     DEPTH_MAX_K,
@@ -19,19 +19,6 @@ from engine.realtime.kernels.sources import (
     DEPTH_MAX_QK_HEADS,
     DEPTH_THREADS,
 )
-
-
-class Grid(NamedTuple):
-    """How the codebook step is launched: `blocks` (at most one per SM), and whether each block takes its SM's
-    whole shared memory (`exclusive`), so that no other kernel's block (the streaming decoder's, on its side
-    stream) runs on a depthformer SM and delays the phase hand-offs there; the decoder then has the SMs the
-    grid leaves free. The results do not depend on it."""
-
-    blocks: int
-    exclusive: bool = False
-
-    def __str__(self) -> str:  # how the bench names it
-        return f"{self.blocks} exclusive" if self.exclusive else str(self.blocks)
 
 
 class DepthformerCodebookStep:
@@ -48,21 +35,9 @@ class DepthformerCodebookStep:
         self.int8 = int8  # the int8-weight kernel (depthformer_codebook_int8): every matrix int8, per-row scales
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count
         self.blocks = self.sms  # the grid; StaticDepthformer.choose_grid times the candidates
-        self.exclusive = False  # see Grid
-        self.exclusive_shared_bytes = whole_sm_shared_bytes(kernel, device)  # None: no exclusive grids here
         # The launch counter (mod 65535: the tag of the words a launch writes is it plus one) and how
         # many blocks of the running launch have read it.
         self.sync = torch.zeros((2,), dtype=torch.int32, device=device)
-
-    @property
-    def grid(self) -> Grid:
-        return Grid(self.blocks, self.exclusive)
-
-    @grid.setter
-    def grid(self, grid: Grid) -> None:
-        if grid.exclusive and self.exclusive_shared_bytes is None:
-            raise ValueError("this GPU or kernel cannot give the depthformer whole SMs")
-        self.blocks, self.exclusive = grid
 
     @classmethod
     def create(cls, device: torch.device, dtype: torch.dtype, *, int8: bool = False) -> "DepthformerCodebookStep | None":
@@ -120,7 +95,6 @@ class DepthformerCodebookStep:
         self.kernel(
             grid=(self.blocks, 1, 1),
             block=(DEPTH_THREADS, 1, 1),
-            shared_mem=self.exclusive_shared_bytes if self.exclusive else 0,  # (the kernel does not use it)
             args=[
                 table, eps, layers, position, dim, heads, kv_heads, ff,
                 inputs_row, int(has_previous), previous_code if has_previous else table, embedding,

@@ -233,35 +233,6 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
     ]
 
 
-_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1  # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: the kernel's static shared memory
-_RESERVED_SHARED_PER_BLOCK = 1024  # what the GPU keeps of an SM's shared memory per resident block (sm_80 on)
-
-
-def whole_sm_shared_bytes(kernel: Any, device: torch.device) -> int | None:
-    """The dynamic shared memory that makes one block of `kernel` take all of an SM's shared memory, so that
-    no block of any other kernel (each needs at least the reserved kilobyte) runs on that SM beside it; the
-    kernel is configured to accept it. None where that cannot be done (then launch it without)."""
-    function = getattr(kernel, "func", None)
-    if function is None or not hasattr(kernel, "set_shared_memory_config"):
-        return None
-    try:
-        static = ctypes.c_int()
-        library = torch.cuda._utils._get_gpu_runtime_library()
-        if library.cuFuncGetAttribute(ctypes.byref(static), _FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function) != 0:
-            return None
-        properties = torch.cuda.get_device_properties(device)
-        per_block = min(properties.shared_memory_per_block_optin,
-                        properties.shared_memory_per_multiprocessor - _RESERVED_SHARED_PER_BLOCK)
-        dynamic = per_block - static.value
-        if dynamic <= 0:
-            return None
-        kernel.set_shared_memory_config(dynamic)
-        return dynamic
-    except Exception as error:  # noqa: BLE001 - an option only: the kernel runs as before without it
-        log.warning("cannot give %s whole SMs: %s", getattr(kernel, "kernel_name", "a kernel"), error)
-        return None
-
-
 _PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 _dependent_launch_failed: list[str] = []  # why it was turned off, once it was
 
