@@ -120,26 +120,15 @@ def test_memory_need_counts_int8_matrices_at_a_byte_per_weight(tiny_model_dir: P
     assert stored == set(quantized_module_names(int8_loaded.model))
 
 
-@pytest.mark.parametrize("prefill_blocks", [False, True], ids=["whole", "prefill-in-row-blocks"])
 @torch.inference_mode()
-def test_engine_plain_paths_match_liquid_audios_modules_on_the_int8_weights(int8_loaded, prefill_blocks: bool) -> None:
+def test_engine_plain_paths_match_liquid_audios_modules_on_the_int8_weights(int8_loaded) -> None:
     """The static engine over Int8Matrix weights (prefill, decode, text head, depthformer) computes what
-    liquid-audio's / transformers' modules compute with the same weights dequantized (float32 on the CPU).
-    `prefill-in-row-blocks`: the prefill's products dequantize and multiply their matrices 16-row blocks at
-    a time (as full-size matrices are on the GPU, where a whole bf16 copy would not stay in L2)."""
+    liquid-audio's / transformers' modules compute with the same weights dequantized (float32 on the CPU)."""
     from engine.chat.generation import EagerBackend
-    from engine.model.quantized import Int8Matrix
     from engine.realtime.backend import GraphedBackend
 
     model = int8_loaded.model
     engine = GraphedBackend(int8_loaded, context_tokens=96, capture=False)
-    if prefill_blocks:
-        backbone = engine.backbone
-        widest = max(layer.w2.shape[1] for layer in backbone.layers)
-        backbone.prefill_block_bytes = 2 * 16 * widest  # 16 rows of the widest matrix (w2), more of the others
-        matrices = [w for layer in backbone.layers for w in vars(layer).values() if isinstance(w, Int8Matrix)]
-        blocked = [w for w in matrices if w.shape[0] > backbone.prefill_block_bytes // (2 * w.shape[1]) // 16 * 16 >= 16]
-        assert len(blocked) >= len(backbone.layers)  # every layer has a product that goes by blocks
     reference = EagerBackend(model)
     generator = torch.Generator().manual_seed(1)
     prompt = torch.randn(1, 12, model.lfm.config.hidden_size, generator=generator)

@@ -58,12 +58,6 @@ ATTENTION_BACKENDS = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 Weight = torch.Tensor | Int8Matrix  # a matrix as the steps read it: bf16, or int8 with its row scales
 
-# The int8 prefill's products dequantize each matrix to bf16 before cuBLAS multiplies (it has no int8-weight
-# product). A bf16 copy larger than this is made and multiplied a block of rows at a time, so that each
-# block is still in L2 when the product reads it (H200: 50 MB) instead of going to memory and back:
-# `StaticBackbone.prefill_product`.
-PREFILL_BLOCK_BYTES = 16 << 20
-
 
 def _fuse_linear_weights(linears: list[nn.Module]) -> Weight:
     """Concatenate the weights of `linears` (rows) and make each parameter a view into the result (for
@@ -238,7 +232,6 @@ class StaticBackbone(StreamingState):
         self.matvec_shapes: set[ProductKey] = set()
         self.matvec_shapes = self._choose_matvec_shapes()
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
-        self.prefill_block_bytes = PREFILL_BLOCK_BYTES  # 0: int8 matrices dequantized whole
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
     # ------------------------------------------------------------------ state
@@ -275,22 +268,8 @@ class StaticBackbone(StreamingState):
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
             return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
-        gate, up = self.prefill_product(self._norm(x, layer.ffn_norm), layer.w13).chunk(2, dim=-1)
-        return x + self.prefill_product(swiglu(gate, up), layer.w2)
-
-    def prefill_product(self, h: torch.Tensor, weight: Weight) -> torch.Tensor:
-        """h (rows, K) @ weight.T for a span of positions: cuBLAS on the bf16 matrix, or on an int8 matrix
-        dequantized; one whose bf16 copy exceeds `prefill_block_bytes`, a block of its rows at a time
-        (each block's product written straight into its columns of the result: no copy)."""
-        rows, columns = weight.shape
-        block = self.prefill_block_bytes // (2 * columns) // 16 * 16
-        if not isinstance(weight, Int8Matrix) or block < 16 or rows <= block:
-            return F.linear(h, plain(weight, self.dtype))
-        out = torch.empty((h.shape[0], rows), dtype=self.dtype, device=h.device)
-        for start in range(0, rows, block):
-            stop = min(rows, start + block)
-            torch.mm(h, plain(weight.rows(start, stop), self.dtype).t(), out=out[:, start:stop])
-        return out
+        gate, up = F.linear(self._norm(x, layer.ffn_norm), plain(layer.w13, self.dtype)).chunk(2, dim=-1)
+        return x + F.linear(swiglu(gate, up), plain(layer.w2, self.dtype))
 
     def _product(
         self,
@@ -604,18 +583,18 @@ class StaticBackbone(StreamingState):
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, self.prefill_product(h, layer.qkv), cos, sin)
+                q, k, v = self._qkv(layer, F.linear(h, plain(layer.qkv, self.dtype)), cos, sin)
                 layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
                 layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
-                y = self.prefill_product(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), layer.out)
+                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), plain(layer.out, self.dtype))
             else:
-                b, c, u = self.prefill_product(h, layer.in_proj).chunk(3, dim=-1)
+                b, c, u = F.linear(h, plain(layer.in_proj, self.dtype)).chunk(3, dim=-1)
                 full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + rows)
                 kernel = layer.conv.shape[1]
                 conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -rows:]
                 # The new state is the last `kernel` columns of the real inputs: columns n .. n + kernel - 1.
                 layer.state.copy_(full.index_select(1, self.span_length + self.key_index[:kernel]))
-                y = self.prefill_product(c * conv.transpose(0, 1), layer.out)
+                y = F.linear(c * conv.transpose(0, 1), plain(layer.out, self.dtype))
             x = self._mlp(layer, x + y)
         last = x.index_select(0, self.span_length - 1)
         self.position.add_(self.span_length)
