@@ -170,6 +170,8 @@ class EngineMachine(RuleBasedStateMachine):
             self.hands_free = False
             self._send(p.SetHandsFree(False))
         self.held = False
+        takes = self.eng.worker.takes
+        microphone = self._microphone_stream(takes)
         for hold, gap in presses:
             self._send(p.StartTake())
             time.sleep(hold)
@@ -183,10 +185,24 @@ class EngineMachine(RuleBasedStateMachine):
         def outcome(e: p.Event) -> bool:
             if isinstance(e, p.UserTakeAdded):
                 return e.duration_s >= 0.45
+            if isinstance(e, p.TakeRejected) and e.reason == "too_short":
+                # Only where the microphone was opened anew meanwhile: a device choice (SelectDevices) waits for
+                # the answer the burst stops and reopens the microphone just before the presses run, so the hold
+                # began before its stream existed (a press made while the engine was busy otherwise lands where it
+                # was made, engine/audio/capture.py).
+                return self._microphone_stream(takes) != microphone
             return isinstance(e, p.EngineError) and (e.kind == "audio_device" or e.message in (NOT_LOADED, TAKE_LOST))
 
         event = self.eng.wait_for(outcome, timeout=20, after=mark)
         assert not (isinstance(event, p.EngineError) and event.message == TAKE_LOST), "the hold's take was lost"
+
+    @staticmethod
+    def _microphone_stream(takes: object) -> tuple[object, int] | None:
+        """Which microphone stream runs now: the recorder (held, so that a new one is never the same object) and
+        its stream's serial (None: none open)."""
+        recorder = takes.recorder  # type: ignore[attr-defined]
+        source = recorder.listen_source() if recorder is not None else None
+        return (recorder, source[0]) if source is not None else None
 
     @rule()
     def cancel(self) -> None:
