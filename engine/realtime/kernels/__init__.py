@@ -45,7 +45,6 @@ from engine.realtime.kernels.attention import BackboneAttention
 from engine.realtime.kernels.depthformer import DepthformerCodebookStep
 from engine.realtime.kernels.dequantize import Dequantize
 from engine.realtime.kernels.matvec import Matvec
-from engine.realtime.kernels.prefill_product import PrefillInt8Product
 from engine.realtime.kernels.rms_norm import RmsNormRow
 from engine.realtime.kernels.runtime import compile_in_background, compile_status, float_bits, launch_after_previous
 from engine.realtime.kernels.sampler import TopKGumbelArgmax
@@ -67,7 +66,6 @@ __all__ = [
     "DepthformerCodebookStep",
     "Dequantize",
     "Matvec",
-    "PrefillInt8Product",
     "RmsNormRow",
     "ShortConvStep",
     "TopKGumbelArgmax",

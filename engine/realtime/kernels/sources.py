@@ -69,13 +69,6 @@ MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 MATVEC_PIPELINE = {"bf16": 0, "int8": 1}
 MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 
-# The int8 prefill product on the tensor cores (prefill_product.cu): warps per block (16 of w's rows each), the
-# columns of k staged per step, the steps in flight (cp.async) and the most positions (rows of x) it takes.
-PF_WARPS = 4
-PF_KC = 32
-PF_STAGES = 3
-PF_MAX_TOKENS = 128
-
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
     "GRID_THREADS": SAMPLER_GRID_THREADS,
@@ -138,9 +131,6 @@ KERNELS: dict[str, Kernel] = {
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
         Kernel("dequantize_int8", "dequantize.cu"),
-        *(Kernel(name, "prefill_product.cu", {"PF_WARPS": PF_WARPS, "PF_KC": PF_KC, "PF_STAGES": PF_STAGES,
-                                               "PF_MAX_TOKENS": PF_MAX_TOKENS})
-          for name in ("prefill_int8_product", "prefill_int8_reduce")),
     )
 }
 
