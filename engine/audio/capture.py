@@ -287,9 +287,8 @@ class PushToTalkRecorder(DeviceStream):
         self._max_take_frames = max(1, round(self.max_take_s * rate))
         # The history ring reaches back one pre-roll and a late press (BACKDATE_LIMIT_S) plus a few blocks, and
         # at least 2 s for the hands-free listener (engine/audio/voice.py), which reads it on its own thread.
-        self._backdate_limit_frames = round(BACKDATE_LIMIT_S * rate)
-        self._history = np.zeros(
-            max(self._preroll_frames + self._backdate_limit_frames + 4 * max_block, 2 * rate), dtype=np.float32)
+        backdate_frames = round(BACKDATE_LIMIT_S * rate)
+        self._history = np.zeros(max(self._preroll_frames + backdate_frames + 4 * max_block, 2 * rate), dtype=np.float32)
         # Per block: how far the reference player (hands-free echo cancellation) had played when the block
         # was captured, so the listener pairs the microphone with what the speaker was playing.
         self._pairs = np.full(512, -1, dtype=np.int64)
