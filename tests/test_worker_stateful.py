@@ -46,7 +46,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from app_helpers import make_voice_adapter
 from engine import protocol as p
 from engine.worker.table import NOT_LOADED, VoiceStarted, public_transitions
-from engine.worker.takes import TAKE_LOST
+from engine.worker.takes import TAKE_LOST, Takes
 from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, alsa_devices
 from room import SpeakingMic
 from voice_signals import speech
@@ -197,10 +197,10 @@ class EngineMachine(RuleBasedStateMachine):
         assert not (isinstance(event, p.EngineError) and event.message == TAKE_LOST), "the hold's take was lost"
 
     @staticmethod
-    def _microphone_stream(takes: object) -> tuple[object, int] | None:
+    def _microphone_stream(takes: Takes) -> tuple[object, int] | None:
         """Which microphone stream runs now: the recorder (held, so that a new one is never the same object) and
         its stream's serial (None: none open)."""
-        recorder = takes.recorder  # type: ignore[attr-defined]
+        recorder = takes.recorder
         source = recorder.listen_source() if recorder is not None else None
         return (recorder, source[0]) if source is not None else None
 

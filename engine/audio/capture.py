@@ -23,7 +23,8 @@ Threads and who owns what
   died (unplugged device). `on_take` and `on_event` are called on that worker thread.
 
 Pre-roll and tail are counted in stream frames, never wall time: the take is the audio from `preroll_s` before
-the frame where the press landed to `tail_s` after the frame where the release landed.
+the frame where the press landed to `tail_s` after the frame where the release landed. Wall time enters only as
+a late request's `late_s`, turned into frames at the stream's rate when the request is made.
 """
 
 from __future__ import annotations
