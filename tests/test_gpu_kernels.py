@@ -477,6 +477,38 @@ def test_dequantize_kernel_rounds_exactly_as_the_plain_ops(device, rows: int, co
     assert torch.equal(kernel(matrix.values, matrix.scales), dequantize(matrix.values, matrix.scales, torch.bfloat16))
 
 
+@pytest.mark.parametrize(
+    "rows, columns", [(16384, 2048), (2048, 8192), (6144, 2048), (3072, 2048), (2048, 2048), (1001, 512), (96, 6144)]
+)
+@torch.inference_mode()
+def test_int8_prefill_product_matches_the_dequantized_product_and_replays_bitwise(device, rows: int, columns: int) -> None:
+    """The tensor-core int8 product of a prefill span (prefill_product.cu) against the float64 product with the
+    dequantized matrix: span lengths that fill each block size and that do not, several blocks of positions,
+    one slice of k and several (each matrix's own), rows past the last full block; and a graph replay equals the
+    eager launch bit for bit."""
+    from engine.realtime import graphs
+    from engine.realtime.kernels import PrefillInt8Product
+
+    kernel = PrefillInt8Product.create(device)
+    assert kernel is not None, "the int8 prefill product did not compile or failed its start-up check"
+    generator = torch.Generator(device=device).manual_seed(rows + columns)
+    matrix = _int8(rows, columns, generator, device)
+    dequantized = matrix.values.double() * matrix.scales.double()[:, None]
+    for positions in (1, 20, 32, 33, 64, 82, 128, 300):
+        x = torch.randn((positions, columns), device=device, generator=generator).to(torch.bfloat16)
+        got = kernel(x, matrix)
+        exact = x.double() @ dequantized.t()
+        assert got.shape == (positions, rows) and got.dtype == torch.bfloat16
+        # Sums in float32, rounded once to bf16: within a bf16 step of the exact product, row by row.
+        assert _relative(got, exact) < 4e-3, (positions, kernel.slices(rows, columns))
+        torch.testing.assert_close(got.double(), exact, rtol=1e-2, atol=1e-2 * float(exact.abs().max()))
+    graph, out = graphs.capture(lambda: kernel(x, matrix))
+    eager = kernel(x, matrix)
+    for _ in range(3):
+        graph.replay()
+        assert torch.equal(out, eager)
+
+
 @torch.inference_mode()
 def test_int8_depthformer_kernel_matches_the_plain_dequantized_ops_and_any_grid_size(device, full_size) -> None:
     """The int8 one-launch codebook kernel against the plain ops over the same int8 weights (dequantized),

@@ -35,6 +35,7 @@ from engine.realtime.kernels import (
     Dequantize,
     DepthformerCodebookStep,
     Matvec,
+    PrefillInt8Product,
     RmsNormRow,
     ShortConvStep,
     short_conv_step_reference,
@@ -97,6 +98,21 @@ def plain(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
 @functools.cache
 def _dequantize_kernel(device: torch.device) -> Dequantize | None:
     return Dequantize.create(device)
+
+
+def span_product(h: torch.Tensor, weight: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """h (rows, K) @ weight.T for a prefill span: cuBLAS on a bf16 matrix; an int8 one on the tensor cores
+    without a bf16 copy (prefill_product.cu) where that kernel runs, else dequantized for cuBLAS."""
+    if isinstance(weight, Int8Matrix) and dtype == torch.bfloat16:
+        kernel = _prefill_int8_kernel(weight.device)
+        if kernel is not None and kernel.supports(h, weight):
+            return kernel(h, weight)
+    return F.linear(h, plain(weight, dtype))
+
+
+@functools.cache
+def _prefill_int8_kernel(device: torch.device) -> PrefillInt8Product | None:
+    return PrefillInt8Product.create(device)
 
 
 def lookup(ids: torch.Tensor, table: Weight, dtype: torch.dtype) -> torch.Tensor:
@@ -268,8 +284,8 @@ class StaticBackbone(StreamingState):
     def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
             return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
-        gate, up = F.linear(self._norm(x, layer.ffn_norm), plain(layer.w13, self.dtype)).chunk(2, dim=-1)
-        return x + F.linear(swiglu(gate, up), plain(layer.w2, self.dtype))
+        gate, up = span_product(self._norm(x, layer.ffn_norm), layer.w13, self.dtype).chunk(2, dim=-1)
+        return x + span_product(swiglu(gate, up), layer.w2, self.dtype)
 
     def _product(
         self,
@@ -583,18 +599,18 @@ class StaticBackbone(StreamingState):
         for layer in self.layers:
             h = F.rms_norm(x, (self.hidden,), layer.norm, self.eps)
             if isinstance(layer, _AttentionLayer):
-                q, k, v = self._qkv(layer, F.linear(h, plain(layer.qkv, self.dtype)), cos, sin)
+                q, k, v = self._qkv(layer, span_product(h, layer.qkv, self.dtype), cos, sin)
                 layer.keys[0].index_copy_(1, positions, k.transpose(0, 1))
                 layer.values[0].index_copy_(1, positions, v.transpose(0, 1))
-                y = F.linear(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), plain(layer.out, self.dtype))
+                y = span_product(attend(q, layer.keys[:, :, :keys], layer.values[:, :, :keys], mask), layer.out, self.dtype)
             else:
-                b, c, u = F.linear(h, plain(layer.in_proj, self.dtype)).chunk(3, dim=-1)
+                b, c, u = span_product(h, layer.in_proj, self.dtype).chunk(3, dim=-1)
                 full = torch.cat((layer.state, (b * u).transpose(0, 1)), dim=1)  # (hidden, kernel + rows)
                 kernel = layer.conv.shape[1]
                 conv = F.conv1d(full[None], layer.conv[:, None, :], groups=self.hidden)[0, :, -rows:]
                 # The new state is the last `kernel` columns of the real inputs: columns n .. n + kernel - 1.
                 layer.state.copy_(full.index_select(1, self.span_length + self.key_index[:kernel]))
-                y = F.linear(c * conv.transpose(0, 1), plain(layer.out, self.dtype))
+                y = span_product(c * conv.transpose(0, 1), layer.out, self.dtype)
             x = self._mlp(layer, x + y)
         last = x.index_select(0, self.span_length - 1)
         self.position.add_(self.span_length)

@@ -26,8 +26,11 @@ name (its small wrapper: self-check, buffers, launch):
   norm, and those before a product that cuBLAS runs), one block each with one 16-byte load per thread
   (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row);
 - `swiglu`: silu(gate) * up as one kernel instead of two, through PyTorch's jiterator;
-- `dequantize`: an int8 matrix with its row scales as bf16 in one vectorized kernel, for the int8 engine's
-  prefill (its decode steps read the int8 rows directly: `matvec`'s and `depthformer`'s int8 variants).
+- `prefill_product`: a prefill span's product with an int8 matrix on the tensor cores (mma.sync, the int8
+  rows turned into bf16 in registers), with no bf16 copy of the matrix, for the int8 engine's prefill (its
+  decode steps read the int8 rows directly: `matvec`'s and `depthformer`'s int8 variants);
+- `dequantize`: an int8 matrix with its row scales as bf16 in one vectorized kernel, for the int8 prefill
+  where `prefill_product` does not run (before sm_80) and the eager paths.
 `common.cuh` holds the device helpers they share; `sources.py` the #defines (from the Python constants
 that are their one definition) and each kernel's exact NVRTC input; `runtime.py` the compiling (in
 background threads while the weights load), the on-disk cache of compiled kernels, and the launch
@@ -45,6 +48,7 @@ from engine.realtime.kernels.attention import BackboneAttention
 from engine.realtime.kernels.depthformer import DepthformerCodebookStep
 from engine.realtime.kernels.dequantize import Dequantize
 from engine.realtime.kernels.matvec import Matvec
+from engine.realtime.kernels.prefill_product import PrefillInt8Product
 from engine.realtime.kernels.rms_norm import RmsNormRow
 from engine.realtime.kernels.runtime import compile_in_background, compile_status, float_bits, launch_after_previous
 from engine.realtime.kernels.sampler import TopKGumbelArgmax
@@ -66,6 +70,7 @@ __all__ = [
     "DepthformerCodebookStep",
     "Dequantize",
     "Matvec",
+    "PrefillInt8Product",
     "RmsNormRow",
     "ShortConvStep",
     "TopKGumbelArgmax",

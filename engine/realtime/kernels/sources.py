@@ -69,6 +69,14 @@ MATVEC_PER_CHUNK = {"bf16": 8, "int8": 16}
 MATVEC_PIPELINE = {"bf16": 0, "int8": 1}
 MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 
+# The int8 prefill product on the tensor cores (prefill_product.cu): the columns of k staged per step, the
+# steps in flight (cp.async; 3 of the 128-position kernel's 26 KB fit the 99 KB a block may take on RTX 30
+# and 40 cards) and the position counts a block takes, one kernel each (a span picks the smallest that holds
+# it; longer spans take blocks of the largest).
+PF_KC = 64
+PF_STAGES = 3
+PF_POSITIONS = (32, 64, 128)
+
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
     "GRID_THREADS": SAMPLER_GRID_THREADS,
@@ -131,6 +139,13 @@ KERNELS: dict[str, Kernel] = {
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
         Kernel("dequantize_int8", "dequantize.cu"),
+        *(
+            Kernel(f"prefill_int8_product_{positions}", "prefill_product.cu", {
+                "PF_NAME": f"prefill_int8_product_{positions}", "PF_POSITIONS": positions, "PF_KC": PF_KC, "PF_STAGES": PF_STAGES,
+            })
+            for positions in PF_POSITIONS
+        ),
+        Kernel("prefill_int8_reduce", "prefill_product.cu", {"PF_REDUCE": 1}),
     )
 }
 
