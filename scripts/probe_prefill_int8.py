@@ -85,9 +85,10 @@ def main() -> None:
         for rows in BUCKETS:
             attentions = ("matmul", "flash") if rows <= 128 else ("flash",)
             for attention in attentions:
-                backend_module.MATMUL_ATTENTION_MAX_ROWS = rows if attention == "matmul" else 0
+                backend_module.prefill_attention = lambda rows, flash, attention=attention: attention
                 for product in products:
                     static_model._prefill_int8_kernel = real_kernel_lookup if product != "dequantized" else (lambda device: None)
+                    static_model.INT8_TENSOR_CORE_MAX_ROWS = max(BUCKETS)  # the kernel at every bucket
                     for start in STARTS:
                         name = f"{precision}/{rows}/{attention}/{product}/from_{start}"
                         us, hidden[name] = prefill_graph_us(backend, rows, span, start)

@@ -183,7 +183,7 @@ def test_prefill_graphs_replay_bitwise_and_match_the_unpadded_prefill(request, p
     engine = GraphedBackend(full_size, context_tokens=4096)
     plain = GraphedBackend(full_size, context_tokens=4096, capture=False)  # eager, one unpadded span
     assert {f"prefill_{rows}" for rows in PREFILL_BUCKETS} <= set(engine.graphs) and plain.prefill_buckets == ()
-    assert engine.backbone.flash_prefill  # the large buckets attend with FlashAttention (a fallback would go untested)
+    assert engine.backbone.flash_prefill  # every bucket attends with FlashAttention (a fallback would go untested)
     # Bitwise: every bucket's replay equals its eager twin from the same state (after a 20-position history).
     checking = ReplayVersusEager(engine)
     engine.prefill(_prompt(full_size, 20, seed=20))
@@ -221,7 +221,7 @@ def test_flash_prefill_attention_equals_the_masked_attention(full_size) -> None:
     generator = torch.Generator(device="cuda").manual_seed(11)
     shape = (1, backbone.kv_heads, backbone.max_positions, backbone.head_dim)
     keys, values = (torch.randn(shape, device="cuda", generator=generator).to(torch.bfloat16) for _ in range(2))
-    for rows, position in ((256, 0), (256, 1), (768, 2100), (1024, 4096 - 1024), (512, 3000)):
+    for rows, position in ((32, 0), (128, 5), (64, 4096 - 64), (256, 0), (256, 1), (768, 2100), (1024, 4096 - 1024), (512, 3000)):
         q = torch.randn((rows, backbone.heads, backbone.head_dim), device="cuda", generator=generator).to(torch.bfloat16)
         backbone.position.fill_(position)
         expected = backbone._attend(q, keys, values, backbone._prefill_mask(rows, backbone.max_positions, matmul=False))

@@ -42,12 +42,23 @@ if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and 
 # its row count, so padding up to twice the rows is cheap. H200, one replay: 256 / 512 / 768 / 1024
 # rows 3.7 / 4.9 / 6.3 / 7.6 ms, so one 768 or 1024 graph beats chunks of 512 + 256 or 512 + 512.
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
-# Up to this many rows the prefill graphs attend with batched matmuls, above it with FlashAttention where
-# it runs (StaticBackbone.flash_prefill), else with the memory-efficient SDPA kernel. A whole prefill graph over the 4096-slot cache at 32 / 64 / 128 / 256 / 512 rows (H200,
-# kernel time, bench runs 19 and 20): SDPA 2.98 / 3.03 / 3.19 / 3.55 / 4.77 ms, matmuls 1.69 / 1.90 /
-# 2.43 / 3.63 / 6.24 ms. SDPA's cost is flat (one block per 64 query rows along all the keys); the
-# matmuls' grows with the materialized scores (8 kv heads × 4 rows per query × 4096 keys).
+# The prefill graphs attend with FlashAttention where it runs (StaticBackbone.flash_prefill: it skips the key
+# blocks past each row, so its work follows the context used, not the cache's 4096 slots). H200, a whole prefill
+# graph from cache position 0 / 2048 (bench/results/run-76-prefill-tensor-cores, scripts/probe_prefill_int8.py):
+# bf16 32 rows 1584 / 1865 µs with it against 1818 / 1805 with the batched matmuls, 64 rows 1621 / 1903 against
+# 2024 / 1996, 128 rows 1762 / 2044 against 2540 / 2484. Without it: the batched matmuls up to this many rows (they
+# materialize the scores, 8 kv heads × 4 rows per query × 4096 keys, so their cost grows with the rows), above it
+# the memory-efficient SDPA kernel (flat: one block per 64 query rows along all the keys). Runs 19 and 20, kernel
+# time: SDPA 2.98 / 3.03 / 3.19 / 3.55 / 4.77 ms at 32 / 64 / 128 / 256 / 512 rows, matmuls 1.69 / 1.90 / 2.43 /
+# 3.63 / 6.24 ms.
 MATMUL_ATTENTION_MAX_ROWS = 128
+
+
+def prefill_attention(rows: int, flash: bool) -> str:
+    """The attention of the prefill graph of `rows` rows (`StaticBackbone.prefill_rows`' `attention`)."""
+    if flash:
+        return "flash"
+    return "matmul" if rows <= MATMUL_ATTENTION_MAX_ROWS else "masked"
 
 
 class GraphedBackend(StreamingState):
@@ -136,7 +147,7 @@ class GraphedBackend(StreamingState):
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""
         backbone = self.backbone
-        attention = "matmul" if rows <= MATMUL_ATTENTION_MAX_ROWS else "flash" if backbone.flash_prefill else "masked"
+        attention = prefill_attention(rows, backbone.flash_prefill)
         self.hidden.copy_(backbone.prefill_rows(self.prefill_input[:rows], keys=backbone.max_positions, attention=attention))
 
     def _steps(self) -> dict[str, Callable[[], None]]:

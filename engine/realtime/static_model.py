@@ -100,10 +100,18 @@ def _dequantize_kernel(device: torch.device) -> Dequantize | None:
     return Dequantize.create(device)
 
 
+# The longest span whose int8 products run on the tensor-core kernel (prefill_product.cu); longer ones dequantize
+# each matrix for cuBLAS, whose bf16 products (wgmma, on Hopper) outrun the kernel's mma.sync once the span is
+# long enough to repay the copy. H200, the whole prefill graph, kernel / dequantized (bench/results/run-76-
+# prefill-tensor-cores): 32 rows 1915 / 2660 µs, 64 rows 2089 / 2714, 128 rows 2697 / 2905, 256 rows 4343 / 3303.
+INT8_TENSOR_CORE_MAX_ROWS = 128
+
+
 def span_product(h: torch.Tensor, weight: Weight, dtype: torch.dtype) -> torch.Tensor:
     """h (rows, K) @ weight.T for a prefill span: cuBLAS on a bf16 matrix; an int8 one on the tensor cores
-    without a bf16 copy (prefill_product.cu) where that kernel runs, else dequantized for cuBLAS."""
-    if isinstance(weight, Int8Matrix) and dtype == torch.bfloat16:
+    without a bf16 copy (prefill_product.cu) where that kernel runs and the span is short enough, else
+    dequantized for cuBLAS."""
+    if isinstance(weight, Int8Matrix) and dtype == torch.bfloat16 and h.shape[0] <= INT8_TENSOR_CORE_MAX_ROWS:
         kernel = _prefill_int8_kernel(weight.device)
         if kernel is not None and kernel.supports(h, weight):
             return kernel(h, weight)

@@ -4,11 +4,12 @@
 // back (5 bytes per weight instead of 1; dequantize.cu was 1.1 of the 3.1 ms of the 128-row prefill graph,
 // H200 bench run 72).
 //
-// The usual GEMM tiling (one warp tile's B fragments reused by both its A tiles, each A tile by all its B
-// tiles): a block of 8 warps takes PF_ROWS = 128 of w's rows by PF_POSITIONS positions (blockIdx.x: the row
-// block, blockIdx.z: the position block) over one slice of k (blockIdx.y). Warp (wr, wc), 4 x 2 of them, owns
-// 32 rows (two m16 tiles) by PF_POSITIONS / 2 positions (n8 tiles). Steps of PF_KC = 64 columns of x and w are
-// staged in dynamic shared memory by cp.async, PF_STAGES deep; positions past m and rows past n are zeros.
+// The usual GEMM tiling (each warp's B fragments reused by all its A tiles, each A tile by all its B tiles): a
+// block of 8 warps takes PF_ROWS = 128 of w's rows by PF_POSITIONS positions (blockIdx.x: the row block,
+// blockIdx.z: the position block) over one slice of k (blockIdx.y). Its warps split the rows PF_WARPS_M ways and
+// the positions 8 / PF_WARPS_M ways (128 positions: 4 x 2, warp tiles of 32 rows by 64 positions; fewer: 8 x 1,
+// so that no two warps turn the same int8 rows into bf16). Steps of PF_KC = 64 columns of x and w are staged in
+// dynamic shared memory by cp.async, PF_STAGES deep; positions past m and rows past n are zeros.
 //
 // The k order inside a step is permuted, the same way for both operands, so that every fragment is one
 // 16-byte shared load: lane (g, t) = (lane / 4, lane % 4) reads columns 16t .. 16t + 15 of its rows of w
@@ -26,9 +27,13 @@
 
 #include "common.cuh"
 
-#define PF_ROWS 128                            // w's rows per block: 4 warps' rows of 32
-#define PF_THREADS 256                         // 8 warps: 4 (rows) x 2 (positions)
-#define PF_TILES (PF_POSITIONS / 16)           // n8 tiles per warp (half the block's positions each)
+#define PF_ROWS 128                                  // w's rows per block
+#define PF_THREADS 256                               // 8 warps: PF_WARPS_M along the rows, the rest along the positions
+#define PF_WARPS_N (8 / PF_WARPS_M)
+#define PF_WARP_ROWS (PF_ROWS / PF_WARPS_M)          // a warp's rows: PF_MT m16 tiles
+#define PF_WARP_POSITIONS (PF_POSITIONS / PF_WARPS_N)  // a warp's positions: PF_NT n8 tiles
+#define PF_MT (PF_WARP_ROWS / 16)
+#define PF_NT (PF_WARP_POSITIONS / 8)
 #define PF_X_STRIDE (PF_KC + 8)                // bf16 per staged position (16 bytes of padding: no bank conflicts)
 #define PF_W_BYTES (PF_ROWS * PF_KC)           // a stage of w: 64-byte rows, conflict-free as they are
 #define PF_X_BYTES (PF_POSITIONS * PF_X_STRIDE * 2)
@@ -51,14 +56,14 @@ __device__ __forceinline__ uint4 shared_16(const void* shared) {
 }
 
 // Byte `first` and byte `first + 1` of four biased int8 weights (each q + 128) as a bf16 pair, the first in the
-// low half: exact. The byte permute puts a byte under the exponent of 2^23 (bytes 4, 5 and 7 of its second
-// operand: 0x00, 0x00, 0x4b), making the float 2^23 + q + 128.
+// low half: exact. A byte permute puts a byte under the exponent of 2^23 (bytes 4, 5 and 7 of its second
+// operand: 0x00, 0x00, 0x4b), making the float 2^23 + q + 128; less 2^23 + 128 it is q, whose float has no bits
+// in its low half (|q| <= 128), so the bf16 is its high half, and a third permute packs the two (no conversion
+// instruction: those issue at a quarter of the rate).
 __device__ __forceinline__ unsigned int int8_pair_bf16(unsigned int biased, unsigned int first) {
     const float lo = __uint_as_float(__byte_perm(biased, 0x4b000000u, 0x7540u | first)) - 8388736.0f;
     const float hi = __uint_as_float(__byte_perm(biased, 0x4b000000u, 0x7540u | (first + 1))) - 8388736.0f;
-    unsigned int pair;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(hi), "f"(lo));
-    return pair;
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632u);
 }
 
 __device__ __forceinline__ void mma_bf16(float* d, const unsigned int* a, unsigned int b0, unsigned int b1) {
@@ -69,13 +74,13 @@ __device__ __forceinline__ void mma_bf16(float* d, const unsigned int* a, unsign
 #endif
 
 #ifdef PF_NAME
-extern "C" __global__ void __launch_bounds__(PF_THREADS, 1)
+extern "C" __global__ void __launch_bounds__(PF_THREADS, PF_MIN_BLOCKS)
 PF_NAME(const unsigned short* __restrict__ x, const signed char* __restrict__ w, const float* __restrict__ scales,
         unsigned short* __restrict__ out, float* __restrict__ partial, int m, int n, int k, int k_per_split) {
 #if PF_TENSOR_CORES
     extern __shared__ __align__(16) unsigned char staged[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wr = warp >> 1, wc = warp & 1;
+    const int warp_row = (warp / PF_WARPS_N) * PF_WARP_ROWS, warp_position = (warp % PF_WARPS_N) * PF_WARP_POSITIONS;
     const int row0 = blockIdx.x * PF_ROWS, position0 = blockIdx.z * PF_POSITIONS;
     const int k0 = blockIdx.y * k_per_split, steps = k_per_split / PF_KC;
 
@@ -99,11 +104,11 @@ PF_NAME(const unsigned short* __restrict__ x, const signed char* __restrict__ w,
         }
     };
 
-    float acc[2][PF_TILES][4];
+    float acc[PF_MT][PF_NT][4];
     #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < PF_MT; ++i)
         #pragma unroll
-        for (int j = 0; j < PF_TILES; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+        for (int j = 0; j < PF_NT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
     #pragma unroll
     for (int s = 0; s < PF_STAGES - 1; ++s) {
@@ -119,45 +124,52 @@ PF_NAME(const unsigned short* __restrict__ x, const signed char* __restrict__ w,
 
         const unsigned char* ws = staged + (step % PF_STAGES) * PF_STAGE_BYTES;
         const unsigned short* xs = reinterpret_cast<const unsigned short*>(ws + PF_W_BYTES);
-        // A: the warp's two m16 tiles, rows g and g + 8 of each, every k16 slice of the step, as bf16 pairs.
-        unsigned int a[2][4][4];  // [tile][slice][mma's a0..a3]
+        // The warp's m16 tiles, rows g and g + 8 of each: all 16 bytes of the step (4 k16 slices), biased.
+        uint4 rows[PF_MT][2];
         #pragma unroll
-        for (int tile = 0; tile < 2; ++tile) {
+        for (int i = 0; i < PF_MT; ++i)
             #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const uint4 q = shared_16(ws + (wr * 32 + tile * 16 + half * 8 + g) * PF_KC + 16 * t);
-                const unsigned int words[4] = {q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u, q.w ^ 0x80808080u};
+            for (int r = 0; r < 2; ++r) rows[i][r] = shared_16(ws + (warp_row + i * 16 + r * 8 + g) * PF_KC + 16 * t);
+        // Two k16 slices at a time (fewer registers: the A pairs of two slices, one 16-byte load of B per tile).
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            unsigned int a[PF_MT][2][4];  // [tile][slice of the half][mma's a0..a3]
+            #pragma unroll
+            for (int i = 0; i < PF_MT; ++i) {
                 #pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    a[tile][s][half] = int8_pair_bf16(words[s], 0);  // mma's k = 2t, 2t + 1
-                    a[tile][s][half + 2] = int8_pair_bf16(words[s], 2);  // k = 2t + 8, 2t + 9
+                for (int r = 0; r < 2; ++r) {
+                    const unsigned int words[2] = {half ? rows[i][r].z : rows[i][r].x, half ? rows[i][r].w : rows[i][r].y};
+                    #pragma unroll
+                    for (int s = 0; s < 2; ++s) {
+                        const unsigned int biased = words[s] ^ 0x80808080u;
+                        a[i][s][r] = int8_pair_bf16(biased, 0);      // mma's k = 2t, 2t + 1
+                        a[i][s][r + 2] = int8_pair_bf16(biased, 2);  // k = 2t + 8, 2t + 9
+                    }
                 }
             }
-        }
-        // B: per n8 tile, position g's columns 16t .. 16t + 15 (x^T, column-major), two bf16 pairs per slice.
-        #pragma unroll
-        for (int j = 0; j < PF_TILES; ++j) {
-            const unsigned short* column = xs + (wc * (PF_POSITIONS / 2) + j * 8 + g) * PF_X_STRIDE + 16 * t;
-            const uint4 lo = shared_16(column), hi = shared_16(column + 8);
-            const unsigned int b[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            // B: per n8 tile, position g's columns 16t + 8 half .. + 7 (x^T, column-major): two pairs per slice.
             #pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                mma_bf16(acc[0][j], a[0][s], b[2 * s], b[2 * s + 1]);
-                mma_bf16(acc[1][j], a[1][s], b[2 * s], b[2 * s + 1]);
+            for (int j = 0; j < PF_NT; ++j) {
+                const uint4 b = shared_16(xs + (warp_position + j * 8 + g) * PF_X_STRIDE + 16 * t + 8 * half);
+                #pragma unroll
+                for (int i = 0; i < PF_MT; ++i) {
+                    mma_bf16(acc[i][j], a[i][0], b.x, b.y);
+                    mma_bf16(acc[i][j], a[i][1], b.z, b.w);
+                }
             }
         }
     }
 
     // D of tile (i, j): rows g and g + 8 (w's rows), positions 2t and 2t + 1 of the n8 tile.
     #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int ra = row0 + wr * 32 + i * 16 + g, rb = ra + 8;
+    for (int i = 0; i < PF_MT; ++i) {
+        const int ra = row0 + warp_row + i * 16 + g, rb = ra + 8;
         const float sa = ra < n ? scales[ra] : 0.0f, sb = rb < n ? scales[rb] : 0.0f;
         #pragma unroll
-        for (int j = 0; j < PF_TILES; ++j) {
+        for (int j = 0; j < PF_NT; ++j) {
             #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int position = position0 + wc * (PF_POSITIONS / 2) + j * 8 + 2 * t + e;
+                const int position = position0 + warp_position + j * 8 + 2 * t + e;
                 if (position >= m) continue;
                 if (gridDim.y == 1) {
                     if (ra < n) out[(long long)position * n + ra] = float_to_bf16(acc[i][j][e] * sa);

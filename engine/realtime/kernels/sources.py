@@ -76,6 +76,10 @@ MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 PF_KC = 64
 PF_STAGES = 3
 PF_POSITIONS = (32, 64, 128)
+# Each kernel's warps along w's rows (of its 8; the rest along the positions) and the resident blocks per SM its
+# registers are budgeted for (__launch_bounds__).
+PF_WARPS_M = {32: 8, 64: 8, 128: 4}
+PF_MIN_BLOCKS = {32: 2, 64: 2, 128: 2}
 
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
@@ -142,6 +146,7 @@ KERNELS: dict[str, Kernel] = {
         *(
             Kernel(f"prefill_int8_product_{positions}", "prefill_product.cu", {
                 "PF_NAME": f"prefill_int8_product_{positions}", "PF_POSITIONS": positions, "PF_KC": PF_KC, "PF_STAGES": PF_STAGES,
+                "PF_WARPS_M": PF_WARPS_M[positions], "PF_MIN_BLOCKS": PF_MIN_BLOCKS[positions],
             })
             for positions in PF_POSITIONS
         ),
