@@ -67,7 +67,7 @@ __device__ __forceinline__ unsigned int int8_pair_bf16(unsigned int biased, unsi
 }
 
 __device__ __forceinline__ void mma_bf16(float* d, const unsigned int* a, unsigned int b0, unsigned int b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
@@ -148,14 +148,21 @@ PF_NAME(const unsigned short* __restrict__ x, const signed char* __restrict__ w,
                 }
             }
             // B: per n8 tile, position g's columns 16t + 8 half .. + 7 (x^T, column-major): two pairs per slice.
+            // Two tiles at a time, slice by slice, so that no mma waits on the one just before it.
             #pragma unroll
-            for (int j = 0; j < PF_NT; ++j) {
-                const uint4 b = shared_16(xs + (warp_position + j * 8 + g) * PF_X_STRIDE + 16 * t + 8 * half);
+            for (int j0 = 0; j0 < PF_NT; j0 += 2) {
+                uint4 b[2];
                 #pragma unroll
-                for (int i = 0; i < PF_MT; ++i) {
-                    mma_bf16(acc[i][j], a[i][0], b.x, b.y);
-                    mma_bf16(acc[i][j], a[i][1], b.z, b.w);
-                }
+                for (int jj = 0; jj < 2; ++jj)
+                    b[jj] = shared_16(xs + (warp_position + (j0 + jj) * 8 + g) * PF_X_STRIDE + 16 * t + 8 * half);
+                #pragma unroll
+                for (int jj = 0; jj < 2; ++jj)
+                    #pragma unroll
+                    for (int i = 0; i < PF_MT; ++i) mma_bf16(acc[i][j0 + jj], a[i][0], b[jj].x, b[jj].y);
+                #pragma unroll
+                for (int jj = 0; jj < 2; ++jj)
+                    #pragma unroll
+                    for (int i = 0; i < PF_MT; ++i) mma_bf16(acc[i][j0 + jj], a[i][1], b[jj].z, b[jj].w);
             }
         }
     }
