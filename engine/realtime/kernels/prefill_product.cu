@@ -38,6 +38,8 @@
 #define PF_W_BYTES (PF_ROWS * PF_KC)           // a stage of w: 64-byte rows, conflict-free as they are
 #define PF_X_BYTES (PF_POSITIONS * PF_X_STRIDE * 2)
 #define PF_STAGE_BYTES (PF_W_BYTES + PF_X_BYTES)
+#define PF_W_COPIES (PF_ROWS * (PF_KC / 16) / PF_THREADS)       // 16-byte copies per thread and step: 2
+#define PF_X_COPIES (PF_POSITIONS * (PF_KC / 8) / PF_THREADS)   // 1, 2 or 4
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define PF_TENSOR_CORES 1
@@ -84,23 +86,23 @@ PF_NAME(const unsigned short* __restrict__ x, const signed char* __restrict__ w,
     const int row0 = blockIdx.x * PF_ROWS, position0 = blockIdx.z * PF_POSITIONS;
     const int k0 = blockIdx.y * k_per_split, steps = k_per_split / PF_KC;
 
-    // Step `step` of the block's rows of w and positions of x into stage `slot`.
+    // Step `step` of the block's rows of w and positions of x into stage `slot`: each thread's 16-byte copies
+    // are the same rows and parts every step (a fixed count: no remainder to guard), 32-bit offsets.
     auto stage = [&](int slot, int step) {
         unsigned char* ws = staged + slot * PF_STAGE_BYTES;
         unsigned short* xs = reinterpret_cast<unsigned short*>(ws + PF_W_BYTES);
         const int kk = k0 + step * PF_KC;
         #pragma unroll
-        for (int i = threadIdx.x; i < PF_ROWS * (PF_KC / 16); i += PF_THREADS) {
-            const int row = i / (PF_KC / 16), part = i % (PF_KC / 16);
+        for (int c = 0; c < PF_W_COPIES; ++c) {
+            const int row = (threadIdx.x + c * PF_THREADS) / (PF_KC / 16), part = threadIdx.x % (PF_KC / 16);
             const bool valid = row0 + row < n;
-            copy_16(ws + row * PF_KC + part * 16, valid ? w + (long long)(row0 + row) * k + kk + part * 16 : w, valid);
+            copy_16(ws + row * PF_KC + part * 16, w + (valid ? (row0 + row) * k + kk + part * 16 : 0), valid);
         }
         #pragma unroll
-        for (int i = threadIdx.x; i < PF_POSITIONS * (PF_KC / 8); i += PF_THREADS) {
-            const int position = i / (PF_KC / 8), part = i % (PF_KC / 8);
+        for (int c = 0; c < PF_X_COPIES; ++c) {
+            const int position = (threadIdx.x + c * PF_THREADS) / (PF_KC / 8), part = threadIdx.x % (PF_KC / 8);
             const bool valid = position0 + position < m;
-            copy_16(xs + position * PF_X_STRIDE + part * 8,
-                    valid ? x + (long long)(position0 + position) * k + kk + part * 8 : x, valid);
+            copy_16(xs + position * PF_X_STRIDE + part * 8, x + (valid ? (position0 + position) * k + kk + part * 8 : 0), valid);
         }
     };
 

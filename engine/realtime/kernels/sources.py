@@ -78,7 +78,7 @@ PF_STAGES = 3
 PF_POSITIONS = (32, 64, 128)
 # Each kernel's warps along w's rows (of its 8; the rest along the positions) and the resident blocks per SM its
 # registers are budgeted for (__launch_bounds__).
-PF_WARPS_M = {32: 8, 64: 8, 128: 4}
+PF_WARPS_M = {32: 8, 64: 8, 128: 8}
 PF_MIN_BLOCKS = {32: 2, 64: 2, 128: 2}
 
 _SAMPLER_DEFINES = {
