@@ -102,8 +102,8 @@ def _dequantize_kernel(device: torch.device) -> Dequantize | None:
 
 # The longest span whose int8 products run on the tensor-core kernel (prefill_product.cu); longer ones dequantize
 # each matrix for cuBLAS, whose bf16 products (wgmma, on Hopper) outrun the kernel's mma.sync once the span is
-# long enough to repay the copy. H200, the whole prefill graph, kernel / dequantized (bench/results/run-76-
-# prefill-tensor-cores): 32 rows 1915 / 2660 µs, 64 rows 2089 / 2714, 128 rows 2697 / 2905, 256 rows 4343 / 3303.
+# long enough to repay the copy. H200, the whole prefill graph, kernel / dequantized (bench/results/run-78-
+# prefill-layouts): 32 rows 1651 / 2696 µs, 64 rows 1859 / 2745, 128 rows 2554 / 2924, 256 rows 3790 / 3331.
 INT8_TENSOR_CORE_MAX_ROWS = 128
 
 

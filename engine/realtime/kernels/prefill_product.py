@@ -85,8 +85,8 @@ class PrefillInt8Product:
         return next((positions for positions in PF_POSITIONS if m <= positions), PF_POSITIONS[-1])
 
     def slices(self, n: int, k: int, position_blocks: int = 1) -> int:
-        """Slices of k, a power of two: blocks for as many SMs as possible (one block each: the 128-position
-        kernel's registers and shared memory allow no more), each slice at least MIN_STEPS_PER_SLICE steps."""
+        """Slices of k, a power of two: a block for as many SMs as possible (the 128-position kernel's registers
+        allow one per SM), each slice at least MIN_STEPS_PER_SLICE steps."""
         blocks = -(-n // ROWS_PER_BLOCK) * position_blocks
         splits = 1
         while (

@@ -77,9 +77,11 @@ PF_KC = 64
 PF_STAGES = 3
 PF_POSITIONS = (32, 64, 128)
 # Each kernel's warps along w's rows (of its 8; the rest along the positions) and the resident blocks per SM its
-# registers are budgeted for (__launch_bounds__).
-PF_WARPS_M = {32: 8, 64: 8, 128: 8}
-PF_MIN_BLOCKS = {32: 2, 64: 2, 128: 2}
+# registers are budgeted for (__launch_bounds__). The 128-position kernel at 128 rows, the five backbone products'
+# sum (H200, bench/results/run-78-prefill-layouts): 4 x 2 warps 112.5 µs with 1 block per SM (156 registers), 116.7
+# with 2 (128), 8 x 1 114.3 / 120.3.
+PF_WARPS_M = {32: 8, 64: 8, 128: 4}
+PF_MIN_BLOCKS = {32: 2, 64: 2, 128: 1}
 
 _SAMPLER_DEFINES = {
     "THREADS": SAMPLER_THREADS,
