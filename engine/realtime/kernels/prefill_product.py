@@ -77,6 +77,7 @@ class PrefillInt8Product:
         return (
             x.dtype == torch.bfloat16 and m > 0 and k == weight.shape[1] and k % PF_KC == 0
             and x.data_ptr() % 16 == 0 and weight.is_aligned()
+            and max(x.numel(), weight.values.numel()) < 2**31  # the kernel's offsets are 32-bit
         )  # fmt: skip
 
     @staticmethod
