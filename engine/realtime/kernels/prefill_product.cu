@@ -1,4 +1,5 @@
-// PF_NAME (one per PF_POSITIONS) and prefill_int8_reduce (PF_REDUCE): a prefill span's product with an int8 matrix on the tensor cores (wrapper: prefill_product.py).
+// PF_NAME (one per PF_POSITIONS) and prefill_int8_reduce (PF_REDUCE): a prefill span's product with an int8
+// matrix on the tensor cores (wrapper: prefill_product.py; the PF_ constants come from sources.py).
 // out (m, n) bf16 = x (m, k) bf16 . w (n, k)^T int8, times w's float32 scale per row. cuBLAS has no
 // int8-weight product: without this kernel the int8 prefill writes a bf16 copy of every matrix and reads it
 // back (5 bytes per weight instead of 1; dequantize.cu was 1.1 of the 3.1 ms of the 128-row prefill graph,
@@ -27,9 +28,7 @@
 
 #include "common.cuh"
 
-#define PF_ROWS 128                                  // w's rows per block
-#define PF_THREADS 256                               // 8 warps: PF_WARPS_M along the rows, the rest along the positions
-#define PF_WARPS_N (8 / PF_WARPS_M)
+#define PF_WARPS_N (PF_THREADS / 32 / PF_WARPS_M)    // the warps along the positions
 #define PF_WARP_ROWS (PF_ROWS / PF_WARPS_M)          // a warp's rows: PF_MT m16 tiles
 #define PF_WARP_POSITIONS (PF_POSITIONS / PF_WARPS_N)  // a warp's positions: PF_NT n8 tiles
 #define PF_MT (PF_WARP_ROWS / 16)

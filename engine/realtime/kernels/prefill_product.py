@@ -12,19 +12,17 @@ import torch
 
 from engine.model.quantized import Int8Matrix
 from engine.realtime.kernels.runtime import compiled
-from engine.realtime.kernels.sources import PF_KC, PF_POSITIONS, PF_STAGES
+from engine.realtime.kernels.sources import PF_KC, PF_POSITIONS, PF_ROWS, PF_STAGES, PF_THREADS
 
 log = logging.getLogger(__name__)
 
-ROWS_PER_BLOCK = 128  # prefill_product.cu's PF_ROWS
-THREADS = 256  # its PF_THREADS
 REDUCE_THREADS = 256
 MIN_STEPS_PER_SLICE = 4  # a slice of k shorter than this many staged steps is mostly its pipeline's start
 
 
 def shared_bytes(positions: int) -> int:
-    """The dynamic shared memory of the kernel for `positions`: PF_STAGES steps of 128 rows of w and of x."""
-    return PF_STAGES * (ROWS_PER_BLOCK * PF_KC + positions * (PF_KC + 8) * 2)
+    """The dynamic shared memory of the kernel for `positions`: PF_STAGES steps of PF_ROWS rows of w and of x."""
+    return PF_STAGES * (PF_ROWS * PF_KC + positions * (PF_KC + 8) * 2)
 
 
 class PrefillInt8Product:
@@ -88,7 +86,7 @@ class PrefillInt8Product:
     def slices(self, n: int, k: int, position_blocks: int = 1) -> int:
         """Slices of k, a power of two: a block for as many SMs as possible (the 128-position kernel's registers
         allow one per SM), each slice at least MIN_STEPS_PER_SLICE steps."""
-        blocks = -(-n // ROWS_PER_BLOCK) * position_blocks
+        blocks = -(-n // PF_ROWS) * position_blocks
         splits = 1
         while (
             blocks * splits * 2 <= self.sms and k % (2 * splits * PF_KC) == 0
@@ -107,7 +105,7 @@ class PrefillInt8Product:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=x.device)
         partial = torch.empty((splits, m, n), dtype=torch.float32, device=x.device) if splits > 1 else weight.scales
         self.products[positions](
-            grid=(-(-n // ROWS_PER_BLOCK), splits, position_blocks), block=(THREADS, 1, 1),
+            grid=(-(-n // PF_ROWS), splits, position_blocks), block=(PF_THREADS, 1, 1),
             args=[x, weight.values, weight.scales, out, partial, m, n, k, k // splits], shared_mem=shared_bytes(positions),
         )  # fmt: skip
         if splits > 1:

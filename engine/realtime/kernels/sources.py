@@ -73,6 +73,8 @@ MATVEC_MIN_BLOCKS = {"bf16": 4, "int8": 2}
 # steps in flight (cp.async; 3 of the 128-position kernel's 26 KB fit the 99 KB a block may take on RTX 30
 # and 40 cards) and the position counts a block takes, one kernel each (a span picks the smallest that holds
 # it; longer spans take blocks of the largest).
+PF_ROWS = 128  # w's rows per block
+PF_THREADS = 256  # 8 warps
 PF_KC = 64
 PF_STAGES = 3
 PF_POSITIONS = (32, 64, 128)
@@ -147,7 +149,8 @@ KERNELS: dict[str, Kernel] = {
         Kernel("dequantize_int8", "dequantize.cu"),
         *(
             Kernel(f"prefill_int8_product_{positions}", "prefill_product.cu", {
-                "PF_NAME": f"prefill_int8_product_{positions}", "PF_POSITIONS": positions, "PF_KC": PF_KC, "PF_STAGES": PF_STAGES,
+                "PF_NAME": f"prefill_int8_product_{positions}", "PF_POSITIONS": positions, "PF_ROWS": PF_ROWS,
+                "PF_THREADS": PF_THREADS, "PF_KC": PF_KC, "PF_STAGES": PF_STAGES,
                 "PF_WARPS_M": PF_WARPS_M[positions], "PF_MIN_BLOCKS": PF_MIN_BLOCKS[positions],
             })
             for positions in PF_POSITIONS
