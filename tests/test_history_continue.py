@@ -85,7 +85,8 @@ def test_a_continued_conversation_rebuilds_the_live_context_and_talks_on_the_sam
     plan = saved_exchanges(saved, vocabulary=continued.text_vocabulary)
     assert plan.skipped == 0 and len(plan.exchanges) == 2
     assert continued.restore(plan) == 0
-    assert continued.backend.positions == 0  # nothing prefilled yet: the next turn does it, as after a trim
+    # The restored history is prefilled at once (ahead of the next take), as after a trim.
+    assert continued.backend.positions == continued.context_used
     restored_positions = continued.context_used
     continued_next = _live_turn(continued, _take(2))
 

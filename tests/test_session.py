@@ -182,18 +182,50 @@ def test_reset_is_in_place(session: ChatSession) -> None:
     pointer = layer.keys.data_ptr()
     assert layer.keys.abs().sum() > 0
     session.reset()
-    assert layer.keys.data_ptr() == pointer and layer.keys.abs().sum() == 0
-    assert session.backend.positions == 0
+    # The cache holds the new conversation's system prompt, prefilled ahead of the first take, and nothing after.
     assert [t.role for t in session.conversation.turns] == ["system"]
+    assert session.backend.positions == session.conversation.positions > 0
+    held = session.backend.positions
+    assert layer.keys.data_ptr() == pointer and layer.keys[..., held:, :].abs().sum() == 0
+    assert layer.keys[..., :held, :].abs().sum() > 0
     _, stats = _turn(session, 0.5, 300)
     assert stats.frames > 0
 
 
+def test_a_new_conversation_is_prefilled_ahead_and_its_first_turn_prefills_only_its_take(session: ChatSession) -> None:
+    session.reset()
+    assert session.backend.positions == session.conversation.positions > 0  # the system prompt
+    spans: list[int] = []
+    prefill = session.backend.prefill
+    session.backend.prefill = lambda embeddings: (spans.append(embeddings.shape[1]), prefill(embeddings))[1]
+    _, stats = _turn(session, 0.5, 300)
+    user, assistant = session.conversation.turns[1:3]
+    assert stats.frames > 0 and spans == [user.positions + assistant.pieces[0].positions]
+
+
+def test_a_voice_merged_before_anything_is_said_prefills_the_prompt_again_in_that_voice(session: ChatSession, tmp_path) -> None:
+    from test_lora import make_adapter
+
+    session.reset()
+    layer = next(layer for layer in session.backend.backbone.layers if hasattr(layer, "keys"))
+    held = session.backend.positions
+    base_keys = layer.keys[..., :held, :].clone()
+    make_adapter(session.loaded.model, tmp_path / "voice", seed=3)
+    session.switch_voice(str(tmp_path / "voice"))
+    assert session.backend.positions == held and not torch.equal(layer.keys[..., :held, :], base_keys)
+    merged_keys = layer.keys[..., :held, :].clone()
+    session.reset()  # the same prompt prefilled afresh in the merged voice
+    torch.testing.assert_close(layer.keys[..., :held, :], merged_keys, atol=0, rtol=0)
+
+
 def test_warm_up_turn_leaves_no_trace(session: ChatSession, tiny_model_dir) -> None:
     session.warm_up()  # what ChatSession.open does on a GPU before the first real turn
-    assert session.backend.positions == 0 and [t.role for t in session.conversation.turns] == ["system"]
+    assert [t.role for t in session.conversation.turns] == ["system"]
+    assert session.backend.positions == session.conversation.positions  # the system prompt, prefilled ahead
     warmed, warmed_stats = _turn(session, 0.5, 300)
-    cold, cold_stats = _turn(_open(tiny_model_dir), 0.5, 300)
+    cold = _open(tiny_model_dir)
+    cold.reset()  # as ChatSession.open leaves a session: the system prompt prefilled ahead
+    cold, cold_stats = _turn(cold, 0.5, 300)
     assert warmed_stats.token_ids == cold_stats.token_ids and warmed_stats.frames == cold_stats.frames > 0
     warmed_pcm = np.concatenate([o.pcm for o in warmed if isinstance(o, AudioPieceOut)])
     cold_pcm = np.concatenate([o.pcm for o in cold if isinstance(o, AudioPieceOut)])

@@ -22,8 +22,7 @@ def long_conversation(bench: EngineBench, workload: Workload, sampling: Sampling
     from engine.chat.session import ContextTrimmedInfo, TurnDone
 
     session = bench.session
-    session.reset()
-    session.conversation = new_conversation(bench.loaded, workload)
+    session.start_conversation(new_conversation(bench.loaded, workload))
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     rng = np.random.default_rng(16)

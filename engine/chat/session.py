@@ -53,14 +53,13 @@ from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
 from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE_OUT
 from engine.constants import USER_SAMPLE_RATE as SAMPLE_RATE_IN
-from engine.constants import FRAME_SECONDS
+from engine.constants import DEFAULT_SYSTEM_PROMPT, FRAME_SECONDS
 
 if TYPE_CHECKING:
     from engine.history.context import RestorePlan
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SYSTEM_PROMPT = "Respond with interleaved text and audio."
 MIN_TAKE_SECONDS = 0.1
 DEFAULT_MAX_TAKE_SECONDS = 60.0
 # What a turn may leave cached in the allocator above the ready state before it is handed back.
@@ -311,6 +310,7 @@ class ChatSession:
             # every captured shape); handing them back keeps the reserved VRAM near what turns need.
             torch.cuda.empty_cache()
             session._ready_reserved = torch.cuda.memory_reserved(torch_device)
+        session._prefill_ahead()  # the system prompt (on a GPU the warm-up's reset has done it)
         report(Progress("ready", 1.0))
         return session
 
@@ -480,6 +480,8 @@ class ChatSession:
             # A voice may adapt the audio encoder too: a later rebuild encodes the kept takes afresh.
             for take in self.conversation.audio_in_pieces():
                 take.embeddings = None
+            if len(self.conversation.turns) == 1:  # nothing said yet: the prompt prefilled ahead, in the new voice
+                self._start(self.conversation)
 
     def set_system_prompt(self, prompt: str) -> None:
         """A new system prompt starts a new conversation (the old prompt is baked into the cache).
@@ -494,10 +496,36 @@ class ChatSession:
             self.reset()
 
     def reset(self) -> None:
+        """A new conversation with the session's system prompt (prefilled ahead: see `start_conversation`)."""
         with self._exclusive("reset"):
-            self.conversation = self._new_conversation()
-            self.backend.reset()
-            self.decoder.reset()
+            self._start(self._new_conversation())
+
+    def start_conversation(self, conversation: Conversation) -> None:
+        """Make `conversation` the live one: the cache is emptied and then filled with everything the
+        conversation holds (its system prompt, a restored history) right away, ahead of its first take."""
+        with self._exclusive("start_conversation"):
+            self._start(conversation)
+
+    def _start(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.backend.reset()
+        self.decoder.reset()
+        self._prefill_ahead()
+
+    @torch.inference_mode()
+    def _prefill_ahead(self) -> None:
+        """Prefill what the conversation holds and the cache does not, while nobody waits for it: a turn then
+        prefills only its own take and markup. The first turn of a conversation used to prefill the system
+        prompt with the take, which could push the span into the next larger prefill graph (the bench's
+        4 s take: 82 positions instead of ~60, the 128-row graph instead of the 64-row one, ~1 ms more to
+        first audio on the H200 in int8). Best effort: where it runs out of GPU memory, the turn prefills the
+        rest (and reports the error, if it persists); the cache always holds a prefix of the conversation."""
+        if self.conversation.positions <= self.backend.positions:
+            return
+        try:
+            self._prefill_embeddings(self.embed_from(self.backend.positions))
+        except (torch.OutOfMemoryError, GpuMemoryError) as error:
+            log.warning("the conversation's start was not prefilled ahead (%s); the first turn will", error)
 
     def close(self) -> None:
         close = getattr(self.backend, "close", None)
@@ -508,9 +536,9 @@ class ChatSession:
     def restore(self, plan: "RestorePlan") -> int:
         """Continue a saved conversation: lay its exchanges out again as the live turns were (the takes
         encoded again by `encode_take`, the answers from their saved tokens and codes), dropping the oldest
-        exchanges so that TRIM_HEADROOM of the context stays free, and empty the cache. The next
-        `respond()` prefills the whole restored history with its new take, through the same path a
-        live turn takes after a trim. Returns how many turns were dropped to fit."""
+        exchanges so that TRIM_HEADROOM of the context stays free, and fill the cache with the restored
+        history (`start_conversation`: ahead of the next take, through the same path a live turn takes
+        after a trim). Returns how many turns were dropped to fit."""
         from engine.history.context import pieces_of_tokens
 
         with self._exclusive("restore"):
@@ -523,9 +551,7 @@ class ChatSession:
                 conversation.open_assistant_turn().pieces.extend(pieces_of_tokens(exchange.answer))
                 conversation.close_assistant_turn()
             dropped = conversation.drop_oldest_turns(0, int(self.context_capacity * (1 - TRIM_HEADROOM)))
-            self.conversation = conversation
-            self.backend.reset()
-            self.decoder.reset()
+            self._start(conversation)
             return dropped
 
     @property
