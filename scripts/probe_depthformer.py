@@ -35,7 +35,15 @@ KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 
 # Run 64 timed the shipped kernel alone, bf16 and int8. Run 65 timed a warp's second row (second w1|w3 pair)
 # loaded together with its first (DEPTH_ROWS_TOGETHER, removed): int8 frame 937 against 900 µs at 132
 # blocks, bf16 994 against 961 at 66: it lost, as rows in pairs did in run 39.
-VARIANTS: dict[str, dict[str, int]] = {"shipped": {}}
+# Run 80 times DEPTH_PRELOAD (a warp's first row of each phase in registers before the phase's wait) and
+# DEPTH_WARP_ATTENTION (the attention a half-warp per head, no block barriers inside it).
+VARIANTS: dict[str, dict[str, int]] = {
+    "shipped": {},
+    "preload_2": {"DEPTH_PRELOAD": 2},
+    "preload_4": {"DEPTH_PRELOAD": 4},
+    "warp_attention": {"DEPTH_WARP_ATTENTION": 1},
+    "preload_4_warp_attention": {"DEPTH_PRELOAD": 4, "DEPTH_WARP_ATTENTION": 1},
+}
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
 
@@ -124,7 +132,7 @@ def probe(loaded, device: torch.device) -> dict[str, object]:
             "bitwise_equal_to_shipped": bool(torch.equal(logits, reference)),
             "max_relative_error_vs_shipped": max(float((logits[i] - reference[i]).norm() / reference[i].norm()) for i in range(8)),
         }
-        for blocks in (sms, sms // 2):
+        for blocks in depthformer.grid_candidates():
             step.blocks = blocks
             entry[f"frame_us_{blocks}_blocks"] = replay_us(frame)
         results[name] = entry
@@ -133,7 +141,7 @@ def probe(loaded, device: torch.device) -> dict[str, object]:
         step.kernel = timed
         step.sync = torch.zeros((1024,), dtype=torch.int32, device=device)
         step.sync[:2].copy_(shipped_sync)  # the launch counter goes on: a restarted one could match stale words
-        for blocks in (sms, sms // 2):
+        for blocks in (chosen,):
             step.blocks = blocks
             sums: dict[str, dict[str, float]] = {"block_0": {}, "last_block": {}}
             for repeat in range(22):

@@ -28,6 +28,17 @@ typedef unsigned short weight_t;
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
+// 16-byte chunks per lane of a warp's first row of each phase loaded into registers BEFORE the phase's
+// wait for its vector (the weights never depend on it), so that their L2 round trip overlaps the wait
+// instead of following it; the rest of the row, and a warp's later rows, load after it. 0: none.
+#ifndef DEPTH_PRELOAD
+#define DEPTH_PRELOAD 0
+#endif
+// 1: the attention's scores, softmax and weighted values a half-warp per head, without block barriers
+// between them (bitwise the same results); 0: a thread per (head, position), then per head, then per output.
+#ifndef DEPTH_WARP_ATTENTION
+#define DEPTH_WARP_ATTENTION 0
+#endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
 #endif
@@ -119,6 +130,84 @@ __device__ __forceinline__ void row_dot2(const weight_t* __restrict__ W, const f
     }
     *a = warp_sum(acc_a) * row_scale(scales, ra);
     *b = warp_sum(acc_b) * row_scale(scales, rb);
+}
+
+#if DEPTH_PRELOAD
+#define PRELOAD_SLOTS DEPTH_PRELOAD
+#else
+#define PRELOAD_SLOTS 1
+#endif
+// A weight load that stays where it is written: ahead of the polls of the wait that follows (all asm
+// volatile, so the compiler keeps their order), through the read-only path.
+__device__ __forceinline__ uint4 load_weights(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+// The first DEPTH_PRELOAD chunks this lane takes of row r of W (rows x K), if the warp owns a row (r < rows).
+__device__ __forceinline__ void preload_row(uint4 (&w)[PRELOAD_SLOTS], const weight_t* __restrict__ W, int r, int rows, int K) {
+#if DEPTH_PRELOAD
+    if (r >= rows) return;
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)r * K);
+    #pragma unroll
+    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
+        const int c = (threadIdx.x & 31) + 32 * t;
+        if (c < K / WEIGHTS_PER_CHUNK) w[t] = load_weights(weights + c);
+    }
+#endif
+}
+
+// row_dot with the row's first chunks from `w` (preload_row), in the same order: bitwise the same sum.
+__device__ __forceinline__ float preloaded_row_dot(const uint4 (&w)[PRELOAD_SLOTS], const weight_t* __restrict__ W,
+                                                   const float* __restrict__ scales, long long r, const unsigned short* h, int K) {
+#if DEPTH_PRELOAD
+    const uint4* weights = reinterpret_cast<const uint4*>(W + r * K);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    const int chunks = K / WEIGHTS_PER_CHUNK;
+    float acc = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
+        const int c = (threadIdx.x & 31) + 32 * t;
+        if (c < chunks) acc += chunk_dot(w[t], inputs, c);
+    }
+    #pragma unroll 4
+    for (int c = (threadIdx.x & 31) + 32 * DEPTH_PRELOAD; c < chunks; c += 32) acc += chunk_dot(__ldg(weights + c), inputs, c);
+    return warp_sum(acc) * row_scale(scales, r);
+#else
+    return row_dot(W, scales, r, h, K);
+#endif
+}
+
+// row_dot2 with the pair's first chunks from `a0` and `b0` (preload_row of rows ra and rb): the same sums.
+__device__ __forceinline__ void preloaded_row_dot2(const uint4 (&a0)[PRELOAD_SLOTS], const uint4 (&b0)[PRELOAD_SLOTS],
+                                                   const weight_t* __restrict__ W, const float* __restrict__ scales, long long ra,
+                                                   long long rb, const unsigned short* h, int K, float* a, float* b) {
+#if DEPTH_PRELOAD
+    const uint4* wa = reinterpret_cast<const uint4*>(W + ra * K);
+    const uint4* wb = reinterpret_cast<const uint4*>(W + rb * K);
+    const uint4* inputs = reinterpret_cast<const uint4*>(h);
+    const int chunks = K / WEIGHTS_PER_CHUNK;
+    float acc_a = 0.0f, acc_b = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
+        const int c = (threadIdx.x & 31) + 32 * t;
+        if (c < chunks) {
+            acc_a += chunk_dot(a0[t], inputs, c);
+            acc_b += chunk_dot(b0[t], inputs, c);
+        }
+    }
+    #pragma unroll 4
+    for (int c = (threadIdx.x & 31) + 32 * DEPTH_PRELOAD; c < chunks; c += 32) {
+        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
+        acc_a += chunk_dot(x, inputs, c);
+        acc_b += chunk_dot(y, inputs, c);
+    }
+    *a = warp_sum(acc_a) * row_scale(scales, ra);
+    *b = warp_sum(acc_b) * row_scale(scales, rb);
+#else
+    row_dot2(W, scales, ra, rb, h, K, a, b);
+#endif
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -291,6 +380,44 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
     const unsigned short* key_bits = reinterpret_cast<const unsigned short*>(keys);
     const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
+#if DEPTH_WARP_ATTENTION
+    // A half-warp per head (two heads per warp at a time), a lane per position: scores, softmax and the
+    // weighted values without a block barrier between them; every sum in the same order as below.
+    const int half = lane >> 4, j = lane & 15;
+    for (int base = warp; base < heads; base += 2 * DEPTH_WARPS) {
+        const int head = base + half * DEPTH_WARPS;
+        const bool live = head < heads && j < positions;
+        float score = __int_as_float(0xff800000);  // -inf: no position
+        if (live) {
+            const float* q = qk + head * DEPTH_HEAD_DIM;
+            const int kv = head / group;
+            float dot = 0.0f;
+            if (j == i) {
+                const float* k = qk + (heads + kv) * DEPTH_HEAD_DIM;
+                for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
+            } else {
+                const unsigned short* k = key_bits + j * kv_width + kv * DEPTH_HEAD_DIM;
+                for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(k[d]);
+            }
+            score = dot * scale;
+        }
+        float top = score;
+        for (int offset = 8; offset > 0; offset >>= 1) top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+        const float e = live ? expf(score - top) : 0.0f;
+        float total = 0.0f;
+        for (int p = 0; p < positions; ++p) total += __shfl_sync(0xffffffffu, e, half * 16 + p);
+        const float weight = e / total;
+        #pragma unroll
+        for (int g = 0; g < 2; ++g) {
+            const int out_head = base + g * DEPTH_WARPS;  // the same for the whole warp
+            if (out_head >= heads) break;
+            const unsigned short* vv = value_bits + (out_head / group) * DEPTH_HEAD_DIM + lane;
+            float out = 0.0f;
+            for (int p = 0; p < positions; ++p) out += __shfl_sync(0xffffffffu, weight, g * 16 + p) * bf16_to_float(vv[p * kv_width]);
+            h[out_head * DEPTH_HEAD_DIM + lane] = float_to_bf16(out);
+        }
+    }
+#else
     for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
         int head = t / positions, j = t % positions, kv = head / group;
         const float* q = qk + head * DEPTH_HEAD_DIM;
@@ -322,16 +449,18 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
         for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(vv[j * kv_width]);
         h[e] = float_to_bf16(out);
     }
+#endif
     __syncthreads();
 }
 
 // next[r] = previous[r] + W[r] . h, tagged, for every row r of W (rows x K) that this warp owns (the
 // same warp owns row r of every residual phase, so previous[r] is its own earlier word).
+// The warp's first row's first chunks are in `first` (preload_row).
 __device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, const float* __restrict__ scales, int rows, int K,
                                               const unsigned short* h, const unsigned int* previous, unsigned int* next,
-                                              unsigned int tag, int first_row, int row_step) {
+                                              unsigned int tag, int first_row, int row_step, const uint4 (&first)[PRELOAD_SLOTS]) {
     for (int r = first_row; r < rows; r += row_step) {
-        float acc = row_dot(W, scales, r, h, K);
+        float acc = r == first_row ? preloaded_row_dot(first, W, scales, r, h, K) : row_dot(W, scales, r, h, K);
         if ((threadIdx.x & 31) == 0)
             store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
     }
@@ -421,6 +550,7 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         prefetch_phase(q, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
 
     const unsigned int* x = exchange;  // x as it enters the layer
+    uint4 first_a[PRELOAD_SLOTS], first_b[PRELOAD_SLOTS];  // the warp's first row (w1|w3: pair) of a phase (DEPTH_PRELOAD)
     for (int l = 0; l < layers; ++l) {
         const long long* p = table + (long long)l * DEPTH_TABLE;
         const unsigned short* norm = (const unsigned short*)p[0];
@@ -442,10 +572,12 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         unsigned int* act = x_mid + dim;
         unsigned int* x_out = act + ff;
 
+        preload_row(first_a, qkv, first_row, qkv_width, dim);
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
         for (int r = first_row; r < qkv_width; r += row_step) {
-            unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
+            unsigned short bits = float_to_bf16(r == first_row ? preloaded_row_dot(first_a, qkv, qkv_scales, r, h, dim)
+                                                               : row_dot(qkv, qkv_scales, r, h, dim));
             if (lane == 0) {
                 qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
                 store_relaxed(qkv_now + r, tagged(tag, bits));
@@ -454,18 +586,22 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 1);
         STAMP(9 * l + 2);
+        preload_row(first_a, out, first_row, dim, dim);
         attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
         STAMP(9 * l + 3);
-        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step);
+        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step, first_a);
         prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 4);
         STAMP(9 * l + 5);
 
+        preload_row(first_a, w13, first_row, ff, dim);
+        preload_row(first_b, w13, first_row < ff ? first_row + ff : 2 * ff, 2 * ff, dim);
         stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
         STAMP(64 + 3 * l + 1);
         for (int r = first_row; r < ff; r += row_step) {
             float gate, up;
-            row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
+            if (r == first_row) preloaded_row_dot2(first_a, first_b, w13, w13_scales, r, r + ff, h, dim, &gate, &up);
+            else row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
             gate = bf16_to_float(float_to_bf16(gate));
             up = bf16_to_float(float_to_bf16(up));
             if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
@@ -474,18 +610,20 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         STAMP(9 * l + 6);
         STAMP(9 * l + 7);
 
+        preload_row(first_a, w2, first_row, dim, ff);
         stage(act, tag, 0, 0.0f, ff, h, partial);
         STAMP(64 + 3 * l + 2);
-        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
+        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step, first_a);
         prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 8);
         STAMP(9 * l + 9);
         x = x_out;
     }
 
+    preload_row(first_a, to_logits, first_row, vocab, dim);
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
-        float acc = row_dot(to_logits, head_scales, r, h, dim);
+        float acc = r == first_row ? preloaded_row_dot(first_a, to_logits, head_scales, r, h, dim) : row_dot(to_logits, head_scales, r, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
     STAMP(126);
