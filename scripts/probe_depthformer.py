@@ -36,13 +36,14 @@ KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 
 # loaded together with its first (DEPTH_ROWS_TOGETHER, removed): int8 frame 937 against 900 µs at 132
 # blocks, bf16 994 against 961 at 66: it lost, as rows in pairs did in run 39.
 # Run 80 times DEPTH_PRELOAD (a warp's first row of each phase in registers before the phase's wait) and
-# DEPTH_WARP_ATTENTION (the attention a half-warp per head, no block barriers inside it).
+# DEPTH_WARP_ATTENTION (the attention a half-warp per head, no block barriers inside it), shipped as 4 and 1,
+# against the kernel before them (0 and 0) and each alone.
 VARIANTS: dict[str, dict[str, int]] = {
     "shipped": {},
+    "before_run_80": {"DEPTH_PRELOAD": 0, "DEPTH_WARP_ATTENTION": 0},
+    "preload_4_only": {"DEPTH_WARP_ATTENTION": 0},
+    "warp_attention_only": {"DEPTH_PRELOAD": 0},
     "preload_2": {"DEPTH_PRELOAD": 2},
-    "preload_4": {"DEPTH_PRELOAD": 4},
-    "warp_attention": {"DEPTH_WARP_ATTENTION": 1},
-    "preload_4_warp_attention": {"DEPTH_PRELOAD": 4, "DEPTH_WARP_ATTENTION": 1},
 }
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip

@@ -32,12 +32,12 @@ typedef unsigned short weight_t;
 // wait for its vector (the weights never depend on it), so that their L2 round trip overlaps the wait
 // instead of following it; the rest of the row, and a warp's later rows, load after it. 0: none.
 #ifndef DEPTH_PRELOAD
-#define DEPTH_PRELOAD 0
+#define DEPTH_PRELOAD 4
 #endif
 // 1: the attention's scores, softmax and weighted values a half-warp per head, without block barriers
 // between them (bitwise the same results); 0: a thread per (head, position), then per head, then per output.
 #ifndef DEPTH_WARP_ATTENTION
-#define DEPTH_WARP_ATTENTION 0
+#define DEPTH_WARP_ATTENTION 1
 #endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
