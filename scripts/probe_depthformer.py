@@ -35,16 +35,10 @@ KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 
 # Run 64 timed the shipped kernel alone, bf16 and int8. Run 65 timed a warp's second row (second w1|w3 pair)
 # loaded together with its first (DEPTH_ROWS_TOGETHER, removed): int8 frame 937 against 900 µs at 132
 # blocks, bf16 994 against 961 at 66: it lost, as rows in pairs did in run 39.
-# Run 80 times DEPTH_PRELOAD (a warp's first row of each phase in registers before the phase's wait) and
-# DEPTH_WARP_ATTENTION (the attention a half-warp per head, no block barriers inside it), shipped as 4 and 1,
-# against the kernel before them (0 and 0) and each alone.
-VARIANTS: dict[str, dict[str, int]] = {
-    "shipped": {},
-    "before_run_80": {"DEPTH_PRELOAD": 0, "DEPTH_WARP_ATTENTION": 0},
-    "preload_4_only": {"DEPTH_WARP_ATTENTION": 0},
-    "warp_attention_only": {"DEPTH_PRELOAD": 0},
-    "preload_2": {"DEPTH_PRELOAD": 2},
-}
+# Run 80 timed DEPTH_PRELOAD (a warp's first row of each phase loaded into registers before the phase's
+# wait: int8 frame 942 -> 1017 µs at 132 blocks with 4 chunks a lane, 1006 with 2; lost, as run 37's L1
+# prefetch did; removed) and the attention a half-warp per head (942 -> 919; kept).
+VARIANTS: dict[str, dict[str, int]] = {"shipped": {}}
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
 

@@ -28,17 +28,6 @@ typedef unsigned short weight_t;
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-// 16-byte chunks per lane of a warp's first row of each phase loaded into registers BEFORE the phase's
-// wait for its vector (the weights never depend on it), so that their L2 round trip overlaps the wait
-// instead of following it; the rest of the row, and a warp's later rows, load after it. 0: none.
-#ifndef DEPTH_PRELOAD
-#define DEPTH_PRELOAD 4
-#endif
-// 1: the attention's scores, softmax and weighted values a half-warp per head, without block barriers
-// between them (bitwise the same results); 0: a thread per (head, position), then per head, then per output.
-#ifndef DEPTH_WARP_ATTENTION
-#define DEPTH_WARP_ATTENTION 1
-#endif
 #ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
 #define DEPTH_TIMING 0
 #endif
@@ -130,84 +119,6 @@ __device__ __forceinline__ void row_dot2(const weight_t* __restrict__ W, const f
     }
     *a = warp_sum(acc_a) * row_scale(scales, ra);
     *b = warp_sum(acc_b) * row_scale(scales, rb);
-}
-
-#if DEPTH_PRELOAD
-#define PRELOAD_SLOTS DEPTH_PRELOAD
-#else
-#define PRELOAD_SLOTS 1
-#endif
-// A weight load that stays where it is written: ahead of the polls of the wait that follows (all asm
-// volatile, so the compiler keeps their order), through the read-only path.
-__device__ __forceinline__ uint4 load_weights(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-
-// The first DEPTH_PRELOAD chunks this lane takes of row r of W (rows x K), if the warp owns a row (r < rows).
-__device__ __forceinline__ void preload_row(uint4 (&w)[PRELOAD_SLOTS], const weight_t* __restrict__ W, int r, int rows, int K) {
-#if DEPTH_PRELOAD
-    if (r >= rows) return;
-    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)r * K);
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
-        const int c = (threadIdx.x & 31) + 32 * t;
-        if (c < K / WEIGHTS_PER_CHUNK) w[t] = load_weights(weights + c);
-    }
-#endif
-}
-
-// row_dot with the row's first chunks from `w` (preload_row), in the same order: bitwise the same sum.
-__device__ __forceinline__ float preloaded_row_dot(const uint4 (&w)[PRELOAD_SLOTS], const weight_t* __restrict__ W,
-                                                   const float* __restrict__ scales, long long r, const unsigned short* h, int K) {
-#if DEPTH_PRELOAD
-    const uint4* weights = reinterpret_cast<const uint4*>(W + r * K);
-    const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    const int chunks = K / WEIGHTS_PER_CHUNK;
-    float acc = 0.0f;
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
-        const int c = (threadIdx.x & 31) + 32 * t;
-        if (c < chunks) acc += chunk_dot(w[t], inputs, c);
-    }
-    #pragma unroll 4
-    for (int c = (threadIdx.x & 31) + 32 * DEPTH_PRELOAD; c < chunks; c += 32) acc += chunk_dot(__ldg(weights + c), inputs, c);
-    return warp_sum(acc) * row_scale(scales, r);
-#else
-    return row_dot(W, scales, r, h, K);
-#endif
-}
-
-// row_dot2 with the pair's first chunks from `a0` and `b0` (preload_row of rows ra and rb): the same sums.
-__device__ __forceinline__ void preloaded_row_dot2(const uint4 (&a0)[PRELOAD_SLOTS], const uint4 (&b0)[PRELOAD_SLOTS],
-                                                   const weight_t* __restrict__ W, const float* __restrict__ scales, long long ra,
-                                                   long long rb, const unsigned short* h, int K, float* a, float* b) {
-#if DEPTH_PRELOAD
-    const uint4* wa = reinterpret_cast<const uint4*>(W + ra * K);
-    const uint4* wb = reinterpret_cast<const uint4*>(W + rb * K);
-    const uint4* inputs = reinterpret_cast<const uint4*>(h);
-    const int chunks = K / WEIGHTS_PER_CHUNK;
-    float acc_a = 0.0f, acc_b = 0.0f;
-    #pragma unroll
-    for (int t = 0; t < DEPTH_PRELOAD; ++t) {
-        const int c = (threadIdx.x & 31) + 32 * t;
-        if (c < chunks) {
-            acc_a += chunk_dot(a0[t], inputs, c);
-            acc_b += chunk_dot(b0[t], inputs, c);
-        }
-    }
-    #pragma unroll 4
-    for (int c = (threadIdx.x & 31) + 32 * DEPTH_PRELOAD; c < chunks; c += 32) {
-        uint4 x = __ldg(wa + c), y = __ldg(wb + c);
-        acc_a += chunk_dot(x, inputs, c);
-        acc_b += chunk_dot(y, inputs, c);
-    }
-    *a = warp_sum(acc_a) * row_scale(scales, ra);
-    *b = warp_sum(acc_b) * row_scale(scales, rb);
-#else
-    row_dot2(W, scales, ra, rb, h, K, a, b);
-#endif
 }
 
 // Asks L2 for this warp's rows of W (rows x K) ahead of their use: a phase's weights stream in from
@@ -313,9 +224,10 @@ __device__ void stage(const unsigned int* src, unsigned int tag, const unsigned 
 // (this launch's q|k|v row) arrive. The rest runs from registers and shared memory: loaded where
 // used, the dependent round trips to L2 took ~8 µs per layer (bench run 31).
 #define DEPTH_HEADS_PER_WARP (DEPTH_MAX_QK_HEADS / DEPTH_WARPS)
+static_assert(DEPTH_MAX_POSITIONS <= 16, "a half-warp holds one head's scores, a lane per position");
 __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsigned int* qkv_now, unsigned int tag,
                        const unsigned short* qkv_rows, unsigned short* qk_rows, const unsigned short* __restrict__ rope,
-                       float qk_eps, unsigned short* h, float* qk, float* scores, uint4* keys, uint4* values) {
+                       float qk_eps, unsigned short* h, float* qk, uint4* keys, uint4* values) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int qk_heads = heads + kv_heads, positions = i + 1, group = heads / kv_heads;
     const int kv_width = kv_heads * DEPTH_HEAD_DIM, chunks = kv_width / 8;  // 16-byte chunks per position
@@ -380,9 +292,11 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
     __syncthreads();
     const unsigned short* key_bits = reinterpret_cast<const unsigned short*>(keys);
     const float scale = rsqrtf((float)DEPTH_HEAD_DIM);
-#if DEPTH_WARP_ATTENTION
     // A half-warp per head (two heads per warp at a time), a lane per position: scores, softmax and the
-    // weighted values without a block barrier between them; every sum in the same order as below.
+    // weighted values in registers and shuffles, with no block barrier between them. Each sum runs in the
+    // same fixed order as in the thread-per-(head, position) version this replaced (three barriers, the
+    // scores through shared memory), so the results are bitwise the same; int8 frame 942 -> 919 µs at 132
+    // blocks, bf16 1012 -> 989 at 99 (bench/results/run-80-depthformer-variants).
     const int half = lane >> 4, j = lane & 15;
     for (int base = warp; base < heads; base += 2 * DEPTH_WARPS) {
         const int head = base + half * DEPTH_WARPS;
@@ -417,50 +331,16 @@ __device__ void attend(int i, int heads, int kv_heads, int qkv_width, const unsi
             h[out_head * DEPTH_HEAD_DIM + lane] = float_to_bf16(out);
         }
     }
-#else
-    for (int t = threadIdx.x; t < heads * positions; t += DEPTH_THREADS) {
-        int head = t / positions, j = t % positions, kv = head / group;
-        const float* q = qk + head * DEPTH_HEAD_DIM;
-        float dot = 0.0f;
-        if (j == i) {
-            const float* k = qk + (heads + kv) * DEPTH_HEAD_DIM;
-            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * k[d];
-        } else {
-            const unsigned short* k = key_bits + j * kv_width + kv * DEPTH_HEAD_DIM;
-            for (int d = 0; d < DEPTH_HEAD_DIM; ++d) dot += q[d] * bf16_to_float(k[d]);
-        }
-        scores[head * DEPTH_MAX_POSITIONS + j] = dot * scale;
-    }
-    __syncthreads();
-    for (int head = threadIdx.x; head < heads; head += DEPTH_THREADS) {
-        float* s = scores + head * DEPTH_MAX_POSITIONS;
-        float top = s[0];
-        for (int j = 1; j < positions; ++j) top = fmaxf(top, s[j]);
-        float total = 0.0f;
-        for (int j = 0; j < positions; ++j) { s[j] = expf(s[j] - top); total += s[j]; }
-        for (int j = 0; j < positions; ++j) s[j] /= total;
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < heads * DEPTH_HEAD_DIM; e += DEPTH_THREADS) {
-        int head = e / DEPTH_HEAD_DIM, d = e % DEPTH_HEAD_DIM;
-        const unsigned short* vv = value_bits + (head / group) * DEPTH_HEAD_DIM + d;
-        const float* p = scores + head * DEPTH_MAX_POSITIONS;
-        float out = 0.0f;
-        for (int j = 0; j < positions; ++j) out += p[j] * bf16_to_float(vv[j * kv_width]);
-        h[e] = float_to_bf16(out);
-    }
-#endif
     __syncthreads();
 }
 
 // next[r] = previous[r] + W[r] . h, tagged, for every row r of W (rows x K) that this warp owns (the
 // same warp owns row r of every residual phase, so previous[r] is its own earlier word).
-// The warp's first row's first chunks are in `first` (preload_row).
 __device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, const float* __restrict__ scales, int rows, int K,
                                               const unsigned short* h, const unsigned int* previous, unsigned int* next,
-                                              unsigned int tag, int first_row, int row_step, const uint4 (&first)[PRELOAD_SLOTS]) {
+                                              unsigned int tag, int first_row, int row_step) {
     for (int r = first_row; r < rows; r += row_step) {
-        float acc = r == first_row ? preloaded_row_dot(first, W, scales, r, h, K) : row_dot(W, scales, r, h, K);
+        float acc = row_dot(W, scales, r, h, K);
         if ((threadIdx.x & 31) == 0)
             store_relaxed(next + r, tagged(tag, float_to_bf16(acc + bf16_to_float((unsigned short)(previous[r] & 0xffffu)))));
     }
@@ -517,7 +397,6 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
     __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
-    __shared__ float scores[DEPTH_MAX_QK_HEADS * DEPTH_MAX_POSITIONS];
     __shared__ uint4 keys[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8], values[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8];
     STAMP(0);
     const int lane = threadIdx.x & 31;
@@ -550,7 +429,6 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         prefetch_phase(q, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
 
     const unsigned int* x = exchange;  // x as it enters the layer
-    uint4 first_a[PRELOAD_SLOTS], first_b[PRELOAD_SLOTS];  // the warp's first row (w1|w3: pair) of a phase (DEPTH_PRELOAD)
     for (int l = 0; l < layers; ++l) {
         const long long* p = table + (long long)l * DEPTH_TABLE;
         const unsigned short* norm = (const unsigned short*)p[0];
@@ -572,12 +450,10 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         unsigned int* act = x_mid + dim;
         unsigned int* x_out = act + ff;
 
-        preload_row(first_a, qkv, first_row, qkv_width, dim);
         stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
         STAMP(64 + 3 * l + 0);
         for (int r = first_row; r < qkv_width; r += row_step) {
-            unsigned short bits = float_to_bf16(r == first_row ? preloaded_row_dot(first_a, qkv, qkv_scales, r, h, dim)
-                                                               : row_dot(qkv, qkv_scales, r, h, dim));
+            unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
             if (lane == 0) {
                 qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
                 store_relaxed(qkv_now + r, tagged(tag, bits));
@@ -586,22 +462,18 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 1);
         STAMP(9 * l + 2);
-        preload_row(first_a, out, first_row, dim, dim);
-        attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, scores, keys, values);
+        attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, keys, values);
         STAMP(9 * l + 3);
-        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step, first_a);
+        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step);
         prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 4);
         STAMP(9 * l + 5);
 
-        preload_row(first_a, w13, first_row, ff, dim);
-        preload_row(first_b, w13, first_row < ff ? first_row + ff : 2 * ff, 2 * ff, dim);
         stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
         STAMP(64 + 3 * l + 1);
         for (int r = first_row; r < ff; r += row_step) {
             float gate, up;
-            if (r == first_row) preloaded_row_dot2(first_a, first_b, w13, w13_scales, r, r + ff, h, dim, &gate, &up);
-            else row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
+            row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
             gate = bf16_to_float(float_to_bf16(gate));
             up = bf16_to_float(float_to_bf16(up));
             if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
@@ -610,20 +482,18 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
         STAMP(9 * l + 6);
         STAMP(9 * l + 7);
 
-        preload_row(first_a, w2, first_row, dim, ff);
         stage(act, tag, 0, 0.0f, ff, h, partial);
         STAMP(64 + 3 * l + 2);
-        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step, first_a);
+        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
         prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
         STAMP(9 * l + 8);
         STAMP(9 * l + 9);
         x = x_out;
     }
 
-    preload_row(first_a, to_logits, first_row, vocab, dim);
     stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
     for (int r = first_row; r < vocab; r += row_step) {
-        float acc = r == first_row ? preloaded_row_dot(first_a, to_logits, head_scales, r, h, dim) : row_dot(to_logits, head_scales, r, h, dim);
+        float acc = row_dot(to_logits, head_scales, r, h, dim);
         if (lane == 0) logits[r] = float_to_bf16(acc);
     }
     STAMP(126);

@@ -25,7 +25,7 @@ class DepthformerCodebookStep:
     """One depthformer codebook step (all layers, then the codebook's logits) as ONE kernel launch.
 
     The grid has at most one block per SM and its blocks wait for each other's rows of every phase,
-    so it must be resident as a whole: one block per SM always fits (512 threads, ~36 KB of shared
+    so it must be resident as a whole: one block per SM always fits (512 threads, ~33 KB of shared
     memory). Built by `StaticDepthformer`, which gives it the layer table and an exchange buffer
     (`exchange_words`) and checks it against the plain ops on the model's own weights before using it.
     """
