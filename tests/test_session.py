@@ -223,9 +223,9 @@ def test_warm_up_turn_leaves_no_trace(session: ChatSession, tiny_model_dir) -> N
     assert [t.role for t in session.conversation.turns] == ["system"]
     assert session.backend.positions == session.conversation.positions  # the system prompt, prefilled ahead
     warmed, warmed_stats = _turn(session, 0.5, 300)
-    cold = _open(tiny_model_dir)
-    cold.reset()  # as ChatSession.open leaves a session: the system prompt prefilled ahead
-    cold, cold_stats = _turn(cold, 0.5, 300)
+    fresh = _open(tiny_model_dir)
+    fresh.reset()  # as ChatSession.open leaves a session: the system prompt prefilled ahead
+    cold, cold_stats = _turn(fresh, 0.5, 300)
     assert warmed_stats.token_ids == cold_stats.token_ids and warmed_stats.frames == cold_stats.frames > 0
     warmed_pcm = np.concatenate([o.pcm for o in warmed if isinstance(o, AudioPieceOut)])
     cold_pcm = np.concatenate([o.pcm for o in cold if isinstance(o, AudioPieceOut)])
