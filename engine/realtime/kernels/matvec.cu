@@ -11,6 +11,9 @@
 #ifndef PIPELINE
 #define PIPELINE 0
 #endif
+#ifndef L2_AHEAD  // probe only (scripts/probe_step_overlap.py): a walking block asks L2 for its later tiles at its start
+#define L2_AHEAD 0
+#endif
 // A row (or its part, see `split`) is one group of lanes: a warp for bf16 weights, half a warp for int8, so
 // that a lane's MATVEC_DEPTH loads cover the same 256 weights either way and a launch keeps as many bytes in
 // flight per lane as bf16 does (a warp per int8 row halved them: on the H200 the int8 products then took
@@ -78,6 +81,13 @@ typedef float4 staged_t;
 #define XSTAGE xs
 typedef uint4 staged_t;
 #endif
+
+// Asks L2 for a tile's weights (this lane's share of its group's 128-byte lines), to be loaded later.
+__device__ __forceinline__ void prefetch_tile(const weight_t* __restrict__ W, int row, int N, int K, int first, int glane, int split) {
+    const char* segment = reinterpret_cast<const char*>(W + (long long)min(row, N - 1) * K) + (long long)first * 16;
+    const int lines = (int)(K * sizeof(weight_t) / split / 128);
+    for (int line = glane; line < lines; line += GROUP_LANES) asm volatile("prefetch.global.L2 [%0];" :: "l"(segment + line * 128));
+}
 
 // This lane's part of a tile's row sum: its chunks in order (the row's fixed-order sum, with the group's
 // shuffle in finish_tile).
@@ -176,6 +186,10 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
 #if PIPELINE
     uint4 w_next[MATVEC_DEPTH];
     if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
+#endif
+#if PIPELINE && L2_AHEAD
+    for (int tile = blockIdx.x + 2 * gridDim.x; tile < tiles; tile += gridDim.x)
+        prefetch_tile(W, tile_row(tile, group, split, N), N, K, first, glane, split);
 #endif
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
 #if PIPELINE
