@@ -7,7 +7,9 @@ Runs 67-69 found each int8 product paying ~3-4 µs of fill and drain (the weight
   cannot become resident until ours leave; with 1, the next product's blocks fit beside ours, launch at our
   trigger and have their first tiles' loads in flight before we finish);
 * `l2_ahead`: a walking block asks L2 for all its later tiles at its start (matvec.cu's L2_AHEAD), so the whole
-  matrix is requested at once and no tile waits on memory after the first two.
+  matrix is requested at once and no tile waits on memory after the first two;
+* `conv`: the conv layers' in-projection with the conv step as its epilogue (matvec_conv_int8), or the product
+  and short_conv_step (10 kernels a step more).
 Per variant: the decode step's graph, the text head's and the audio head's (ms, median of 30 x 10 replays), and
 whether the step's output is bitwise the engine's. Writes $OUT/probe_step_overlap.json.
 Run on the GPU machine: `python3 scripts/probe_step_overlap.py`.
@@ -27,18 +29,21 @@ from engine.bench.workload import median_ms
 from engine.model.loading import use_expandable_cuda_segments
 from engine.realtime import graphs
 from engine.realtime.backend import GraphedBackend
-from engine.realtime.kernels import Matvec, compile_in_background, sources
+from engine.realtime.kernels import compile_in_background, sources
 from engine.realtime.kernels.runtime import _load, nvrtc_compile
 
+NAMES = ("matvec_int8", "matvec_gated_int8", "matvec_conv_int8")
+ATTRIBUTES = ("int8_kernel", "gated_int8_kernel", "conv_int8_kernel")
 
-def built(l2_ahead: int) -> tuple[object, object]:
+
+def built(l2_ahead: int) -> tuple[object, ...]:
     arch = "".join(map(str, torch.cuda.get_device_capability()))
     kernels = []
-    for name in ("matvec_int8", "matvec_gated_int8"):
+    for name in NAMES:
         kernel = sources.KERNELS[name]
         text = sources.defines({**kernel.defines, "L2_AHEAD": l2_ahead}) + sources.read(kernel.file)
         kernels.append(_load(*nvrtc_compile(text, name, arch)))
-    return kernels[0], kernels[1]
+    return tuple(kernels)
 
 
 @torch.inference_mode()
@@ -51,7 +56,8 @@ def main() -> None:
     backend = GraphedBackend(loaded)
     engine = backend.backbone.matvec
     assert engine is not None and backend.text_product is engine
-    kernels = {0: (engine.int8_kernel, engine.gated_int8_kernel), 1: built(1)}
+    kernels = {0: tuple(getattr(engine, a) for a in ATTRIBUTES), 1: built(1)}
+    conv_epilogue = backend.backbone.conv_epilogue
     backend.input.normal_()
     saved = backend.snapshot()
 
@@ -62,33 +68,35 @@ def main() -> None:
         return backend.hidden.clone()
 
     reference = step_output()
-    report: dict[str, object] = {"device": torch.cuda.get_device_name(device), "sms": engine.sm_count, "variants": {}}
+    report: dict[str, object] = {"device": torch.cuda.get_device_name(device), "sms": engine.sm_count, "variants": {},
+                                 "conv_epilogue_agreed": conv_epilogue}
     for round_ in range(2):  # twice, in the same order: the spread between rounds is the probe's own
-        for walkers in (2, 1):
-            for l2_ahead in (0, 1):
-                engine.int8_kernel, engine.gated_int8_kernel = kernels[l2_ahead]
-                engine.walkers_per_sm["int8"] = walkers
-                products = [engine]
-                if backend.depthformer.input_product is not None:
-                    products.append(backend.depthformer.input_product)
-                for matvec in products:
-                    matvec.int8_kernel, matvec.gated_int8_kernel = kernels[l2_ahead]
-                    matvec.walkers_per_sm["int8"] = walkers
-                for name in ("decode", "text_head", "audio_head"):
-                    backend.graphs.pop(name, None)
-                    backend.stage_standalone_run(name)
-                    graphs.warm_up(device, backend.steps[name])
-                    backend.graphs[name], _ = graphs.capture(backend.steps[name], pool=backend.graph_pool)
-                backend.restore(saved)
-                entry: dict[str, object] = {}
-                for name in ("decode", "text_head", "audio_head"):
-                    backend.backbone.position.fill_(500)
-                    entry[f"{name}_ms"] = round(median_ms(backend.graphs[name].replay), 4)
-                backend.restore(saved)
-                entry["decode_bitwise_the_engine"] = bool(torch.equal(step_output(), reference))
-                key = f"walkers {walkers}, l2_ahead {l2_ahead}"
-                report["variants"].setdefault(key, []).append(entry)
-                print(round_, key, json.dumps(entry), flush=True)
+        for conv in (True, False):
+            for walkers in (2, 1):
+                for l2_ahead in (0, 1):
+                    backend.backbone.conv_epilogue = conv and conv_epilogue
+                    products = [engine]
+                    if backend.depthformer.input_product is not None:
+                        products.append(backend.depthformer.input_product)
+                    for matvec in products:
+                        for attribute, kernel in zip(ATTRIBUTES, kernels[l2_ahead]):
+                            setattr(matvec, attribute, kernel)
+                        matvec.walkers_per_sm["int8"] = walkers
+                    for name in ("decode", "text_head", "audio_head"):
+                        backend.graphs.pop(name, None)
+                        backend.stage_standalone_run(name)
+                        graphs.warm_up(device, backend.steps[name])
+                        backend.graphs[name], _ = graphs.capture(backend.steps[name], pool=backend.graph_pool)
+                    backend.restore(saved)
+                    entry: dict[str, object] = {}
+                    for name in ("decode", "text_head", "audio_head"):
+                        backend.backbone.position.fill_(500)
+                        entry[f"{name}_ms"] = round(median_ms(backend.graphs[name].replay), 4)
+                    backend.restore(saved)
+                    entry["decode_bitwise_the_engine"] = bool(torch.equal(step_output(), reference))
+                    key = f"conv epilogue {backend.backbone.conv_epilogue}, walkers {walkers}, l2_ahead {l2_ahead}"
+                    report["variants"].setdefault(key, []).append(entry)
+                    print(round_, key, json.dumps(entry), flush=True)
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_step_overlap.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

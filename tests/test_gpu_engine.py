@@ -130,6 +130,8 @@ def test_graph_replay_is_bitwise_equal_to_eager_steps(request, precision: str) -
     if precision == "int8":  # the int8 kernels run every product, the text head and the depthformer's input
         assert backend.depthformer.fused.int8 and backend.text_product is not None and backend.depthformer.input_product is not None
         assert len(backend.backbone.matvec_shapes) == 6 and all(shape[5] for shape in backend.backbone.matvec_shapes)
+    # The conv layers' int8 in-projections run the conv step as their epilogue (bf16: the conv step's own kernel).
+    assert backend.backbone.conv_epilogue == (precision == "int8")
     checking = ReplayVersusEager(backend)
     schedule = Schedule(full_size.interleaved_n_text, full_size.interleaved_n_audio)
     produced = 0

@@ -387,6 +387,35 @@ def test_int8_matvec_kernel_matches_the_dequantized_product(device, rows: int, c
         assert torch.equal(got, matvec(h, weight, None, norm, 1e-5, gated=True))
 
 
+@pytest.mark.parametrize("channels, columns", [(2048, 2048), (1001, 2048), (64, 4096), (37, 512)])
+def test_int8_conv_epilogue_is_bitwise_the_product_then_the_conv_step(device, channels: int, columns: int) -> None:
+    """matvec_conv_int8 (the conv layers' int8 in-projection with the conv step as its epilogue) against the int8
+    product followed by short_conv_step: the same output and the same updated state, bit for bit, with and
+    without the norm, over several steps (the state shifting through every tap); shapes with a partial last tile,
+    a row split over two groups (4096 columns: 2 channels a tile) and more tiles than walking blocks."""
+    from engine.realtime.kernels import Matvec, ShortConvStep
+
+    matvec = Matvec.create(device, torch.bfloat16)
+    assert matvec is not None and matvec.supports(columns, int8=True, conv=True)
+    taps = 3
+    step = ShortConvStep.create(channels, taps, device, torch.bfloat16)
+    assert step is not None
+    generator = torch.Generator(device=device).manual_seed(channels + columns)
+    weight = _int8(3 * channels, columns, generator, device)
+    conv_weight = torch.randn((channels, taps), device=device, generator=generator).to(torch.bfloat16)
+    gain = torch.randn((columns,), device=device, generator=generator).to(torch.bfloat16)
+    for norm in (None, gain):
+        state = torch.randn((channels, taps), device=device, generator=generator).to(torch.bfloat16)
+        fused_state, separate_state = state.clone(), state.clone()
+        for _ in range(taps + 1):
+            x = (torch.randn((1, columns), device=device, generator=generator) * 3).to(torch.bfloat16)
+            expected = step(matvec(x, weight, None, norm, 1e-5), separate_state, conv_weight).clone()
+            got = matvec(x, weight, None, norm, 1e-5, conv=(fused_state, conv_weight))
+            assert got.shape == (1, channels)
+            assert torch.equal(got, expected) and torch.equal(fused_state, separate_state), norm is None
+        assert not torch.equal(fused_state, state)
+
+
 def test_int8_walking_products_are_bitwise_the_one_tile_per_block_kernels(device) -> None:
     """The int8 kernels' walking blocks (matvec.cu's PIPELINE 1: a few blocks per SM each take every
     gridDim-th tile, the next one's loads in flight) against the same source built with one tile per block

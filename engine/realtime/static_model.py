@@ -255,6 +255,7 @@ class StaticBackbone(StreamingState):
         # on cuBLAS), filled as it chooses, so that a gated product is timed against its plain product's choice.
         self.matvec_shapes: set[ProductKey] = set()
         self.matvec_shapes = self._choose_matvec_shapes()
+        self.conv_epilogue = self._conv_epilogue_agrees()  # the int8 in-projections run the conv step themselves
         self.flash_prefill = self._flash_agrees()  # the prefill graphs' attention (see _attend_flash)
         self.positions = 0  # host mirror, updated by the caller's bookkeeping
 
@@ -479,12 +480,43 @@ class StaticBackbone(StreamingState):
                 attn = self._decode_attention(layer, qkv, write_mask=first_attention)
                 first_attention = False
                 x = self._product(attn, layer.out, residual=x[0])
+            elif self.conv_epilogue:
+                conv = self.matvec(x, layer.in_proj, None, layer.norm, self.eps, conv=(layer.state, layer.conv))
+                x = self._product(conv, layer.out, residual=x[0])
             else:
                 conv = self._conv_step(layer, self._product(x, layer.in_proj, norm=layer.norm))
                 x = self._product(conv, layer.out, residual=x[0])
             x = self._mlp(layer, x)
         self.position.add_(1)
         return self._norm(x, self.final_norm)
+
+    @torch.no_grad()
+    def _conv_epilogue_agrees(self) -> bool:
+        """Whether every conv layer's in-projection is an int8 product of the kernel that can take the conv step
+        as its epilogue (matvec_conv_int8: one kernel a conv layer fewer), and that kernel gives bit for bit
+        what the product and the conv step kernel give, output and state, on the first conv layer's weights
+        and random data (start-up)."""
+        conv_layers = [layer for layer in self.layers if isinstance(layer, _ConvLayer)]
+        if self.matvec is None or self.short_conv is None or not conv_layers:
+            return False
+        for layer in conv_layers:
+            weight = layer.in_proj
+            key = (weight.shape[0], weight.shape[1], False, True, False, True)
+            if key not in self.matvec_shapes or not self.matvec.supports(weight.shape[1], int8=True, conv=True):
+                return False
+            if not (layer.state.is_contiguous() and layer.conv.is_contiguous()):
+                return False
+        layer = conv_layers[0]
+        generator = torch.Generator(device=self.device).manual_seed(0)
+        x = (torch.randn((1, self.hidden), device=self.device, generator=generator) * 3).to(self.dtype)
+        state = torch.randn(layer.state.shape, device=self.device, generator=generator).to(self.dtype)
+        separate_state, fused_state = state.clone(), state.clone()
+        separate = self.short_conv(self.matvec(x, layer.in_proj, None, layer.norm, self.eps), separate_state, layer.conv).clone()
+        fused = self.matvec(x, layer.in_proj, None, layer.norm, self.eps, conv=(fused_state, layer.conv))
+        if torch.equal(fused, separate) and torch.equal(fused_state, separate_state):
+            return True
+        log.warning("the int8 in-projection with the conv step disagrees with the two kernels; not used")
+        return False
 
     def _conv_step(self, layer: _ConvLayer, bcu: torch.Tensor) -> torch.Tensor:
         if self.short_conv is not None:

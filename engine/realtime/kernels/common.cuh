@@ -54,4 +54,25 @@ __device__ __forceinline__ float block_inv_rms(float squares, float* partial, in
     return rsqrtf(total / (float)n + __int_as_float(eps_bits));
 }
 
+// One decode position of LFM2's short convolution for one channel, from the in-projection's bf16 outputs b, c and
+// u of that channel: bu = b*u; state = [state[1:], bu]; out = c * sum_j state[j] * weight[j] (the channel's row of
+// state and weight: `taps` each). short_conv_step runs it per channel, and the int8 in-projection product
+// (matvec.cu's CONV) as its epilogue; each channel's row is read and written by one thread.
+__device__ __forceinline__ unsigned short conv_channel_step(unsigned short b, unsigned short c, unsigned short u,
+                                                            unsigned short* __restrict__ state,
+                                                            const unsigned short* __restrict__ weight, int channel, int taps) {
+    const unsigned short bu = float_to_bf16(bf16_to_float(b) * bf16_to_float(u));
+    unsigned short* row = state + (long long)channel * taps;
+    const unsigned short* w = weight + (long long)channel * taps;
+    float acc = 0.0f;
+    for (int j = 0; j + 1 < taps; ++j) {
+        const unsigned short shifted = row[j + 1];
+        row[j] = shifted;
+        acc += bf16_to_float(shifted) * bf16_to_float(w[j]);
+    }
+    row[taps - 1] = bu;
+    acc += bf16_to_float(bu) * bf16_to_float(w[taps - 1]);
+    return float_to_bf16(bf16_to_float(c) * bf16_to_float(float_to_bf16(acc)));
+}
+
 #endif  // VOICECHAT_COMMON_CUH

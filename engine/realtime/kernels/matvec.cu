@@ -1,7 +1,8 @@
 // matvec and matvec_gated: the batch-1 matrix-vector product, optionally of its input's RMS norm and plus
-// a residual row, or with the SwiGLU of the product's halves as its epilogue (wrapper: matvec.py). One
-// source, four kernels: sources.py defines MATVEC_NAME, GATED (0 or 1) and WEIGHT_INT8 (0: bf16 weights;
-// 1: int8 weights with a float32 scale per row, W8A16, engine/model/quantized.py) for each, and
+// a residual row, or with the SwiGLU of the product's halves as its epilogue (wrapper: matvec.py); and
+// matvec_conv_int8, the conv layers' int8 in-projection with their short convolution's step as its epilogue.
+// One source, five kernels: sources.py defines MATVEC_NAME, GATED and CONV (0 or 1) and WEIGHT_INT8 (0: bf16
+// weights; 1: int8 weights with a float32 scale per row, W8A16, engine/model/quantized.py) for each, and
 // MATVEC_WARPS, MATVEC_DEPTH, MATVEC_MAX_K and MATVEC_MIN_BLOCKS from the Python constants of the same names.
 // Programmatic dependent launches in the backbone decode step (common.cuh).
 
@@ -10,6 +11,9 @@
 #define MATVEC_THREADS (MATVEC_WARPS * 32)
 #ifndef PIPELINE
 #define PIPELINE 0
+#endif
+#ifndef CONV
+#define CONV 0
 #endif
 #ifndef L2_AHEAD  // probe only (scripts/probe_step_overlap.py): a walking block asks L2 for its later tiles at its start
 #define L2_AHEAD 0
@@ -54,12 +58,19 @@ __device__ __forceinline__ float int8_chunk_dot(uint4 w, const float4* __restric
     return acc;
 }
 
+// CONV: a tile's channels (GROUPS / split / 3 of them; a group left over loads and writes nothing of its own).
+#define CONV_CHANNELS(split) (GROUPS / (split) / 3)
+
 // The rows a block's groups take in tile `tile` (GROUPS / split rows; gated: half of them gates, half their
-// ups): the row this thread's group multiplies. A tile past the last row loads row N - 1 and writes nothing.
+// ups; conv: the b, c and u rows of each of its channels, in that order): the row this thread's group
+// multiplies. A tile past the last row loads row N - 1 and writes nothing.
 __device__ __forceinline__ int tile_row(int tile, int group, int split, int N) {
 #if GATED
     const int local = group / split, half = GROUPS / split / 2;
     return tile * half + local % half + (local < half ? 0 : N / 2);
+#elif CONV
+    const int local = min(group / split, 3 * CONV_CHANNELS(split) - 1);
+    return (local % 3) * (N / 3) + tile * CONV_CHANNELS(split) + local / 3;
 #else
     return tile * (GROUPS / split) + group / split;
 #endif
@@ -113,7 +124,9 @@ __device__ __forceinline__ float tile_dot(const uint4 (&w)[MATVEC_DEPTH], const 
 // thread of the block calls it: it synchronizes the block before and after using `partial`.
 __device__ __forceinline__ void finish_tile(float acc, int tile, int group, int glane, int split, float* partial,
                                             const float* __restrict__ scales, int has_residual,
-                                            const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N) {
+                                            const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N,
+                                            unsigned short* __restrict__ conv_state, const unsigned short* __restrict__ conv_weight,
+                                            int taps) {
     for (int offset = GROUP_LANES / 2; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);  // within the group
     if (glane == 0) partial[group] = acc;
     __syncthreads();
@@ -130,6 +143,19 @@ __device__ __forceinline__ void finish_tile(float acc, int tile, int group, int 
         gate = bf16_to_float(float_to_bf16(gate));
         up = bf16_to_float(float_to_bf16(up));
         out[out_row] = float_to_bf16(gate / (1.0f + expf(-gate)) * up);
+    }
+#elif CONV
+    const int local = group / split, hidden = N / 3, channel = tile * CONV_CHANNELS(split) + local / 3;
+    if (part == 0 && glane == 0 && local % 3 == 0 && local / 3 < CONV_CHANNELS(split) && channel < hidden) {
+        float b = 0.0f, c = 0.0f, u = 0.0f;  // the c and u rows' groups follow the b row's
+        for (int p = 0; p < split; ++p) { b += partial[group + p]; c += partial[group + split + p]; u += partial[group + 2 * split + p]; }
+#if WEIGHT_INT8
+        b *= scales[channel];
+        c *= scales[hidden + channel];
+        u *= scales[2 * hidden + channel];
+#endif
+        // The product's bf16 outputs, then the conv step exactly as short_conv_step takes them.
+        out[channel] = conv_channel_step(float_to_bf16(b), float_to_bf16(c), float_to_bf16(u), conv_state, conv_weight, channel, taps);
     }
 #else
     const int row = tile_row(tile, group, split, N);
@@ -168,10 +194,15 @@ __device__ __forceinline__ void finish_tile(float acc, int tile, int group, int 
 // out (N/2) = bf16(silu(g) * u) of each bf16-rounded pair (g, u) (as the jiterator SwiGLU computes it
 // from the product's bf16 outputs): a block's first half of rows are gates, its second half their ups,
 // so the SwiGLU is the product's epilogue, not a kernel of its own. No residual.
+// CONV (the kernel matvec_conv_int8): W is a conv layer's in-projection, its b rows [0, N/3), c rows [N/3, 2N/3)
+// and u rows [2N/3, N); a tile holds whole channels (their three rows), and out (N/3) is the conv step of each
+// (common.cuh's conv_channel_step), which updates conv_state (N/3, taps) with conv_weight (N/3, taps): the
+// product's outputs and the state bitwise as the product followed by short_conv_step, one kernel fewer. No residual.
 extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) MATVEC_NAME(
         const weight_t* __restrict__ W, const float* __restrict__ scales, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
-        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split, int tiles) {
+        const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split, int tiles,
+        unsigned short* __restrict__ conv_state, const unsigned short* __restrict__ conv_weight, int taps) {
 #if WEIGHT_INT8
     __shared__ float4 xf[MATVEC_MAX_K / 4];  // x (or its norm) as floats: 4 LDS.128 per 16 weights, no unpacking
 #else
@@ -249,14 +280,15 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     for (int tile = blockIdx.x; tile < tiles; tile += 2 * gridDim.x) {
         float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
         if (tile + 2 * gridDim.x < tiles) load_tile(w, W, tile_row(tile + 2 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
-        finish_tile(acc, tile, group, glane, split, partial, scales, has_residual, residual, out, N);
+        finish_tile(acc, tile, group, glane, split, partial, scales, has_residual, residual, out, N, conv_state, conv_weight, taps);
         if (tile + gridDim.x >= tiles) break;
         acc = tile_dot(w_next, XSTAGE, first, glane, per_lane, K);
         if (tile + 3 * gridDim.x < tiles) load_tile(w_next, W, tile_row(tile + 3 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
-        finish_tile(acc, tile + gridDim.x, group, glane, split, partial, scales, has_residual, residual, out, N);
+        finish_tile(acc, tile + gridDim.x, group, glane, split, partial, scales, has_residual, residual, out, N, conv_state,
+                    conv_weight, taps);
     }
 #else
     finish_tile(tile_dot(w, XSTAGE, first, glane, per_lane, K), blockIdx.x, group, glane, split, partial, scales, has_residual,
-                residual, out, N);
+                residual, out, N, conv_state, conv_weight, taps);
 #endif
 }

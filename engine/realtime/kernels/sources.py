@@ -136,14 +136,16 @@ KERNELS: dict[str, Kernel] = {
                {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
         Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
         *(
-            Kernel(f"matvec{'_gated' * gated}{'_int8' * int8}", "matvec.cu", {
-                **_MATVEC_DEFINES, "GATED": gated, "WEIGHT_INT8": int8, "MATVEC_NAME": f"matvec{'_gated' * gated}{'_int8' * int8}",
+            Kernel(f"matvec{epilogue}{'_int8' * int8}", "matvec.cu", {
+                **_MATVEC_DEFINES, "GATED": int(epilogue == "_gated"), "CONV": int(epilogue == "_conv"), "WEIGHT_INT8": int8,
+                "MATVEC_NAME": f"matvec{epilogue}{'_int8' * int8}",
                 **{name: table["int8" if int8 else "bf16"] for name, table in (
                     ("GROUP_LANES", MATVEC_GROUP_LANES), ("PER_CHUNK", MATVEC_PER_CHUNK), ("PIPELINE", MATVEC_PIPELINE),
                     ("MATVEC_MIN_BLOCKS", MATVEC_MIN_BLOCKS),
                 )},
             })
-            for int8 in (0, 1) for gated in (0, 1)
+            # The conv epilogue for int8 weights only: a tile of 8 bf16 rows holds 2 channels, 2 of its 8 warps idle.
+            for int8, epilogue in ((0, ""), (0, "_gated"), (1, ""), (1, "_gated"), (1, "_conv"))
         ),
         Kernel("rms_norm_row", "rms_norm.cu"),
         Kernel("dequantize_int8", "dequantize.cu"),
