@@ -1,15 +1,15 @@
-"""GPU probe (issue 29): does keeping the memory busy across the int8 products' boundaries speed up the backbone step?
+"""GPU probe (issue 29): what holds the int8 products of the backbone step at ~2.4 TB/s?
 
-Runs 67-69 found each int8 product paying ~3-4 µs of fill and drain (the weights stream at ~2.9 TB/s in between),
-64 products a step. Two ways to hide it, timed here on the real int8 decode step (true size, random weights,
-`GraphedBackend`'s own graphs recaptured per variant):
-* `walkers`: walking blocks per SM (the engine: 2, each budgeted 128 registers, so the next product's blocks
-  cannot become resident until ours leave; with 1, the next product's blocks fit beside ours, launch at our
-  trigger and have their first tiles' loads in flight before we finish);
-* `l2_ahead`: a walking block asks L2 for all its later tiles at its start (matvec.cu's L2_AHEAD), so the whole
-  matrix is requested at once and no tile waits on memory after the first two;
-* `conv`: the conv layers' in-projection with the conv step as its epilogue (matvec_conv_int8), or the product
-  and short_conv_step (10 kernels a step more).
+Runs 67-69 found each int8 product paying ~3-4 µs of fill and drain, the weights streaming at ~2.9 TB/s in
+between, and neither the arithmetic (tensor cores) nor the bytes in flight per SM setting it. Timed here on the
+real int8 decode step (true size, random weights, `GraphedBackend`'s own graphs recaptured per variant):
+* `engine`: as shipped (the conv layers' in-projection with the conv step as its epilogue, matvec_conv_int8);
+* `conv off`: the in-projection and short_conv_step as two kernels (10 kernels a step more);
+* `walkers 1`: one walking block per SM (the next product's blocks resident beside ours; run 83: slower);
+* `l2 ahead`: each walking block asks L2 for its later tiles at its start (matvec.cu's L2_AHEAD; run 83: slower);
+* `tiled`: the same loads, but as if each tile's rows were stored chunk-interleaved, so that a block's load step
+  reads one contiguous run (matvec.cu's TILED_PROBE; wrong results, for the memory's locality only);
+* `hint`: weights loaded with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs (LOAD_HINT).
 Per variant: the decode step's graph, the text head's and the audio head's (ms, median of 30 x 10 replays), and
 whether the step's output is bitwise the engine's. Writes $OUT/probe_step_overlap.json.
 Run on the GPU machine: `python3 scripts/probe_step_overlap.py`.
@@ -36,12 +36,12 @@ NAMES = ("matvec_int8", "matvec_gated_int8", "matvec_conv_int8")
 ATTRIBUTES = ("int8_kernel", "gated_int8_kernel", "conv_int8_kernel")
 
 
-def built(l2_ahead: int) -> tuple[object, ...]:
+def built(defines: dict[str, int]) -> tuple[object, ...]:
     arch = "".join(map(str, torch.cuda.get_device_capability()))
     kernels = []
     for name in NAMES:
         kernel = sources.KERNELS[name]
-        text = sources.defines({**kernel.defines, "L2_AHEAD": l2_ahead}) + sources.read(kernel.file)
+        text = sources.defines({**kernel.defines, **defines}) + sources.read(kernel.file)
         kernels.append(_load(*nvrtc_compile(text, name, arch)))
     return tuple(kernels)
 
@@ -56,7 +56,7 @@ def main() -> None:
     backend = GraphedBackend(loaded)
     engine = backend.backbone.matvec
     assert engine is not None and backend.text_product is engine
-    kernels = {0: tuple(getattr(engine, a) for a in ATTRIBUTES), 1: built(1)}
+    shipped = tuple(getattr(engine, a) for a in ATTRIBUTES)
     conv_epilogue = backend.backbone.conv_epilogue
     backend.input.normal_()
     saved = backend.snapshot()
@@ -70,33 +70,40 @@ def main() -> None:
     reference = step_output()
     report: dict[str, object] = {"device": torch.cuda.get_device_name(device), "sms": engine.sm_count, "variants": {},
                                  "conv_epilogue_agreed": conv_epilogue}
+    variants = {  # name: (conv epilogue, walkers per SM, kernel defines)
+        "engine": (True, 2, {}),
+        "conv off": (False, 2, {}),
+        "walkers 1": (True, 1, {}),
+        "l2 ahead": (True, 2, {"L2_AHEAD": 1}),
+        "tiled, conv off": (False, 2, {"TILED_PROBE": 1}),
+        "hint": (True, 2, {"LOAD_HINT": 1}),
+        "tiled + hint, conv off": (False, 2, {"TILED_PROBE": 1, "LOAD_HINT": 1}),
+    }
+    kernels = {name: built(defines) if defines else shipped for name, (_, _, defines) in variants.items()}
     for round_ in range(2):  # twice, in the same order: the spread between rounds is the probe's own
-        for conv in (True, False):
-            for walkers in (2, 1):
-                for l2_ahead in (0, 1):
-                    backend.backbone.conv_epilogue = conv and conv_epilogue
-                    products = [engine]
-                    if backend.depthformer.input_product is not None:
-                        products.append(backend.depthformer.input_product)
-                    for matvec in products:
-                        for attribute, kernel in zip(ATTRIBUTES, kernels[l2_ahead]):
-                            setattr(matvec, attribute, kernel)
-                        matvec.walkers_per_sm["int8"] = walkers
-                    for name in ("decode", "text_head", "audio_head"):
-                        backend.graphs.pop(name, None)
-                        backend.stage_standalone_run(name)
-                        graphs.warm_up(device, backend.steps[name])
-                        backend.graphs[name], _ = graphs.capture(backend.steps[name], pool=backend.graph_pool)
-                    backend.restore(saved)
-                    entry: dict[str, object] = {}
-                    for name in ("decode", "text_head", "audio_head"):
-                        backend.backbone.position.fill_(500)
-                        entry[f"{name}_ms"] = round(median_ms(backend.graphs[name].replay), 4)
-                    backend.restore(saved)
-                    entry["decode_bitwise_the_engine"] = bool(torch.equal(step_output(), reference))
-                    key = f"conv epilogue {backend.backbone.conv_epilogue}, walkers {walkers}, l2_ahead {l2_ahead}"
-                    report["variants"].setdefault(key, []).append(entry)
-                    print(round_, key, json.dumps(entry), flush=True)
+        for key, (conv, walkers, _) in variants.items():
+            backend.backbone.conv_epilogue = conv and conv_epilogue
+            products = [engine]
+            if backend.depthformer.input_product is not None:
+                products.append(backend.depthformer.input_product)
+            for matvec in products:
+                for attribute, kernel in zip(ATTRIBUTES, kernels[key]):
+                    setattr(matvec, attribute, kernel)
+                matvec.walkers_per_sm["int8"] = walkers
+            for name in ("decode", "text_head", "audio_head"):
+                backend.graphs.pop(name, None)
+                backend.stage_standalone_run(name)
+                graphs.warm_up(device, backend.steps[name])
+                backend.graphs[name], _ = graphs.capture(backend.steps[name], pool=backend.graph_pool)
+            backend.restore(saved)
+            entry: dict[str, object] = {}
+            for name in ("decode", "text_head", "audio_head"):
+                backend.backbone.position.fill_(500)
+                entry[f"{name}_ms"] = round(median_ms(backend.graphs[name].replay), 4)
+            backend.restore(saved)
+            entry["decode_bitwise_the_engine"] = bool(torch.equal(step_output(), reference))
+            report["variants"].setdefault(key, []).append(entry)
+            print(round_, key, json.dumps(entry), flush=True)
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_step_overlap.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

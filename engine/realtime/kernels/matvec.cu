@@ -76,13 +76,44 @@ __device__ __forceinline__ int tile_row(int tile, int group, int split, int N) {
 #endif
 }
 
+#ifndef TILED_PROBE  // probe only (scripts/probe_step_overlap.py): timing, wrong results; see load_tile
+#define TILED_PROBE 0
+#endif
+#ifndef LOAD_HINT  // probe only: 1 loads with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs
+#define LOAD_HINT 0
+#endif
+__device__ __forceinline__ uint4 load_weights(const uint4* p) {
+#if LOAD_HINT
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#else
+    return __ldcs(p);
+#endif
+}
+
 // Issues a tile's weight loads (all of them, before any is used): this lane's per_lane 16-byte chunks.
+// TILED_PROBE: the same bytes per group and load, but as if the rows that a tile's groups take side by side were
+// stored chunk-interleaved (each load step of a block reads one contiguous run of memory instead of a 256-byte
+// piece of each of 16 rows 2 KB apart): for timing the memory's locality only, the products are wrong.
 __device__ __forceinline__ void load_tile(uint4 (&w)[MATVEC_DEPTH], const weight_t* __restrict__ W, int row, int N, int K,
                                           int first, int glane, int per_lane) {
-    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + glane;
+    row = min(row, N - 1);
+#if TILED_PROBE
+    const int run = GROUPS / (K * (int)sizeof(weight_t) / 16 / (per_lane * GROUP_LANES)) / (GATED ? 2 : 1);  // rows side by side
+    if ((row / run + 1) * run <= N) {
+        const uint4* base = reinterpret_cast<const uint4*>(W + (long long)(row / run) * run * K);
+        #pragma unroll
+        for (int t = 0; t < MATVEC_DEPTH; ++t)
+            if (t < per_lane) w[t] = load_weights(base + ((long long)((first + GROUP_LANES * t) / GROUP_LANES) * run + row % run) * GROUP_LANES + glane);
+        return;
+    }
+#endif
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)row * K) + first + glane;
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
-        if (t < per_lane) w[t] = __ldcs(weights + GROUP_LANES * t);
+        if (t < per_lane) w[t] = load_weights(weights + GROUP_LANES * t);
 }
 
 #if WEIGHT_INT8
