@@ -9,7 +9,11 @@ real int8 decode step (true size, random weights, `GraphedBackend`'s own graphs 
 * `l2 ahead`: each walking block asks L2 for its later tiles at its start (matvec.cu's L2_AHEAD; run 83: slower);
 * `tiled`: the same loads, but as if each tile's rows were stored chunk-interleaved, so that a block's load step
   reads one contiguous run (matvec.cu's TILED_PROBE; wrong results, for the memory's locality only);
-* `hint`: weights loaded with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs (LOAD_HINT).
+* `hint`: weights loaded with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs (LOAD_HINT);
+* `single buffer`: walking blocks with one register buffer (SINGLE_BUFFER: the next tile's loads issued as the
+  current one is multiplied) at 64 or 80 registers, so that the next product's blocks fit beside ours.
+Run 84 (commit e6a1b53) timed walkers 1, l2 ahead, tiled and hint (all slower); this version times the single
+buffer.
 Per variant: the decode step's graph, the text head's and the audio head's (ms, median of 30 x 10 replays), and
 whether the step's output is bitwise the engine's. Writes $OUT/probe_step_overlap.json.
 Run on the GPU machine: `python3 scripts/probe_step_overlap.py`.
@@ -72,12 +76,11 @@ def main() -> None:
                                  "conv_epilogue_agreed": conv_epilogue}
     variants = {  # name: (conv epilogue, walkers per SM, kernel defines)
         "engine": (True, 2, {}),
+        "single buffer, 64 registers, walkers 2": (True, 2, {"SINGLE_BUFFER": 1, "MATVEC_MIN_BLOCKS": 4}),
+        "single buffer, 64 registers, walkers 4": (True, 4, {"SINGLE_BUFFER": 1, "MATVEC_MIN_BLOCKS": 4}),
+        "single buffer, 80 registers, walkers 2": (True, 2, {"SINGLE_BUFFER": 1, "MATVEC_MIN_BLOCKS": 3}),
+        "single buffer, 80 registers, walkers 3": (True, 3, {"SINGLE_BUFFER": 1, "MATVEC_MIN_BLOCKS": 3}),
         "conv off": (False, 2, {}),
-        "walkers 1": (True, 1, {}),
-        "l2 ahead": (True, 2, {"L2_AHEAD": 1}),
-        "tiled, conv off": (False, 2, {"TILED_PROBE": 1}),
-        "hint": (True, 2, {"LOAD_HINT": 1}),
-        "tiled + hint, conv off": (False, 2, {"TILED_PROBE": 1, "LOAD_HINT": 1}),
     }
     kernels = {name: built(defines) if defines else shipped for name, (_, _, defines) in variants.items()}
     for round_ in range(2):  # twice, in the same order: the spread between rounds is the probe's own

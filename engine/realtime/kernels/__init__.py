@@ -20,8 +20,10 @@ name (its small wrapper: self-check, buffers, launch):
   instead of ~13, whose work follows the context's length instead of the cache's 4096 slots;
 - `matvec`: a batch-1 matrix-vector product, optionally of its input's RMS norm and plus a residual
   row, with a whole row part's loads in flight per warp; `matvec_gated`, the same with the SwiGLU of
-  the product's halves as its epilogue (w1|w3); the backbone decode step uses them for the products
-  where they beat cuBLAS (and the norm and SwiGLU kernels) in a start-up timing (H200: all of them);
+  the product's halves as its epilogue (w1|w3); `matvec_conv_int8`, the conv layers' int8 in-projection
+  with the conv step (common.cuh's, short_conv's too) as its epilogue; the backbone decode step uses them
+  for the products where they beat cuBLAS (and the norm and SwiGLU kernels) in a start-up timing (H200:
+  all of them), the int8 ones always;
 - `rms_norm`: the backbone decode step's RMS norms where no product takes the norm inside (the final
   norm, and those before a product that cuBLAS runs), one block each with one 16-byte load per thread
   (PyTorch's layer-norm kernel took ~3.9 µs per 2048-wide row);

@@ -15,6 +15,9 @@
 #ifndef CONV
 #define CONV 0
 #endif
+#ifndef SINGLE_BUFFER  // probe only: PIPELINE 1 with one register buffer (the next tile's loads issued as the
+#define SINGLE_BUFFER 0  // current one is multiplied), for 64 registers: the next kernel's blocks fit beside ours
+#endif
 #ifndef L2_AHEAD  // probe only (scripts/probe_step_overlap.py): a walking block asks L2 for its later tiles at its start
 #define L2_AHEAD 0
 #endif
@@ -245,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     const int per_lane = K / (GROUP_LANES * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
     uint4 w[MATVEC_DEPTH];
     load_tile(w, W, tile_row(blockIdx.x, group, split, N), N, K, first, glane, per_lane);
-#if PIPELINE
+#if PIPELINE && !SINGLE_BUFFER
     uint4 w_next[MATVEC_DEPTH];
     if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
 #endif
@@ -307,7 +310,13 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         __syncthreads();  // partial[] is reused below
     }
     __syncthreads();
-#if PIPELINE
+#if PIPELINE && SINGLE_BUFFER
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
+        if (tile + gridDim.x < tiles) load_tile(w, W, tile_row(tile + gridDim.x, group, split, N), N, K, first, glane, per_lane);
+        finish_tile(acc, tile, group, glane, split, partial, scales, has_residual, residual, out, N, conv_state, conv_weight, taps);
+    }
+#elif PIPELINE
     for (int tile = blockIdx.x; tile < tiles; tile += 2 * gridDim.x) {
         float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
         if (tile + 2 * gridDim.x < tiles) load_tile(w, W, tile_row(tile + 2 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
