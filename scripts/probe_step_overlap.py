@@ -12,7 +12,7 @@ real int8 decode step (true size, random weights, `GraphedBackend`'s own graphs 
 * `hint`: weights loaded with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs (LOAD_HINT);
 * `single buffer`: walking blocks with one register buffer (SINGLE_BUFFER: the next tile's loads issued as the
   current one is multiplied) at 64 or 80 registers, so that the next product's blocks fit beside ours.
-Run 84 (commit e6a1b53) timed walkers 1, l2 ahead, tiled and hint (all slower); this version times the single
+Run 84 (commit d70af91) timed walkers 1, l2 ahead, tiled and hint (all slower); this version times the single
 buffer.
 Per variant: the decode step's graph, the text head's and the audio head's (ms, median of 30 x 10 replays), and
 whether the step's output is bitwise the engine's. Writes $OUT/probe_step_overlap.json.
