@@ -1,12 +1,12 @@
-"""Where the one-launch depthformer codebook step spends its time (H200 probe, full-size random weights).
+"""Where the one-launch depthformer frame spends its time (H200 probe, full-size random weights).
 
-- Frame times (the 8 codebook launches, teacher-forced, CUDA-graph replays) of the shipped kernel and
+- Frame times (the frame's launch, teacher-forced, CUDA-graph replays) of the shipped kernel and
   of its compile-time variants (VARIANTS), at one block per SM and per two SMs, each variant's logits
   compared with the shipped kernel's;
-- per-phase times inside one launch: the DEPTH_TIMING build stamps clock64() in block 0 and in the
-  last block at every phase (stage, rows; the "barrier" segments are empty since the blocks hand
-  each other tagged words: the wait is inside the stage or attention after them), calibrated
-  against %globaltimer.
+- per-phase times of codebook 4 inside the launch: the DEPTH_TIMING build stamps clock64() in block 0 and
+  in the last block at every phase (stage, rows; the "barrier" segments are empty since the blocks hand
+  each other tagged words: the wait is inside the stage or attention after them; "tail" is the prefetch,
+  the grid barrier and the choice of the code), calibrated against %globaltimer.
 bf16 and then int8 (the model quantized in place). Writes $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
 """
 
@@ -24,7 +24,7 @@ from engine.realtime.kernels import sources
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.static_model import StaticDepthformer
 
-KERNEL = "depthformer_codebook"  # main() switches to depthformer_codebook_int8 for the int8 pass
+KERNEL = "depthformer_frame"  # main() switches to depthformer_frame_int8 for the int8 pass
 # Compile-time variants to time beside the shipped kernel, as {name: {define: value}}. Run 31 timed
 # DEPTH_EARLY_RESIDUAL (the residual row loaded before its dot product) and DEPTH_SPLIT 2 / 4 (the
 # out and w2 rows over 2 / 4 warps), run 32 DEPTH_ATTEND_STAGED 0 (the attention loading each value
@@ -82,7 +82,7 @@ def phase_times(stamps: list[int], layers: int, ns_per_cycle: float) -> dict[str
         for name, a, b in zip(SEGMENTS, points, points[1:]):
             totals[name] += (b - a) * ns_per_cycle / 1000
     totals["head"] = (stamps[126] - stamps[9 * layers]) * ns_per_cycle / 1000
-    totals["tail_prefetch"] = (stamps[127] - stamps[126]) * ns_per_cycle / 1000
+    totals["tail"] = (stamps[127] - stamps[126]) * ns_per_cycle / 1000
     totals["total"] = (stamps[127] - stamps[0]) * ns_per_cycle / 1000
     return totals
 
@@ -96,7 +96,7 @@ def main() -> None:
     report = {"bf16": probe(loaded, device)}
     quantize_model(loaded.model, device=device)
     torch.cuda.empty_cache()
-    KERNEL = "depthformer_codebook_int8"
+    KERNEL = "depthformer_frame_int8"
     report["int8"] = probe(loaded, device)
     out = Path(os.environ.get("OUT", "."))
     (out / "probe_depthformer.json").write_text(json.dumps(report, indent=1))
@@ -113,8 +113,7 @@ def probe(loaded, device: torch.device) -> dict[str, object]:
     layers = len(depthformer.layers)
 
     def frame() -> None:
-        for i in range(depthformer.codebooks):
-            depthformer._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
+        depthformer._fused_frame(inputs, depthformer._noise, forced_codes=codes)
 
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     results: dict[str, object] = {"sms": sms, "blocks_chosen_at_start_up": step.blocks, "start_up_timings_ms": depthformer.grid_timings_ms}
@@ -134,14 +133,13 @@ def probe(loaded, device: torch.device) -> dict[str, object]:
         # Per-phase stamps of codebook 4 (a middle position), averaged over 20 eager launches.
         timed = compiled({**defines, "DEPTH_TIMING": 1})
         step.kernel = timed
-        step.sync = torch.zeros((1024,), dtype=torch.int32, device=device)
-        step.sync[:2].copy_(shipped_sync)  # the launch counter goes on: a restarted one could match stale words
+        step.sync = torch.zeros_like(shipped_sync)
+        step.sync[:2].copy_(shipped_sync[:2])  # the launch counter goes on: a restarted one could match stale words
         for blocks in (chosen,):
             step.blocks = blocks
             sums: dict[str, dict[str, float]] = {"block_0": {}, "last_block": {}}
             for repeat in range(22):
-                for i in range(5):
-                    depthformer._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
+                frame()
                 raw = step.sync.cpu().to(torch.int64) & 0xFFFFFFFF
                 if repeat < 2:
                     continue
@@ -156,7 +154,7 @@ def probe(loaded, device: torch.device) -> dict[str, object]:
                         sums[key][segment] = sums[key].get(segment, 0.0) + us / 20
                 sums.setdefault("ns_per_cycle", {})["mean"] = sums.get("ns_per_cycle", {}).get("mean", 0.0) + ns_per_cycle / 20
             entry[f"phases_us_codebook_4_{blocks}_blocks"] = sums
-        shipped_sync.copy_(step.sync[:2])
+        shipped_sync.copy_(step.sync)
         step.sync = shipped_sync
         print(name, json.dumps(entry, indent=1), flush=True)
     step.kernel, step.blocks = shipped_kernel, chosen

@@ -44,14 +44,16 @@ def test_kernel_source_compiles(kernel: str, architecture: str) -> None:
 
 
 def test_every_cuda_file_is_compiled_or_given_to_the_jiterator() -> None:
-    """No stray CUDA file: each .cu is some kernel's (or the jiterator's swiglu.cu), and each kernel's
-    NVRTC input is its generated #defines and its file with common.cuh written in (no #include left)."""
+    """No stray CUDA file: each .cu is some kernel's (or the jiterator's swiglu.cu), each header some kernel's,
+    and each kernel's NVRTC input is its generated #defines and its file with its headers written in, once each
+    (no #include left)."""
     used = {kernel.file for kernel in sources.KERNELS.values()} | {"swiglu.cu"}
     names = {path.name for path in sources.files()}
-    assert names == used | {"common.cuh"}
+    assert names == used | {"common.cuh", "top_k.cuh"}
     for name, kernel in sources.KERNELS.items():
         text = sources.source(name)
         assert "\n#include" not in text and text.count("VOICECHAT_COMMON_CUH") == 3  # the header, once
+        assert text.count("VOICECHAT_TOP_K_CUH") == (3 if kernel.file in ("sampler.cu", "depthformer.cu") else 0)
         assert text.startswith(sources.defines(kernel.defines))
         assert f"\n{name}(" in text or f" {name}(" in text or name in kernel.defines.values()  # a family's name define
 

@@ -276,9 +276,9 @@ def test_write_diagnostics_json_and_text(tmp_path: Path) -> None:
 def test_text_report_lists_the_fused_kernels(tmp_path: Path) -> None:
     report = diagnostics.collect_diagnostics(model_store=tmp_path / "models")
     # As a GPU machine reports them (this machine has none, so the probe leaves them out).
-    report["torch"]["fused_kernels"] = {"depthformer_codebook": "ready", "top_k_gumbel_argmax": "RuntimeError: NVRTC not found"}
+    report["torch"]["fused_kernels"] = {"depthformer_frame": "ready", "top_k_gumbel_argmax": "RuntimeError: NVRTC not found"}
     text = diagnostics.format_report_text(report)
-    assert "  fused kernel depthformer_codebook: ready" in text
+    assert "  fused kernel depthformer_frame: ready" in text
     assert "  fused kernel top_k_gumbel_argmax: RuntimeError: NVRTC not found" in text
 
 

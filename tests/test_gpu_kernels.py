@@ -201,8 +201,8 @@ def _relative(got: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(device, full_size) -> None:
-    """The one-launch codebook kernel against the plain ops on the full-size depthformer, teacher-forced
+def test_one_launch_depthformer_frame_matches_the_plain_ops_and_any_grid_size(device, full_size) -> None:
+    """The one-launch frame kernel against the plain ops on the full-size depthformer, teacher-forced
     over random inputs; and bit for bit the same logits whatever the number of blocks that hand each
     other its phases' vectors (a block reading a word before its writer would show as a difference)."""
     from engine.realtime.sampling import DeviceSampling
@@ -229,14 +229,52 @@ def test_one_launch_depthformer_step_matches_the_plain_ops_and_any_grid_size(dev
             assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused), (trial, grid)
         step.blocks = blocks
     # Every launch was counted (its words' tags all differ from the launch before) and every block of it
-    # read its number: the arrivals reset, 6 trials x 5 frames x 8 codebooks launches (mod 65535) on.
-    launches, arrivals = step.sync.tolist()
-    assert arrivals == 0 and launches == (first_launch + 6 * 5 * 8) % 65535
-    # Across the counter's wrap (tag 65535, then 1 again) the words still tell launches apart.
-    step.sync[0] = 65530
-    for _ in range(2):
+    # read its number: the readers reset, 6 trials x 5 frames (mod 65535) on.
+    launches, readers = step.sync[:2].tolist()
+    assert readers == 0 and launches == (first_launch + 6 * 5) % 65535
+    # Across the counter's wrap (tag 65535, then 1 again) the words and the barrier's arrivals still tell
+    # launches apart.
+    step.sync[0] = 65533
+    for _ in range(4):
         assert torch.equal(depthformer.teacher_forced_logits(hidden, codes), fused)
-    assert step.sync.tolist() == [(65530 + 16) % 65535, 0]
+    assert step.sync[:2].tolist() == [(65533 + 4) % 65535, 0]
+
+
+@torch.inference_mode()
+def test_one_launch_frame_chooses_each_code_as_the_sampler_kernel_does(device, full_size) -> None:
+    """The frame kernel's own choices (every block choosing from a codebook's logits past the grid barrier, then
+    going on with that code) against the sampler's kernel on the same logits and noise: a frame is sampled, then
+    teacher-forced with the codes it chose, whose logits are then bitwise those the choices were made from.
+    Greedy and sampled (k 4 at T 1, k 64 at T 0.7); a first code of end-of-audio ends the whole frame."""
+    from engine.constants import END_OF_AUDIO
+    from engine.realtime.sampling import DeviceSampling
+    from engine.realtime.static_model import StaticDepthformer
+
+    depthformer = StaticDepthformer(full_size.model, DeviceSampling(device))
+    sampling = depthformer.sampling
+    assert depthformer.fused is not None and sampling.fused is not None
+    generator = torch.Generator(device=device).manual_seed(11)
+    hidden_size = full_size.model.lfm.config.hidden_size
+    expected = torch.empty((1,), dtype=torch.long, device=device)
+    checked = 0
+    for greedy, temperature, top_k in ((True, 1.0, None), (False, 1.0, 4), (False, 0.7, 64)):
+        sampling.set(greedy=greedy, temperature=temperature, top_k=top_k)
+        chosen: set[int] = set()
+        for trial in range(4):
+            hidden = (torch.randn((1, hidden_size), device=device, generator=generator) * 4).to(torch.bfloat16)
+            depthformer.frame_step(hidden)  # draws this frame's noise into depthformer._noise
+            codes, noise = depthformer.frame.clone(), depthformer._noise.clone()
+            if codes[0] == END_OF_AUDIO:
+                assert (codes == END_OF_AUDIO).all()
+                continue
+            logits = depthformer.teacher_forced_logits(hidden, codes)
+            for i in range(depthformer.codebooks):
+                sampling.fused(logits[i], noise[i], sampling.inv_temperature, sampling.top_k_index, expected)
+                assert int(codes[i]) == int(expected), (greedy, top_k, trial, i)
+                checked += 1
+            chosen.update(codes.tolist())
+        assert len(chosen) > 8  # the codes differ between codebooks and frames: the choice is not stuck
+    assert checked >= 64
 
 
 @torch.inference_mode()
@@ -540,7 +578,7 @@ def test_int8_prefill_product_matches_the_dequantized_product_and_replays_bitwis
 
 @torch.inference_mode()
 def test_int8_depthformer_kernel_matches_the_plain_dequantized_ops_and_any_grid_size(device, full_size) -> None:
-    """The int8 one-launch codebook kernel against the plain ops over the same int8 weights (dequantized),
+    """The int8 one-launch frame kernel against the plain ops over the same int8 weights (dequantized),
     teacher-forced, and bit for bit the same whatever the grid."""
     import copy
 

@@ -33,7 +33,7 @@ from engine.realtime.kernels import (
     DEPTH_TABLE_FIELDS,
     BackboneAttention,
     Dequantize,
-    DepthformerCodebookStep,
+    DepthformerFrame,
     Matvec,
     PrefillInt8Product,
     RmsNormRow,
@@ -42,6 +42,7 @@ from engine.realtime.kernels import (
     swiglu,
 )
 from engine.realtime import graphs
+from engine.realtime.kernels.runtime import float_bits
 from engine.realtime.sampling import DeviceSampling
 from engine.realtime.streaming import StreamingState
 from engine.constants import END_OF_AUDIO
@@ -661,13 +662,13 @@ class StaticBackbone(StreamingState):
 class StaticDepthformer:
     """liquid-audio's depthformer frame (all codebooks, with sampling) over fixed buffers.
 
-    On CUDA each codebook is ONE kernel (`engine.realtime.kernels.DepthformerCodebookStep`: the
-    codebook's input, all layers and its logits head, its blocks handing each other every phase's
-    vector), then one sampling kernel: 16 launches per frame instead of ~380. Elsewhere, or if that
-    kernel is unavailable or fails its start-up check against the plain ops on the model's own
-    weights, the same math runs as plain PyTorch ops (11 kernels per layer). Per position the cache
-    keeps q|k|v as projected (v is the value cache) and q|k normed and roped (k is the key cache). The
-    sampling noise for all codebooks is drawn once per frame.
+    On CUDA the whole frame is ONE kernel (`engine.realtime.kernels.DepthformerFrame`: per codebook its
+    input, all layers, its logits head and the choice of its code, the blocks handing each other every
+    phase's vector): 1 launch per frame instead of ~380 (and of 16 with a kernel per codebook and one per
+    choice). Elsewhere, or if that kernel is unavailable or fails its start-up check against the plain ops
+    on the model's own weights, the same math runs as plain PyTorch ops (11 kernels per layer) and the
+    sampler's kernel. Per position the cache keeps q|k|v as projected (v is the value cache) and q|k normed
+    and roped (k is the key cache). The sampling noise for all codebooks is drawn once per frame.
     """
 
     def __init__(self, model: nn.Module, sampling: DeviceSampling) -> None:
@@ -740,9 +741,10 @@ class StaticDepthformer:
         vocab = self.heads_out[0][2].shape[0]
         self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
         self.ff = self.layers[0]["w13"].shape[0] // 2
-        words = DepthformerCodebookStep.exchange_words(dim=self.dim, kv_heads=self.kv_heads, ff=self.ff, layers=len(self.layers))
-        self._exchange = torch.zeros((words,), device=device, dtype=torch.int32)  # the fused step's vectors between blocks
-        self._logits = torch.zeros((1, vocab), device=device, dtype=dtype)
+        words = DepthformerFrame.exchange_words(dim=self.dim, kv_heads=self.kv_heads, ff=self.ff, layers=len(self.layers))
+        self._exchange = torch.zeros((self.codebooks * words,), device=device, dtype=torch.int32)  # the fused frame's vectors between blocks
+        self._logits = torch.zeros((self.codebooks, vocab), device=device, dtype=dtype)  # the fused frame's, every codebook's
+        self._forced_frame = torch.zeros_like(self.frame)  # what a teacher-forced frame writes (the codes it was given)
         self.grid_timings_ms: dict[str, dict[int, float]] = {}  # ms per frame by grid, per way it was timed
         self.input_product = self._int8_input_product()
         self.fused = self._fused_step()
@@ -755,15 +757,16 @@ class StaticDepthformer:
             return field.scales if name.endswith("_scales") else field.values
         return field
 
-    def _fused_step(self) -> DepthformerCodebookStep | None:
-        """The one-launch codebook kernel, if it compiles, fits this model and agrees with the plain ops."""
-        step = DepthformerCodebookStep.create(self.device, self.dtype, int8=self.int8)
+    def _fused_step(self) -> DepthformerFrame | None:
+        """The one-launch frame kernel, if it compiles, fits this model and agrees with the plain ops."""
+        step = DepthformerFrame.create(self.device, self.dtype, int8=self.int8)
         tensors = [self._table_entry(layer, name) for layer in self.layers for name in DEPTH_TABLE_FIELDS]
         for _, _, to_logits, embedding in self.heads_out:
             for table in (to_logits, embedding):
                 tensors += [table.values, table.scales] if isinstance(table, Int8Matrix) else [table]
-        if step is None or not DepthformerCodebookStep.supports(
-            dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, weights=tensors
+        vocab = self._logits.shape[1]
+        if step is None or not DepthformerFrame.supports(
+            dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, vocab=vocab, weights=tensors
         ):
             return None
         # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
@@ -774,6 +777,16 @@ class StaticDepthformer:
         self._eps = torch.tensor(
             [[layer["norm_eps"], layer["qk_eps"], layer["ffn_eps"]] for layer in self.layers], dtype=torch.float32, device=self.device
         )
+        # Per codebook (depthformer.cu's HEAD_* fields): its head norm, the norm's epsilon (float bits), its logits
+        # table and that table's row scales, the embedding table of its code and that table's row scales (int8;
+        # for bf16 tables the scales fields point at the table, unread).
+        def parts(table: Weight) -> tuple[int, int]:
+            return (table.values.data_ptr(), table.scales.data_ptr()) if isinstance(table, Int8Matrix) else (table.data_ptr(),) * 2
+
+        self._heads_table = torch.tensor(
+            [[norm.data_ptr(), float_bits(eps), *parts(to_logits), *parts(embedding)] for norm, eps, to_logits, embedding in self.heads_out],
+            dtype=torch.int64, device=self.device,
+        )  # fmt: skip
         self.fused = step
         problem = self._fused_disagreement()
         if problem:
@@ -820,8 +833,7 @@ class StaticDepthformer:
             for repeat in range(2):  # the first round warms up
                 start.record()
                 for _ in range(3):
-                    for i in range(self.codebooks):
-                        self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)
+                    self._fused_frame(inputs, self._noise, forced_codes=codes)
                 end.record()
                 end.synchronize()
             timings[blocks] = start.elapsed_time(end) / 3
@@ -847,20 +859,22 @@ class StaticDepthformer:
                 return f"codebook {i}: relative error {error:.3g}"
         return None
 
+    def _fused_frame(self, inputs: torch.Tensor, noise: torch.Tensor, *, forced_codes: torch.Tensor | None = None) -> torch.Tensor:
+        """The fused kernel's frame: every codebook's logits into `self._logits` (returned) and its code, chosen
+        with `noise` (into `self.frame`) or given (`forced_codes`, teacher forcing: into a buffer of its own)."""
+        sampling = self.sampling
+        return self.fused(
+            table=self._table, heads_table=self._heads_table, eps=self._eps, layers=len(self.layers),
+            dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs=inputs, exchange=self._exchange, logits=self._logits,
+            noise=noise, inv_temperature=sampling.inv_temperature, top_k_index=sampling.top_k_index,
+            frame=self.frame if forced_codes is None else self._forced_frame, end_of_audio=END_OF_AUDIO, forced_codes=forced_codes,
+        )  # fmt: skip
+
     def _codebook_logits(self, i: int, inputs: torch.Tensor, previous_code: torch.Tensor | None) -> torch.Tensor:
-        """Codebook i's logits (1, vocab): its input is inputs[i] plus, after the first, the embedding of
-        the previous codebook's code (a (1,) device tensor); writes position i's cache rows."""
+        """Codebook i's logits (1, vocab) by the plain ops: its input is inputs[i] plus, after the first, the
+        embedding of the previous codebook's code (a (1,) device tensor); writes position i's cache rows."""
         embedding = self.heads_out[i - 1][3] if i else self.heads_out[0][3]
         norm_w, norm_eps, to_logits, _ = self.heads_out[i]
-        if self.fused is not None:
-            int8 = self.fused.int8
-            return self.fused(
-                table=self._table, eps=self._eps, layers=len(self.layers), position=i,
-                dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs_row=inputs[i],
-                previous_code=previous_code, embedding=embedding.values if int8 else embedding, exchange=self._exchange,
-                head_norm=norm_w, head_eps=norm_eps, to_logits=to_logits.values if int8 else to_logits, logits=self._logits,
-                embedding_scales=embedding.scales if int8 else None, head_scales=to_logits.scales if int8 else None,
-            )  # fmt: skip
         x = inputs[i : i + 1]
         if previous_code is not None:
             x = x + lookup(previous_code, embedding, self.dtype)
@@ -903,6 +917,9 @@ class StaticDepthformer:
         """
         inputs = self._inputs(hidden)
         negative_log_noise = self.sampling.noise_for(self._noise)
+        if self.fused is not None:  # the choices, and the end-of-audio rule, inside the one launch
+            self._fused_frame(inputs, negative_log_noise)
+            return self.frame_embedding(self.frame)
         for i in range(self.codebooks):
             previous = self.frame[i - 1 : i] if i else None
             logits = self._codebook_logits(i, inputs, previous)[0]
@@ -917,5 +934,6 @@ class StaticDepthformer:
     def teacher_forced_logits(self, hidden: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
         """Logits (codebooks, vocab) of every codebook given the previous codebooks' true codes."""
         inputs = self._inputs(hidden)
-        logits = [self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None)[0].clone() for i in range(self.codebooks)]
-        return torch.stack(logits)  # (clone: the fused path reuses its logits buffer)
+        if self.fused is not None:
+            return self._fused_frame(inputs, self._noise, forced_codes=codes).clone()  # (its buffer is reused)
+        return torch.cat([self._codebook_logits(i, inputs, codes[i - 1 : i] if i else None) for i in range(self.codebooks)])

@@ -8,13 +8,13 @@ name (its small wrapper: self-check, buffers, launch):
 - `short_conv`: the LFM2 conv layer's decode step (b·u, shift the 3-tap state, depthwise conv, gate by c)
   as one kernel instead of five;
 - `sampler`: top-k threshold + Gumbel-max choice + argmax over one row of logits as one block instead
-  of ~7 kernels (PyTorch's top-k alone took ~14 µs per depthformer codebook); a row longer than 4096
+  of ~7 kernels (`top_k.cuh`, which the depthformer frame's blocks run too) (PyTorch's top-k alone took ~14 µs per depthformer codebook); a row longer than 4096
   logits (the text's 65,536) over blocks of 4096 whose candidates the last block chooses among (16 µs
   against one block's 46 on the H200);
-- `depthformer`: a whole depthformer codebook step (6 layers and the logits head, 43 kernels before) as
-  one launch whose blocks hand each other each phase's vector as tagged words (no grid-wide barrier):
-  a persistent kernel in the manner of Hazy Research's "no bubbles" megakernels, at the scale of one
-  codebook;
+- `depthformer`: a whole depthformer frame (8 codebooks, each 6 layers, its logits head and the choice of
+  its code: 8 x 43 kernels and 8 sampler kernels before) as one launch whose blocks hand each other each
+  phase's vector as tagged words (a grid-wide barrier only between codebooks): a persistent kernel in the
+  manner of Hazy Research's "no bubbles" megakernels, at the scale of one frame;
 - `backbone_attention` (wrapper `attention.py`): one backbone attention layer's decode step (q|k norm,
   rotary, cache write and the attention over the positions so far, split over the keys) as one kernel
   instead of ~13, whose work follows the context's length instead of the cache's 4096 slots;
@@ -47,7 +47,7 @@ ops run instead: slower, same results within bf16 rounding.
 """
 
 from engine.realtime.kernels.attention import BackboneAttention
-from engine.realtime.kernels.depthformer import DepthformerCodebookStep
+from engine.realtime.kernels.depthformer import DepthformerFrame
 from engine.realtime.kernels.dequantize import Dequantize
 from engine.realtime.kernels.matvec import Matvec
 from engine.realtime.kernels.prefill_product import PrefillInt8Product
@@ -69,7 +69,7 @@ def kernel_status() -> dict[str, str]:
 __all__ = [
     "DEPTH_TABLE_FIELDS",
     "BackboneAttention",
-    "DepthformerCodebookStep",
+    "DepthformerFrame",
     "Dequantize",
     "Matvec",
     "PrefillInt8Product",

@@ -1,11 +1,12 @@
-// depthformer_codebook: a whole depthformer codebook step (6 layers and the logits head, 43 kernels
-// before) as one launch whose blocks hand each other each phase's vector as tagged words (no grid-wide
-// barrier): a persistent kernel in the manner of Hazy Research's "no bubbles" megakernels, at the scale
-// of one codebook (wrapper: depthformer.py).
+// depthformer_frame: a whole depthformer frame (8 codebooks, each 6 layers, its logits head and the choice of
+// its code; 8 x 43 kernels and 8 sampler kernels before) as one launch whose blocks hand each other each phase's
+// vector as tagged words (a grid-wide barrier only between codebooks): a persistent kernel in the manner of Hazy
+// Research's "no bubbles" megakernels, at the scale of one frame (wrapper: depthformer.py).
 
 #include "common.cuh"
+#include "top_k.cuh"
 
-// One depthformer codebook step in ONE launch: all layers and the codebook's logits. The blocks
+// One depthformer codebook step: all layers and the codebook's logits, in the frame's launch. The blocks
 // (at most one per SM, all resident) wait for the whole vector the phase before produced (see the
 // tagged words below); a phase's matrix rows are spread over every warp of the grid, one warp per
 // row, so each weight is read once per step at close to full bandwidth. 27 kernels per codebook
@@ -28,9 +29,10 @@ typedef unsigned short weight_t;
 #ifndef DEPTH_PREFETCH
 #define DEPTH_PREFETCH 1
 #endif
-#ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase
+#ifndef DEPTH_TIMING  // probe only: block 0 and the last block stamp clock64() at every phase of one codebook
 #define DEPTH_TIMING 0
 #endif
+#define DEPTH_TIMING_CODEBOOK 4  // the codebook the probe's stamps time (a middle position)
 #if DEPTH_TIMING
 __device__ __forceinline__ void stamp(unsigned int* sync, int n) {
     if (threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {
@@ -346,15 +348,29 @@ __device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, co
     }
 }
 
+// A codebook's own tensors, one row of `heads` per codebook: its head's norm weight, epsilon (float bits), logits
+// table and its row scales, and the embedding table of its code (the next codebook's input) and its row scales
+// (the scales: int8 weights only).
+// (sources.py's DEPTH_HEAD_FIELDS, which defines DEPTH_HEAD_FIELDS.)
+#define HEAD_NORM 0
+#define HEAD_EPS 1
+#define HEAD_TO_LOGITS 2
+#define HEAD_LOGIT_SCALES 3
+#define HEAD_EMBEDDING 4
+#define HEAD_EMBEDDING_SCALES 5
+#define HEAD_FIELDS 6
+#if HEAD_FIELDS != DEPTH_HEAD_FIELDS
+#error "the heads table's fields differ from sources.py's DEPTH_HEAD_FIELDS"
+#endif
+
 // Prefetches this warp's rows of phase q's weights (see depthformer_codebook), and the norm weights
 // and rope entries that phase's stage and attention read; nothing past the last phase.
 __device__ __forceinline__ void prefetch_phase(int q, int i, const long long* table, int layers, int dim, int heads, int kv_heads,
-                                               int ff, const unsigned short* head_norm, const weight_t* to_logits, int vocab,
-                                               int first_row, int row_step) {
+                                               int ff, const long long* head, int vocab, int first_row, int row_step) {
     if (q >= 4 * layers + 1) return;
-    if (q == 4 * layers) {
-        prefetch_rows(head_norm, 1, 2 * dim, first_row, row_step);
-        prefetch_rows(to_logits, vocab, WEIGHT_BYTES * dim, first_row, row_step);
+    if (q == 4 * layers) {  // the head of the codebook whose row of the heads table is `head`
+        prefetch_rows((const unsigned short*)head[HEAD_NORM], 1, 2 * dim, first_row, row_step);
+        prefetch_rows((const weight_t*)head[HEAD_TO_LOGITS], vocab, WEIGHT_BYTES * dim, first_row, row_step);
         return;
     }
     const long long* p = table + (long long)(q / 4) * DEPTH_TABLE;
@@ -379,26 +395,52 @@ __device__ __forceinline__ void prefetch_phase(int q, int i, const long long* ta
     }
 }
 
-// Codebook i: x = inputs_row (+ embedding[previous_code[0]] when has_previous), then every layer
+// The grid's barrier after codebook i's logits (each block's arrival a tagged word of its own in `arrivals`: this
+// launch's tag over i + 1): every write of every block before it, the logits and the cache rows of position i
+// included, is visible to every block after it (a fence on each side, as cooperative groups' grid barrier has).
+__device__ __forceinline__ void grid_barrier(unsigned int* arrivals, unsigned int tag, int i) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        store_relaxed(arrivals + blockIdx.x, tagged(tag, (unsigned short)(i + 1)));
+    }
+    if (threadIdx.x < gridDim.x) {
+        for (unsigned int w = load_relaxed(arrivals + threadIdx.x); (w >> 16) != tag || (w & 0xffffu) < (unsigned int)(i + 1);)
+            w = load_relaxed(arrivals + threadIdx.x);
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+
+// A whole depthformer frame: for each codebook i, x = inputs[i] (+ the embedding of codebook i - 1's code), then
+// every layer
 //   x += out(attention(qkv(norm(x))));  x += w2(swiglu(w13(ffn_norm(x))))
-// and logits = to_logits(head_norm(x)). `exchange` holds the tagged words the blocks hand each other:
-// x as it enters (dim), then per layer q|k|v of position i (qkv width), x after the attention (dim),
-// the SwiGLU output (ff) and x after the feed-forward (dim); each warp writes its rows of them.
-// `sync` is two zeroed words: the launch counter and the blocks that have read it.
+// and logits[i] = to_logits(head_norm(x)); then, past a grid barrier, every block chooses codebook i's code from
+// those logits on its own (top_k.cuh's choice, as top_k_gumbel_argmax makes it: noise[i], *inv_temperature,
+// *top_k_index + 1), or takes forced_codes[i] (teacher forcing) when has_forced. frame[i] is the
+// code; with the choice, a first code of end_of_audio makes the whole frame end_of_audio (liquid-audio's rule;
+// the chain itself runs on the codes as chosen). One launch instead of 8 codebook launches and 8 sampler launches
+// (H200: RUN_PLACEHOLDER).
+// `exchange` holds per codebook (`words` each) the tagged words the blocks hand each other: x as it enters
+// (dim), then per layer q|k|v of position i (qkv width), x after the attention (dim), the SwiGLU output (ff)
+// and x after the feed-forward (dim); each warp writes its rows of them. `sync`: the launch counter, the blocks
+// that have read it, the probe's stamps (DEPTH_TIMING) and from DEPTH_ARRIVALS on one arrival word per block.
 extern "C" __global__ void __launch_bounds__(DEPTH_THREADS, 1)
-DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int i,
-                     int dim, int heads, int kv_heads, int ff,
-                     const unsigned short* __restrict__ inputs_row, int has_previous,
-                     const long long* __restrict__ previous_code, const weight_t* __restrict__ embedding,
-                     const float* __restrict__ embedding_scales,
-                     unsigned int* exchange, const unsigned short* __restrict__ head_norm, int head_eps_bits,
-                     const weight_t* __restrict__ to_logits, const float* __restrict__ head_scales,
-                     unsigned short* logits, int vocab, unsigned int* sync) {
+DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, int layers, int codebooks,
+           int dim, int heads, int kv_heads, int ff, const unsigned short* __restrict__ inputs,
+           const long long* __restrict__ head_table, unsigned int* exchange, int words, unsigned short* logits, int vocab,
+           const float* __restrict__ noise, const float* __restrict__ inv_temperature,
+           const long long* __restrict__ top_k_index, const long long* __restrict__ forced_codes, int has_forced,
+           long long* __restrict__ frame, int end_of_audio, unsigned int* sync) {
     __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
     __shared__ uint4 keys[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8], values[DEPTH_MAX_POSITIONS * DEPTH_MAX_KV_WIDTH / 8];
-    STAMP(0);
+    __shared__ unsigned int hist[256], chosen[3];  // the choice's (top_k.cuh)
+    __shared__ float warp_best[DEPTH_WARPS];
+    __shared__ int warp_index[DEPTH_WARPS];
+    __shared__ long long code;
     const int lane = threadIdx.x & 31;
     const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
     const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM, layer_words = qkv_width + 2 * dim + ff;
@@ -407,105 +449,127 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
     const unsigned int tag = launch + 1;
     if (threadIdx.x == 0) add_release(sync + 1, 1u);
 
-    long long code = has_previous ? previous_code[0] : 0;
-    for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
-        unsigned short bits = inputs_row[k];
-#if WEIGHT_INT8
-        if (has_previous)
-            bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(float_to_bf16((float)embedding[code * dim + k] * embedding_scales[code])));
-#else
-        if (has_previous) bits = float_to_bf16(bf16_to_float(bits) + bf16_to_float(embedding[code * dim + k]));
-#endif
-        h[k] = bits;
-    }
-    __syncthreads();
-    for (int r = first_row; r < dim; r += row_step)
-        if (lane == 0) store_relaxed(exchange + r, tagged(tag, h[r]));  // the warp that owns row r in the residual phases below
-
-    // Phase 4l + 0..3 multiplies by layer l's qkv, out, w13, w2; phase 4 * layers by the head. At the
-    // end of phase q each warp prefetches its rows of phase q + 2.
+    // Phase 4l + 0..3 multiplies by layer l's qkv, out, w13, w2; phase 4 * layers by the head. At the end of
+    // phase q each warp prefetches its rows of phase q + 2 (the head's: codebook i's).
     const int phases = 4 * layers + 1;
     for (int q = 0; q < 2 && q < phases; ++q)
-        prefetch_phase(q, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
+        prefetch_phase(q, 0, table, layers, dim, heads, kv_heads, ff, head_table, vocab, first_row, row_step);
 
-    const unsigned int* x = exchange;  // x as it enters the layer
-    for (int l = 0; l < layers; ++l) {
-        const long long* p = table + (long long)l * DEPTH_TABLE;
-        const unsigned short* norm = (const unsigned short*)p[0];
-        const weight_t* qkv = (const weight_t*)p[1];
-        const unsigned short* rope = (const unsigned short*)p[2];
-        const weight_t* out = (const weight_t*)p[3];
-        const unsigned short* ffn_norm = (const unsigned short*)p[4];
-        const weight_t* w13 = (const weight_t*)p[5];
-        const weight_t* w2 = (const weight_t*)p[6];
-        unsigned short* qkv_rows = (unsigned short*)p[7];
-        unsigned short* qk_rows = (unsigned short*)p[8];
-        // The rows' scales (int8 weights; bf16 ones have none and ignore these).
-        const float* qkv_scales = (const float*)p[9];
-        const float* out_scales = (const float*)p[10];
-        const float* w13_scales = (const float*)p[11];
-        const float* w2_scales = (const float*)p[12];
-        unsigned int* qkv_now = exchange + dim + (long long)l * layer_words;
-        unsigned int* x_mid = qkv_now + qkv_width;
-        unsigned int* act = x_mid + dim;
-        unsigned int* x_out = act + ff;
-
-        stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
-        STAMP(64 + 3 * l + 0);
-        for (int r = first_row; r < qkv_width; r += row_step) {
-            unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
-            if (lane == 0) {
-                qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
-                store_relaxed(qkv_now + r, tagged(tag, bits));
+    for (int i = 0; i < codebooks; ++i) {
+        const long long* own = head_table + (long long)i * HEAD_FIELDS;
+        unsigned int* ex = exchange + (long long)i * words;
+        if (i == DEPTH_TIMING_CODEBOOK) STAMP(0);
+        if (i > 0) {  // the previous codebook's code (in `code`, read by every thread since the last barrier)
+            const long long* before = own - HEAD_FIELDS;
+            const weight_t* embedding = (const weight_t*)before[HEAD_EMBEDDING];
+            for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) {
+                const unsigned short bits = inputs[(long long)i * dim + k];
+#if WEIGHT_INT8
+                const float scale = ((const float*)before[HEAD_EMBEDDING_SCALES])[code];
+                h[k] = float_to_bf16(bf16_to_float(bits) + bf16_to_float(float_to_bf16((float)embedding[code * dim + k] * scale)));
+#else
+                h[k] = float_to_bf16(bf16_to_float(bits) + bf16_to_float(embedding[code * dim + k]));
+#endif
             }
+        } else {
+            for (int k = threadIdx.x; k < dim; k += DEPTH_THREADS) h[k] = inputs[k];
         }
-        prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
-        STAMP(9 * l + 1);
-        STAMP(9 * l + 2);
-        attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, keys, values);
-        STAMP(9 * l + 3);
-        residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step);
-        prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
-        STAMP(9 * l + 4);
-        STAMP(9 * l + 5);
+        __syncthreads();
+        for (int r = first_row; r < dim; r += row_step)
+            if (lane == 0) store_relaxed(ex + r, tagged(tag, h[r]));  // the warp that owns row r in the residual phases below
 
-        stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
-        STAMP(64 + 3 * l + 1);
-        for (int r = first_row; r < ff; r += row_step) {
-            float gate, up;
-            row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
-            gate = bf16_to_float(float_to_bf16(gate));
-            up = bf16_to_float(float_to_bf16(up));
-            if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
+        const unsigned int* x = ex;  // x as it enters the layer
+        for (int l = 0; l < layers; ++l) {
+            const long long* p = table + (long long)l * DEPTH_TABLE;
+            const unsigned short* norm = (const unsigned short*)p[0];
+            const weight_t* qkv = (const weight_t*)p[1];
+            const unsigned short* rope = (const unsigned short*)p[2];
+            const weight_t* out = (const weight_t*)p[3];
+            const unsigned short* ffn_norm = (const unsigned short*)p[4];
+            const weight_t* w13 = (const weight_t*)p[5];
+            const weight_t* w2 = (const weight_t*)p[6];
+            unsigned short* qkv_rows = (unsigned short*)p[7];
+            unsigned short* qk_rows = (unsigned short*)p[8];
+            // The rows' scales (int8 weights; bf16 ones have none and ignore these).
+            const float* qkv_scales = (const float*)p[9];
+            const float* out_scales = (const float*)p[10];
+            const float* w13_scales = (const float*)p[11];
+            const float* w2_scales = (const float*)p[12];
+            unsigned int* qkv_now = ex + dim + (long long)l * layer_words;
+            unsigned int* x_mid = qkv_now + qkv_width;
+            unsigned int* act = x_mid + dim;
+            unsigned int* x_out = act + ff;
+
+            stage(l == 0 ? 0 : x, tag, norm, eps[3 * l], dim, h, partial);
+            if (i == DEPTH_TIMING_CODEBOOK) STAMP(64 + 3 * l + 0);
+            for (int r = first_row; r < qkv_width; r += row_step) {
+                unsigned short bits = float_to_bf16(row_dot(qkv, qkv_scales, r, h, dim));
+                if (lane == 0) {
+                    qkv_rows[(long long)i * qkv_width + r] = bits;  // the value cache of later positions
+                    store_relaxed(qkv_now + r, tagged(tag, bits));
+                }
+            }
+            prefetch_phase(4 * l + 2, i, table, layers, dim, heads, kv_heads, ff, own, vocab, first_row, row_step);
+            if (i == DEPTH_TIMING_CODEBOOK) { STAMP(9 * l + 1); STAMP(9 * l + 2); }
+            attend(i, heads, kv_heads, qkv_width, qkv_now, tag, qkv_rows, qk_rows, rope, eps[3 * l + 1], h, qk, keys, values);
+            if (i == DEPTH_TIMING_CODEBOOK) STAMP(9 * l + 3);
+            residual_rows(out, out_scales, dim, dim, h, x, x_mid, tag, first_row, row_step);
+            prefetch_phase(4 * l + 3, i, table, layers, dim, heads, kv_heads, ff, own, vocab, first_row, row_step);
+            if (i == DEPTH_TIMING_CODEBOOK) { STAMP(9 * l + 4); STAMP(9 * l + 5); }
+
+            stage(x_mid, tag, ffn_norm, eps[3 * l + 2], dim, h, partial);
+            if (i == DEPTH_TIMING_CODEBOOK) STAMP(64 + 3 * l + 1);
+            for (int r = first_row; r < ff; r += row_step) {
+                float gate, up;
+                row_dot2(w13, w13_scales, r, r + ff, h, dim, &gate, &up);
+                gate = bf16_to_float(float_to_bf16(gate));
+                up = bf16_to_float(float_to_bf16(up));
+                if (lane == 0) store_relaxed(act + r, tagged(tag, float_to_bf16(gate / (1.0f + __expf(-gate)) * up)));
+            }
+            prefetch_phase(4 * l + 4, i, table, layers, dim, heads, kv_heads, ff, own, vocab, first_row, row_step);
+            if (i == DEPTH_TIMING_CODEBOOK) { STAMP(9 * l + 6); STAMP(9 * l + 7); }
+
+            stage(act, tag, 0, 0.0f, ff, h, partial);
+            if (i == DEPTH_TIMING_CODEBOOK) STAMP(64 + 3 * l + 2);
+            residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
+            prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, own, vocab, first_row, row_step);
+            if (i == DEPTH_TIMING_CODEBOOK) { STAMP(9 * l + 8); STAMP(9 * l + 9); }
+            x = x_out;
         }
-        prefetch_phase(4 * l + 4, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
-        STAMP(9 * l + 6);
-        STAMP(9 * l + 7);
 
-        stage(act, tag, 0, 0.0f, ff, h, partial);
-        STAMP(64 + 3 * l + 2);
-        residual_rows(w2, w2_scales, dim, ff, h, x_mid, x_out, tag, first_row, row_step);
-        prefetch_phase(4 * l + 5, i, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
-        STAMP(9 * l + 8);
-        STAMP(9 * l + 9);
-        x = x_out;
-    }
+        stage(x, tag, (const unsigned short*)own[HEAD_NORM], __int_as_float((int)own[HEAD_EPS]), dim, h, partial);
+        unsigned short* own_logits = logits + (long long)i * vocab;
+        const weight_t* to_logits = (const weight_t*)own[HEAD_TO_LOGITS];
+        const float* logit_scales = (const float*)own[HEAD_LOGIT_SCALES];
+        for (int r = first_row; r < vocab; r += row_step) {
+            float acc = row_dot(to_logits, logit_scales, r, h, dim);
+            if (lane == 0) own_logits[r] = float_to_bf16(acc);
+        }
+        if (i == DEPTH_TIMING_CODEBOOK) STAMP(126);
+        // The next codebook starts with layer 0 again: its first two phases' weights into L2 now (after the last
+        // codebook: the next frame's, without its rope entries).
+        for (int q = 0; q < 2 && q < phases; ++q)
+            prefetch_phase(q, i + 1 < codebooks ? i + 1 : -1, table, layers, dim, heads, kv_heads, ff,
+                           head_table + (long long)(i + 1 < codebooks ? i + 1 : 0) * HEAD_FIELDS, vocab, first_row, row_step);
 
-    stage(x, tag, head_norm, __int_as_float(head_eps_bits), dim, h, partial);
-    for (int r = first_row; r < vocab; r += row_step) {
-        float acc = row_dot(to_logits, head_scales, r, h, dim);
-        if (lane == 0) logits[r] = float_to_bf16(acc);
+        grid_barrier(sync + DEPTH_ARRIVALS, tag, i);
+        if (has_forced) {
+            if (threadIdx.x == 0) code = forced_codes[i];
+        } else {  // every block the same choice, from the same logits and noise
+            for (int r = threadIdx.x; r < vocab; r += DEPTH_THREADS) h[r] = __ldcg(own_logits + r);
+            __syncthreads();
+            choose_in_one_block(h, noise + (long long)i * vocab, inv_temperature[0], (unsigned int)(top_k_index[0] + 1), &code, vocab,
+                                hist, chosen, warp_best, warp_index);
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && threadIdx.x == 0)  // frame[0] is this thread's own earlier write
+            frame[i] = !has_forced && i > 0 && frame[0] == end_of_audio ? (long long)end_of_audio : code;
+        if (i == DEPTH_TIMING_CODEBOOK) STAMP(127);
     }
-    STAMP(126);
-    // The next codebook's launch starts with layer 0 again: its first two phases' weights into L2 now
-    // (not its rope entries: which position comes next is the caller's).
-    for (int q = 0; q < 2 && q < phases; ++q)
-        prefetch_phase(q, -1, table, layers, dim, heads, kv_heads, ff, head_norm, to_logits, vocab, first_row, row_step);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         // Every block reads the counter first thing; wait until all have before the next launch's.
         while (load_acquire(sync + 1) != gridDim.x) { }
         store_relaxed(sync + 1, 0u);
         store_release(sync, tag == DEPTH_TAGS ? 0u : tag);
     }
-    STAMP(127);
 }

@@ -35,6 +35,12 @@ DEPTH_MAX_QK_HEADS = 64
 DEPTH_MAX_POSITIONS = 16  # codebooks
 DEPTH_HEAD_DIM = 32  # one lane per element of a head
 DEPTH_MAX_KV_WIDTH = 256  # kv_heads * head_dim: the keys and values of a position the attention stages
+# The frame's `sync` words: the launch counter, the blocks that have read it, the probe's stamps (DEPTH_TIMING),
+# then from DEPTH_ARRIVALS one barrier word per block.
+DEPTH_ARRIVALS = 1024
+# The per-codebook pointer table's fields (depthformer.cu's HEAD_*: head norm, its epsilon's float bits, logits
+# table, its row scales, the code's embedding table, its row scales).
+DEPTH_HEAD_FIELDS = 6
 # The per-layer pointer table, in the order the kernel reads it.
 # The last four are the matrices' row scales (int8 weights; for bf16 weights the kernel ignores them).
 DEPTH_TABLE_FIELDS = (
@@ -101,6 +107,8 @@ _DEPTHFORMER_DEFINES = {
     "DEPTH_HEAD_DIM": DEPTH_HEAD_DIM,
     "DEPTH_MAX_KV_WIDTH": DEPTH_MAX_KV_WIDTH,
     "DEPTH_TABLE": len(DEPTH_TABLE_FIELDS),
+    "DEPTH_ARRIVALS": DEPTH_ARRIVALS,
+    "DEPTH_HEAD_FIELDS": DEPTH_HEAD_FIELDS,
 }
 _ATTENTION_DEFINES = {
     "HEAD_DIM": ATTENTION_HEAD_DIM,
@@ -131,9 +139,9 @@ KERNELS: dict[str, Kernel] = {
         Kernel("short_conv_step", "short_conv.cu"),
         Kernel("top_k_gumbel_argmax", "sampler.cu", _SAMPLER_DEFINES),
         Kernel("top_k_gumbel_argmax_grid", "sampler.cu", _SAMPLER_DEFINES),
-        Kernel("depthformer_codebook", "depthformer.cu", {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 0, "DEPTH_NAME": "depthformer_codebook"}),
-        Kernel("depthformer_codebook_int8", "depthformer.cu",
-               {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_codebook_int8"}),
+        Kernel("depthformer_frame", "depthformer.cu", {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 0, "DEPTH_NAME": "depthformer_frame"}),
+        Kernel("depthformer_frame_int8", "depthformer.cu",
+               {**_DEPTHFORMER_DEFINES, "WEIGHT_INT8": 1, "DEPTH_NAME": "depthformer_frame_int8"}),
         Kernel("backbone_attention", "backbone_attention.cu", _ATTENTION_DEFINES),
         *(
             Kernel(f"matvec{epilogue}{'_int8' * int8}", "matvec.cu", {
