@@ -421,7 +421,8 @@ __device__ __forceinline__ void grid_barrier(unsigned int* arrivals, unsigned in
 // *top_k_index + 1), or takes forced_codes[i] (teacher forcing) when has_forced. frame[i] is the
 // code; with the choice, a first code of end_of_audio makes the whole frame end_of_audio (liquid-audio's rule;
 // the chain itself runs on the codes as chosen). One launch instead of 8 codebook launches and 8 sampler launches
-// (H200: RUN_PLACEHOLDER).
+// (H200, bench/results/run-86-frame-kernel: 31 kernels in the audio head to 14; int8 frame 0.992 -> 0.972 ms,
+// bf16 1.046 either way: the barrier and the choice cost ~4 µs a codebook, about what the sampler launches did).
 // `exchange` holds per codebook (`words` each) the tagged words the blocks hand each other: x as it enters
 // (dim), then per layer q|k|v of position i (qkv width), x after the attention (dim), the SwiGLU output (ff)
 // and x after the feed-forward (dim); each warp writes its rows of them. `sync`: the launch counter, the blocks

@@ -15,12 +15,6 @@
 #ifndef CONV
 #define CONV 0
 #endif
-#ifndef SINGLE_BUFFER  // probe only: PIPELINE 1 with one register buffer (the next tile's loads issued as the
-#define SINGLE_BUFFER 0  // current one is multiplied), for 64 registers: the next kernel's blocks fit beside ours
-#endif
-#ifndef L2_AHEAD  // probe only (scripts/probe_step_overlap.py): a walking block asks L2 for its later tiles at its start
-#define L2_AHEAD 0
-#endif
 // A row (or its part, see `split`) is one group of lanes: a warp for bf16 weights, half a warp for int8, so
 // that a lane's MATVEC_DEPTH loads cover the same 256 weights either way and a launch keeps as many bytes in
 // flight per lane as bf16 does (a warp per int8 row halved them: on the H200 the int8 products then took
@@ -79,44 +73,13 @@ __device__ __forceinline__ int tile_row(int tile, int group, int split, int N) {
 #endif
 }
 
-#ifndef TILED_PROBE  // probe only (scripts/probe_step_overlap.py): timing, wrong results; see load_tile
-#define TILED_PROBE 0
-#endif
-#ifndef LOAD_HINT  // probe only: 1 loads with ld.global.nc.L1::no_allocate.L2::256B instead of __ldcs
-#define LOAD_HINT 0
-#endif
-__device__ __forceinline__ uint4 load_weights(const uint4* p) {
-#if LOAD_HINT
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-#else
-    return __ldcs(p);
-#endif
-}
-
 // Issues a tile's weight loads (all of them, before any is used): this lane's per_lane 16-byte chunks.
-// TILED_PROBE: the same bytes per group and load, but as if the rows that a tile's groups take side by side were
-// stored chunk-interleaved (each load step of a block reads one contiguous run of memory instead of a 256-byte
-// piece of each of 16 rows 2 KB apart): for timing the memory's locality only, the products are wrong.
 __device__ __forceinline__ void load_tile(uint4 (&w)[MATVEC_DEPTH], const weight_t* __restrict__ W, int row, int N, int K,
                                           int first, int glane, int per_lane) {
-    row = min(row, N - 1);
-#if TILED_PROBE
-    const int run = GROUPS / (K * (int)sizeof(weight_t) / 16 / (per_lane * GROUP_LANES)) / (GATED ? 2 : 1);  // rows side by side
-    if ((row / run + 1) * run <= N) {
-        const uint4* base = reinterpret_cast<const uint4*>(W + (long long)(row / run) * run * K);
-        #pragma unroll
-        for (int t = 0; t < MATVEC_DEPTH; ++t)
-            if (t < per_lane) w[t] = load_weights(base + ((long long)((first + GROUP_LANES * t) / GROUP_LANES) * run + row % run) * GROUP_LANES + glane);
-        return;
-    }
-#endif
-    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)row * K) + first + glane;
+    const uint4* weights = reinterpret_cast<const uint4*>(W + (long long)min(row, N - 1) * K) + first + glane;
     #pragma unroll
     for (int t = 0; t < MATVEC_DEPTH; ++t)
-        if (t < per_lane) w[t] = load_weights(weights + GROUP_LANES * t);
+        if (t < per_lane) w[t] = __ldcs(weights + GROUP_LANES * t);
 }
 
 #if WEIGHT_INT8
@@ -126,13 +89,6 @@ typedef float4 staged_t;
 #define XSTAGE xs
 typedef uint4 staged_t;
 #endif
-
-// Asks L2 for a tile's weights (this lane's share of its group's 128-byte lines), to be loaded later.
-__device__ __forceinline__ void prefetch_tile(const weight_t* __restrict__ W, int row, int N, int K, int first, int glane, int split) {
-    const char* segment = reinterpret_cast<const char*>(W + (long long)min(row, N - 1) * K) + (long long)first * 16;
-    const int lines = (int)(K * sizeof(weight_t) / split / 128);
-    for (int line = glane; line < lines; line += GROUP_LANES) asm volatile("prefetch.global.L2 [%0];" :: "l"(segment + line * 128));
-}
 
 // This lane's part of a tile's row sum: its chunks in order (the row's fixed-order sum, with the group's
 // shuffle in finish_tile).
@@ -248,13 +204,9 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     const int per_lane = K / (GROUP_LANES * PER_CHUNK * split), first = part * (K / PER_CHUNK / split);
     uint4 w[MATVEC_DEPTH];
     load_tile(w, W, tile_row(blockIdx.x, group, split, N), N, K, first, glane, per_lane);
-#if PIPELINE && !SINGLE_BUFFER
+#if PIPELINE
     uint4 w_next[MATVEC_DEPTH];
     if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
-#endif
-#if PIPELINE && L2_AHEAD
-    for (int tile = blockIdx.x + 2 * gridDim.x; tile < tiles; tile += gridDim.x)
-        prefetch_tile(W, tile_row(tile, group, split, N), N, K, first, glane, split);
 #endif
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
 #if PIPELINE
@@ -310,13 +262,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         __syncthreads();  // partial[] is reused below
     }
     __syncthreads();
-#if PIPELINE && SINGLE_BUFFER
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
-        if (tile + gridDim.x < tiles) load_tile(w, W, tile_row(tile + gridDim.x, group, split, N), N, K, first, glane, per_lane);
-        finish_tile(acc, tile, group, glane, split, partial, scales, has_residual, residual, out, N, conv_state, conv_weight, taps);
-    }
-#elif PIPELINE
+#if PIPELINE
     for (int tile = blockIdx.x; tile < tiles; tile += 2 * gridDim.x) {
         float acc = tile_dot(w, XSTAGE, first, glane, per_lane, K);
         if (tile + 2 * gridDim.x < tiles) load_tile(w, W, tile_row(tile + 2 * gridDim.x, group, split, N), N, K, first, glane, per_lane);
