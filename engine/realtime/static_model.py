@@ -769,6 +769,9 @@ class StaticDepthformer:
             dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, vocab=vocab, weights=tensors
         ):
             return None
+        if self.sampling.fused is None:  # the frame's blocks choose the codes with the sampler kernel's code (top_k.cuh)
+            log.warning("the sampler kernel is not in use here, so neither is the one-launch depthformer frame")
+            return None
         # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
         self._table = torch.tensor(
             [[self._table_entry(layer, name).data_ptr() for name in DEPTH_TABLE_FIELDS] for layer in self.layers],
