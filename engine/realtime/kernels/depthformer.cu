@@ -15,8 +15,9 @@
 // through the read-only path. Every output is computed by one warp in a fixed order, so
 // the result is deterministic (a graph replay equals the eager launch bit for bit).
 // DEPTH_WARPS, DEPTH_THREADS, DEPTH_MAX_K, DEPTH_MAX_QK_HEADS, DEPTH_MAX_POSITIONS, DEPTH_HEAD_DIM,
-// DEPTH_MAX_KV_WIDTH and DEPTH_TABLE (pointers per layer) are defined from the Python constants of the same names.
-// WEIGHT_INT8 (sources.py: 0 for `depthformer_codebook`, 1 for `depthformer_codebook_int8`): the layers'
+// DEPTH_MAX_KV_WIDTH, DEPTH_TABLE (pointers per layer), DEPTH_ARRIVALS and DEPTH_HEAD_FIELDS are defined from the Python
+// constants of the same names.
+// WEIGHT_INT8 (sources.py: 0 for `depthformer_frame`, 1 for `depthformer_frame_int8`): the layers'
 // matrices, the codebooks' tied embedding / logits tables are int8 with a float32 scale per row
 // (engine/model/quantized.py); a row's sum is times its scale, and an embedding row is bf16(q * scale).
 #if WEIGHT_INT8
@@ -363,7 +364,7 @@ __device__ __forceinline__ void residual_rows(const weight_t* __restrict__ W, co
 #error "the heads table's fields differ from sources.py's DEPTH_HEAD_FIELDS"
 #endif
 
-// Prefetches this warp's rows of phase q's weights (see depthformer_codebook), and the norm weights
+// Prefetches this warp's rows of phase q's weights (see the kernel below), and the norm weights
 // and rope entries that phase's stage and attention read; nothing past the last phase.
 __device__ __forceinline__ void prefetch_phase(int q, int i, const long long* table, int layers, int dim, int heads, int kv_heads,
                                                int ff, const long long* head, int vocab, int first_row, int row_step) {
