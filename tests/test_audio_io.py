@@ -290,14 +290,18 @@ def test_late_presses_and_releases_land_where_they_were_made(alsa: alsa_env.Alsa
     one block: a hold made while the engine was busy used to be refused as too short (press and release on one
     frame). Generated holds: the take is exactly the stream's audio from the pre-roll before the press to the
     tail after the release, a hold under `min_take_s` is refused with its true length, and a press is never
-    placed back into the take before it (nor further back than BACKDATE_LIMIT_S)."""
-    from hypothesis import HealthCheck, given, settings
+    placed back into the take before it (nor further back than the recorder's backdate limit, 2 s here: a
+    press made longer ago moves its release as much, so the hold keeps its length; cutting both to the limit
+    made every hold acted on that late a refused zero-length take)."""
+    from hypothesis import HealthCheck, example, given, settings
     from hypothesis import strategies as st
 
-    from engine.audio.capture import BACKDATE_LIMIT_S
+    from engine.audio.capture import LATE_TOLERANCE_S
 
     rate = 48_000
-    recorder = make_recorder(closing, samplerate=rate, preroll_s=0.3, tail_s=0.15, min_take_s=0.1)
+    limit_s = 2.0
+    recorder = make_recorder(closing, samplerate=rate, preroll_s=0.3, tail_s=0.15, min_take_s=0.1,
+                             backdate_limit_s=limit_s)
     assert recorder.open()
     block = recorder.block_frames
     fed: list[np.ndarray] = []
@@ -318,6 +322,7 @@ def test_late_presses_and_releases_land_where_they_were_made(alsa: alsa_env.Alsa
     @settings(max_examples=14, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(lead=st.integers(0, 60), held=st.integers(0, 80), after=st.integers(6, 80),
            extra_late=st.sampled_from((0, 0, 4_000)))
+    @example(lead=10, held=50, after=10, extra_late=4_000)  # a 0.5 s hold acted on 4 s after the limit
     def hold_made_while_busy(lead: int, held: int, after: int, extra_late: int) -> None:
         # The stream runs on: `lead` blocks, then the user holds for `held` blocks and releases `after` blocks
         # before the engine acts on both (blocks of 10 ms; `extra_late` ms more for both: beyond the ring).
@@ -331,9 +336,14 @@ def test_late_presses_and_releases_land_where_they_were_made(alsa: alsa_env.Alsa
         recorder.press(late_s=(now - press_at) / rate + extra)
         recorder.release(late_s=(now - release_at) / rate + extra)
         feed(noise(20))  # the block they land on, and room for the tail
-        limit = round(BACKDATE_LIMIT_S * rate)
-        want_press = min(now, max(press_at - round(extra * rate), now - limit, state["last_end"]))
-        want_release = max(release_at - round(extra * rate), now - limit, want_press)
+        press_late = (now - press_at) / rate + extra
+        release_late = (now - release_at) / rate + extra - max(0.0, press_late - limit_s)
+
+        def placed(late: float) -> int:
+            return now if late <= LATE_TOLERANCE_S else now - round(min(late, limit_s) * rate)
+
+        want_press = max(placed(press_late), state["last_end"])
+        want_release = max(placed(release_late), want_press)
         if want_release - want_press < round(0.1 * rate):
             rejected = next_event(recorder.events, TakeRejected)
             assert rejected.reason == "too_short"

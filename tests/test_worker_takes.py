@@ -14,7 +14,7 @@ import pytest
 
 from engine import protocol as p
 from engine.worker.takes import TAKE_LOST
-from engine_helpers import Engine, audio_env, engine  # noqa: F401 - fixtures
+from engine_helpers import SPEAKER, Engine, audio_env, engine  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.filterwarnings("ignore::DeprecationWarning:sounddevice")]
 
@@ -88,6 +88,27 @@ def test_a_hold_made_while_an_export_runs_is_a_take_of_its_length(engine: Engine
     hold with its pre-roll and tail. It used to be refused as too short: press and release on one audio block
     (found by tests/test_worker_stateful.py, behind an answer's queued export and model load). The export is
     held open until the release is in."""
+    hold_while_an_export_runs(engine, tmp_path, monkeypatch, busy_after_release_s=0.0)
+
+
+def test_a_hold_acted_on_later_than_the_recorders_memory_keeps_its_length(audio_env, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The same, with the engine busy for longer after the release than the recorder reaches back (1 s here; in
+    the app BACKDATE_LIMIT_S, a long take's prefill on a slow machine): the press is placed at the limit and
+    its release as much later, so the take is still the length held. Both used to be cut to the limit, one
+    frame: the hold was refused as a zero-length take, the user's press lost (CI's red run of stop 40, the
+    stateful test's burst of presses behind an answer's slow start)."""
+    eng = Engine(recorder_options={"tail_s": 0.05, "backdate_limit_s": 1.0})
+    try:
+        eng.send(p.SelectDevices(None, SPEAKER), p.Load(source="demo", demo=True))
+        eng.wait_state(p.EngineState.IDLE, timeout=120)
+        hold_while_an_export_runs(eng, tmp_path, monkeypatch, busy_after_release_s=1.5)
+    finally:
+        eng.stop()
+
+
+def hold_while_an_export_runs(engine: Engine, tmp_path, monkeypatch, *, busy_after_release_s: float) -> None:  # noqa: ANN001
+    """A 0.5 s hold made while an export is written, which ends `busy_after_release_s` after the release: the
+    hold becomes a take of its length (pre-roll and tail included)."""
     import threading
 
     from engine.worker import thread as worker_thread
@@ -111,6 +132,7 @@ def test_a_hold_made_while_an_export_runs_is_a_take_of_its_length(engine: Engine
     engine.send(release, p.Ping(7))
     engine.wait_for(lambda e: isinstance(e, p.Pong) and e.seq == 7, after=mark, timeout=10)
     assert not engine.of(p.StateChanged, mark), "the press ran during the export"
+    time.sleep(busy_after_release_s)
     finish.set()
     answer = engine.wait_for(lambda e: isinstance(e, (p.UserTakeAdded, p.TakeRejected)), after=mark, timeout=30)
     assert isinstance(answer, p.UserTakeAdded), f"the hold was refused: {answer}"

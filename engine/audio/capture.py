@@ -53,9 +53,14 @@ _TAKE_BUFFERS = 2
 _LEVEL_SLOTS = 256
 # A press or release acted on this late or less lands on the next block, as an immediate one does (the engine
 # thread's ordinary delay); later ones are placed back where they were made, up to BACKDATE_LIMIT_S (the
-# history ring keeps that much more audio; longer waits are cut to it).
+# history ring keeps that much more audio). A press made longer ago is placed that far back, and its release
+# is placed back as much less as the press was: the take keeps the length the user held (its audio is the
+# oldest the ring still has), where cutting both to the limit would make any hold a refused zero-length take.
+# The engine acts on commands between two pieces of an answer, so waits this long come only from work that
+# reads none (a long take's prefill on a slow machine, a voice merged): half a minute of ring (5.5 MB at
+# 48 kHz) covers them.
 LATE_TOLERANCE_S = 0.05
-BACKDATE_LIMIT_S = 5.0
+BACKDATE_LIMIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ class PushToTalkRecorder(DeviceStream):
         tail_s: float = 0.15,
         min_take_s: float = 0.1,
         max_take_s: float = 60.0,
+        backdate_limit_s: float = BACKDATE_LIMIT_S,
         block_s: float = 0.01,
         level_interval_s: float = 0.05,
         on_take: Callable[[CapturedTake], None] | None = None,
@@ -136,6 +142,7 @@ class PushToTalkRecorder(DeviceStream):
         self.tail_s = tail_s
         self.min_take_s = min_take_s
         self.max_take_s = max_take_s
+        self.backdate_limit_s = backdate_limit_s
         self.block_s = block_s
         self.level_interval_s = level_interval_s
         self.takes: queue.Queue[CapturedTake] = queue.Queue()
@@ -153,6 +160,7 @@ class PushToTalkRecorder(DeviceStream):
         self._release_requests = 0
         self._press_late_frames = 0
         self._release_late_frames = 0
+        self._press_cut_s = 0.0  # how much later than it was made the last press is placed (beyond the limit)
 
         self._finished: queue.SimpleQueue[_ActiveTake | None] = queue.SimpleQueue()  # None only wakes the worker
         self._stop_worker = threading.Event()
@@ -222,6 +230,7 @@ class PushToTalkRecorder(DeviceStream):
             return False
         if self._press_requests == self._release_requests:
             self._press_late_frames = self._late_frames(late_s)  # written before the count the callback reads
+            self._press_cut_s = max(0.0, late_s - self.backdate_limit_s)
             self._press_requests += 1
         return True
 
@@ -232,15 +241,16 @@ class PushToTalkRecorder(DeviceStream):
 
     def release(self, late_s: float = 0.0) -> None:
         """Push-to-talk released `late_s` seconds ago: the take ends `tail_s` later (in stream frames) and is
-        delivered. A release without a press held is ignored."""
+        delivered. A release without a press held is ignored. A press placed later than it was made (see
+        BACKDATE_LIMIT_S) moves its release as much: the take keeps the length that was held."""
         if self._release_requests < self._press_requests:
-            self._release_late_frames = self._late_frames(late_s)
+            self._release_late_frames = self._late_frames(late_s - self._press_cut_s)
             self._release_requests += 1
 
     def _late_frames(self, late_s: float) -> int:
         if late_s <= LATE_TOLERANCE_S:
             return 0
-        return round(min(late_s, BACKDATE_LIMIT_S) * self._rate)
+        return round(min(late_s, self.backdate_limit_s) * self._rate)
 
     def close_stream(self) -> None:
         """Close the input stream only (e.g. before `rescan_devices()`); `press()` or `open()` reopens it."""
@@ -286,9 +296,9 @@ class PushToTalkRecorder(DeviceStream):
         self._tail_frames = round(self.tail_s * rate)
         self._min_take_frames = round(self.min_take_s * rate)
         self._max_take_frames = max(1, round(self.max_take_s * rate))
-        # The history ring reaches back one pre-roll and a late press (BACKDATE_LIMIT_S) plus a few blocks, and
+        # The history ring reaches back one pre-roll and a late press (`backdate_limit_s`) plus a few blocks, and
         # at least 2 s for the hands-free listener (engine/audio/voice.py), which reads it on its own thread.
-        backdate_frames = round(BACKDATE_LIMIT_S * rate)
+        backdate_frames = round(self.backdate_limit_s * rate)
         self._history = np.zeros(max(self._preroll_frames + backdate_frames + 4 * max_block, 2 * rate), dtype=np.float32)
         # Per block: how far the reference player (hands-free echo cancellation) had played when the block
         # was captured, so the listener pairs the microphone with what the speaker was playing.
