@@ -759,6 +759,9 @@ class StaticDepthformer:
 
     def _fused_step(self) -> DepthformerFrame | None:
         """The one-launch frame kernel, if it compiles, fits this model and agrees with the plain ops."""
+        if self.sampling.fused is None:  # the frame's blocks choose the codes with the sampler kernel's code (top_k.cuh)
+            log.warning("the sampler kernel is not in use here, so neither is the one-launch depthformer frame")
+            return None
         step = DepthformerFrame.create(self.device, self.dtype, int8=self.int8)
         tensors = [self._table_entry(layer, name) for layer in self.layers for name in DEPTH_TABLE_FIELDS]
         for _, _, to_logits, embedding in self.heads_out:
@@ -768,9 +771,6 @@ class StaticDepthformer:
         if step is None or not DepthformerFrame.supports(
             dim=self.dim, heads=self.heads, kv_heads=self.kv_heads, ff=self.ff, positions=self.codebooks, vocab=vocab, weights=tensors
         ):
-            return None
-        if self.sampling.fused is None:  # the frame's blocks choose the codes with the sampler kernel's code (top_k.cuh)
-            log.warning("the sampler kernel is not in use here, so neither is the one-launch depthformer frame")
             return None
         # Weights are addressed by pointer: a LoRA merge writes them in place, so the table stays valid.
         self._table = torch.tensor(
