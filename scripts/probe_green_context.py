@@ -139,6 +139,7 @@ def main() -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     use_expandable_cuda_segments()
+    torch.zeros(1, device="cuda")  # the primary context, current before the driver calls below
     compile_in_background(torch.device("cuda"))
     smid = torch.cuda._compile_kernel(SMID_SOURCE, "smid")
     splits: dict[int, tuple[torch.cuda.Stream, torch.cuda.Stream, int, int]] = {}
