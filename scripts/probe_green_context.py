@@ -123,6 +123,92 @@ def graph_ms(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream, before: Cal
     return statistics.median(rounds[2:])
 
 
+def capture_on(step: Callable[[], object], stream: torch.cuda.Stream, pool: Any = None) -> torch.cuda.CUDAGraph:
+    """`step` captured as a graph on `stream` (a green context's: does the graph keep its SMs?)."""
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # a warm-up on that stream first (cuBLAS's workspace for it)
+        step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, stream=stream):
+        step()
+    return graph
+
+
+def captured_on_green() -> None:
+    """Run 88: graphs CAPTURED on a green context's stream (run 87 found that graphs captured on a plain stream
+    use every SM wherever they are replayed): the SMs they use, and frames with the decoder's frame and the audio
+    head captured on the two sides of a split."""
+    from engine.bench import EngineBench
+    from engine.bench.random_model import random_full_size_model
+    from engine.bench.run import _int8_copy
+    from engine.model.loading import use_expandable_cuda_segments
+    from engine.realtime.kernels import compile_in_background
+
+    out = Path(os.environ.get("OUT", "."))
+    report: dict[str, Any] = {}
+
+    def save() -> None:
+        (out / "probe_green_captured.json").write_text(json.dumps(report, indent=1))
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    use_expandable_cuda_segments()
+    torch.zeros(1, device="cuda")
+    compile_in_background(torch.device("cuda"))
+    smid = torch.cuda._compile_kernel(SMID_SOURCE, "smid")
+    splits = {k: green_streams(k) for k in (16, 32)}
+    default = torch.cuda.current_stream()
+    placement: dict[str, Any] = {}
+    for k, (small, rest, _, _) in splits.items():
+        ids = torch.full((4096,), -1, dtype=torch.int32, device="cuda")
+        graph = capture_on(lambda: smid(grid=(4096, 1, 1), block=(64, 1, 1), args=[ids]), small)
+        for name, stream in (("replayed on its stream", small), ("replayed on the default stream", default), ("replayed on the rest", rest)):
+            ids.fill_(-1)
+            torch.cuda.synchronize()
+            with torch.cuda.stream(stream):
+                graph.replay()
+            torch.cuda.synchronize()
+            placement[f"{k}, captured on the small side, {name}"] = sorted(set(ids.tolist()))
+    report["placement"] = placement
+    print(json.dumps({k: len(v) for k, v in placement.items()}), flush=True)
+    save()
+
+    loaded = _int8_copy(random_full_size_model())
+    engine = EngineBench(loaded)
+    backend = engine.backend
+    decoder = engine.session.decoder
+    detokenizer = decoder.decoder
+    fused = backend.depthformer.fused
+    saved = backend.snapshot()
+    shipped_side = decoder._side
+    frames: dict[str, float] = {}
+    plain_decoder = detokenizer._graph
+    for k, (small, rest, _, rest_sms) in splits.items():
+        decoder.reset()
+        state = detokenizer.snapshot()
+        green_decoder = capture_on(detokenizer.step_graphable, small)
+        detokenizer.restore(state)
+        ids_ok = fused is None or fused.blocks <= rest_sms
+        green_head = capture_on(backend.steps["audio_head"], rest, pool=backend.graph_pool) if ids_ok else None
+        backend.restore(saved)
+        plain_head = backend.graphs["audio_head"]
+        for _ in range(2):
+            frames["shipped"] = frame_ms(backend, plain_decoder.replay, default, shipped_side)
+            frames["alone"] = frame_ms(backend, None, default, shipped_side)
+            frames[f"decoder captured on {k} SMs"] = frame_ms(backend, green_decoder.replay, default, small)
+            if green_head is not None:
+                backend.graphs["audio_head"] = green_head
+                frames[f"decoder on {k} SMs, audio head on the other {rest_sms}"] = frame_ms(backend, green_decoder.replay, rest, small)
+                frames[f"audio head on {rest_sms} SMs, decoder plain"] = frame_ms(backend, plain_decoder.replay, rest, shipped_side)
+                backend.graphs["audio_head"] = plain_head
+        print(k, json.dumps(frames), flush=True)
+        decoder.reset()
+    backend.restore(saved)
+    report["frames_ms"] = frames
+    save()
+    print("done", flush=True)
+
+
 def main() -> None:
     from engine.bench import EngineBench, make_workload
     from engine.bench.random_model import random_full_size_model
@@ -245,4 +331,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    captured_on_green() if "--captured" in sys.argv else main()
