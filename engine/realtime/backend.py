@@ -138,11 +138,11 @@ class GraphedBackend(StreamingState):
         self.input.copy_(self.depthformer.frame_embedding(codes))
 
     def _text_head(self) -> None:
-        self.text_sampling.sample(self.text_logits(), out=self.token)
+        self.text_sampling.sample_beside(self.text_logits, out=self.token)
         self.feed_token(self.token)
 
     def _audio_head(self) -> None:
-        self.input.copy_(self.depthformer.frame_step(self.hidden))
+        self.depthformer.frame_step(self.hidden, out=self.input)
 
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""

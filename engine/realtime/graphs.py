@@ -53,6 +53,24 @@ def warm_up(device: torch.device, run: Callable[[], T], *, side: torch.cuda.Stre
     return result
 
 
+def beside(device: torch.device, branch: Callable[[], object], work: Callable[[], T]) -> T:
+    """`branch()` on the side stream while `work()` runs on the current one, both after the current stream's
+    earlier work and before its later work; returns what `work` returned. Captured, the two are branches of
+    the graph that run at once (a head's sampling noise beside its product: its five small kernels off the
+    step's path); on the CPU, one after the other."""
+    if device.type != "cuda":
+        branch()
+        return work()
+    current = torch.cuda.current_stream(device)
+    side = side_stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        branch()
+    result = work()
+    current.wait_stream(side)
+    return result
+
+
 def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
     """Record one call of `step` as a new graph in memory pool `pool` (None: a private pool);
     returns the graph and what `step` returned during the capture (its static output buffers).

@@ -15,10 +15,12 @@ the same first-index tie rule as liquid-audio. top-k is read from a sorted top-6
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
 from engine.chat.decoding import MAX_TOP_K
+from engine.realtime import graphs
 from engine.realtime.kernels import TopKGumbelArgmax
 from engine.realtime.kernels.sources import SAMPLER_GRID_SLICE
 
@@ -29,6 +31,7 @@ class DeviceSampling:
     """One sampler's settings in device memory (text and audio each have one)."""
 
     def __init__(self, device: torch.device, *, fused: bool = True) -> None:
+        self.device = torch.device(device)
         self.noise_weight = torch.zeros((), dtype=torch.float32, device=device)  # 0: greedy
         self.inv_temperature = torch.ones((), dtype=torch.float32, device=device)
         self.top_k_index = torch.zeros((1,), dtype=torch.long, device=device)  # k - 1
@@ -84,8 +87,16 @@ class DeviceSampling:
 
     def sample(self, logits: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
         """A token id of shape (1,) from 1-D logits, with static shapes and no host sync."""
-        if self._noise is None or self._noise.shape != logits.shape:
-            self._noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+        return self.sample_beside(lambda: logits, out=out)
+
+    def sample_beside(self, logits_of: Callable[[], torch.Tensor], *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """`sample(logits_of())`, the noise drawn beside the logits' product (`graphs.beside`): its kernels are
+        off the step's path. The noise buffer is made on the first call (the warm-up before a capture)."""
+        noise = self._noise
+        logits = graphs.beside(self.device, lambda: self.noise_for(noise), logits_of) if noise is not None else logits_of()
+        if noise is None or noise.shape != logits.shape:
+            noise = self._noise = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+            self.noise_for(noise)
         if out is None:
             out = torch.empty((1,), dtype=torch.long, device=logits.device)
-        return self.choose(logits, self.noise_for(self._noise), out=out)
+        return self.choose(logits, noise, out=out)
