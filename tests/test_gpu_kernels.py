@@ -188,6 +188,26 @@ def test_kernels_compiled_in_background_are_the_ones_used(device) -> None:
     assert result.stdout.strip().splitlines()[-1] == f"ok {len(KERNELS)}"
 
 
+@torch.inference_mode()
+def test_a_branch_beside_the_work_is_a_graph_branch_joined_before_what_follows(device) -> None:
+    """graphs.beside inside a capture: the branch (on the side stream) and the work both run at every replay,
+    and what follows the join sees both (a head's noise beside its product, then its choice)."""
+    from engine.realtime import graphs
+
+    noise, product, choice = (torch.zeros(1 << 22, device=device) for _ in range(3))
+
+    def head() -> None:
+        graphs.beside(device, lambda: noise.add_(1.0), lambda: product.add_(2.0))
+        torch.add(noise, product, out=choice)
+
+    head()  # warm-up, then the capture (which runs nothing)
+    graph, _ = graphs.capture(head)
+    for replays in range(1, 4):
+        graph.replay()
+        torch.cuda.synchronize()
+        assert choice.eq(3.0 * (replays + 1)).all(), replays
+
+
 @pytest.fixture(scope="module")
 def full_size():
     from engine.bench.random_model import random_full_size_model
