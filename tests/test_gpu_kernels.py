@@ -265,8 +265,7 @@ def test_one_launch_frame_chooses_each_code_as_the_sampler_kernel_does(device, f
     """The frame kernel's own choices (every block choosing from a codebook's logits past the grid barrier, then
     going on with that code) against the sampler's kernel on the same logits and noise: a frame is sampled, then
     teacher-forced with the codes it chose, whose logits are then bitwise those the choices were made from.
-    Greedy and sampled (k 4 at T 1, k 64 at T 0.7); a first code of end-of-audio ends the whole frame. The
-    frame's backbone input, which the kernel sums at its end, is the plain ops' sum of its codes' embeddings."""
+    Greedy and sampled (k 4 at T 1, k 64 at T 0.7); a first code of end-of-audio ends the whole frame."""
     from engine.constants import END_OF_AUDIO
     from engine.realtime.sampling import DeviceSampling
     from engine.realtime.static_model import StaticDepthformer
@@ -277,21 +276,14 @@ def test_one_launch_frame_chooses_each_code_as_the_sampler_kernel_does(device, f
     generator = torch.Generator(device=device).manual_seed(11)
     hidden_size = full_size.model.lfm.config.hidden_size
     expected = torch.empty((1,), dtype=torch.long, device=device)
-    next_input = torch.empty((1, hidden_size), dtype=torch.bfloat16, device=device)
     checked = 0
     for greedy, temperature, top_k in ((True, 1.0, None), (False, 1.0, 4), (False, 0.7, 64)):
         sampling.set(greedy=greedy, temperature=temperature, top_k=top_k)
         chosen: set[int] = set()
         for trial in range(4):
             hidden = (torch.randn((1, hidden_size), device=device, generator=generator) * 4).to(torch.bfloat16)
-            next_input.fill_(float("nan"))
-            depthformer.frame_step(hidden, out=next_input)  # draws this frame's noise into depthformer._noise
+            depthformer.frame_step(hidden)  # draws this frame's noise (beside its input product) into depthformer._noise
             codes, noise = depthformer.frame.clone(), depthformer._noise.clone()
-            # The backbone input the kernel summed: the plain ops' sum of the same rows, up to the last bf16
-            # rounding of a float32 sum taken in another order.
-            summed = depthformer.frame_embedding(codes).float()
-            assert (next_input.float() - summed).abs().le(summed.abs() * 2**-8).all(), (greedy, top_k, trial)
-            assert next_input.float().eq(summed).float().mean() > 0.99, (greedy, top_k, trial)
             if codes[0] == END_OF_AUDIO:
                 assert (codes == END_OF_AUDIO).all()
                 continue

@@ -142,7 +142,7 @@ class GraphedBackend(StreamingState):
         self.feed_token(self.token)
 
     def _audio_head(self) -> None:
-        self.depthformer.frame_step(self.hidden, out=self.input)
+        self.input.copy_(self.depthformer.frame_step(self.hidden))
 
     def _prefill_padded(self, rows: int) -> None:
         """The first `backbone.span_length` of `prefill_input[:rows]` → `hidden` (last real row)."""

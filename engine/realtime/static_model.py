@@ -736,7 +736,7 @@ class StaticDepthformer:
             for e in model.depth_embeddings
         ]
         self.audio_embedding = model.audio_embedding.embedding.weight
-        self.offsets = model.codebook_offsets.to(device=device, dtype=torch.long)
+        self.offsets = model.codebook_offsets.to(device)
         self.frame = torch.zeros((self.codebooks,), dtype=torch.long, device=device)
         vocab = self.heads_out[0][2].shape[0]
         self._noise = torch.zeros((self.codebooks, vocab), dtype=torch.float32, device=device)
@@ -862,20 +862,15 @@ class StaticDepthformer:
                 return f"codebook {i}: relative error {error:.3g}"
         return None
 
-    def _fused_frame(
-        self, inputs: torch.Tensor, noise: torch.Tensor, *, forced_codes: torch.Tensor | None = None,
-        next_input: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    def _fused_frame(self, inputs: torch.Tensor, noise: torch.Tensor, *, forced_codes: torch.Tensor | None = None) -> torch.Tensor:
         """The fused kernel's frame: every codebook's logits into `self._logits` (returned) and its code, chosen
-        with `noise` (into `self.frame`) or given (`forced_codes`, teacher forcing: into a buffer of its own);
-        with `next_input` (DepthformerFrame's), the frame's backbone input too."""
+        with `noise` (into `self.frame`) or given (`forced_codes`, teacher forcing: into a buffer of its own)."""
         sampling = self.sampling
         return self.fused(
             table=self._table, heads_table=self._heads_table, eps=self._eps, layers=len(self.layers),
             dims=(self.dim, self.heads, self.kv_heads, self.ff), inputs=inputs, exchange=self._exchange, logits=self._logits,
             noise=noise, inv_temperature=sampling.inv_temperature, top_k_index=sampling.top_k_index,
             frame=self.frame if forced_codes is None else self._forced_frame, end_of_audio=END_OF_AUDIO, forced_codes=forced_codes,
-            next_input=next_input,
         )  # fmt: skip
 
     def _codebook_logits(self, i: int, inputs: torch.Tensor, previous_code: torch.Tensor | None) -> torch.Tensor:
@@ -917,28 +912,24 @@ class StaticDepthformer:
             return self.input_product(hidden, weight, self.depth_bias).view(self.codebooks, self.dim)
         return torch.addmm(self.depth_bias, hidden, plain(weight, self.dtype).t()).view(self.codebooks, self.dim)
 
-    def frame_step(self, hidden: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def frame_step(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (1, backbone hidden) → sampled codes (codebooks,), written into `self.frame`.
 
-        Applies liquid-audio's end-of-audio rule (a first code of 2048 makes the whole frame 2048) and writes
-        the next backbone input embedding (1, backbone hidden) into `out`, which it returns: the one-launch
-        frame kernel sums it itself where the embedding table is bf16 (`frame_embedding`'s sum, 4 kernels fewer).
+        Applies liquid-audio's end-of-audio rule (a first code of 2048 makes the whole frame 2048)
+        and returns the next backbone input embedding (1, backbone hidden).
         """
         # The noise is drawn beside the codebooks' input product (its kernels off the frame's path).
         negative_log_noise = self._noise
         inputs = graphs.beside(self.device, lambda: self.sampling.noise_for(negative_log_noise), lambda: self._inputs(hidden))
         if self.fused is not None:  # the choices, and the end-of-audio rule, inside the one launch
-            if self.audio_embedding.dtype == torch.bfloat16 and self.audio_embedding.is_contiguous():
-                self._fused_frame(inputs, negative_log_noise, next_input=(self.audio_embedding, self.offsets, out))
-                return out
             self._fused_frame(inputs, negative_log_noise)
-            return out.copy_(self.frame_embedding(self.frame))
+            return self.frame_embedding(self.frame)
         for i in range(self.codebooks):
             previous = self.frame[i - 1 : i] if i else None
             logits = self._codebook_logits(i, inputs, previous)[0]
             self.sampling.choose(logits, negative_log_noise[i], out=self.frame[i : i + 1])
         self.frame.masked_fill_(self.frame[0] == END_OF_AUDIO, END_OF_AUDIO)
-        return out.copy_(self.frame_embedding(self.frame))
+        return self.frame_embedding(self.frame)
 
     def frame_embedding(self, codes: torch.Tensor) -> torch.Tensor:
         """The backbone input of an audio frame (codebooks,): its codes' audio embeddings summed (1, hidden)."""

@@ -424,9 +424,6 @@ __device__ __forceinline__ void grid_barrier(unsigned int* arrivals, unsigned in
 // the chain itself runs on the codes as chosen). One launch instead of 8 codebook launches and 8 sampler launches
 // (H200, bench/results/run-86-frame-kernel: 31 kernels in the audio head to 14; int8 frame 0.992 -> 0.972 ms,
 // bf16 1.046 either way: the barrier and the choice cost ~4 µs a codebook, about what the sampler launches did).
-// With hidden > 0 (a sampled frame), the frame's backbone input is the launch's last step: next_input (hidden) =
-// bf16(the sum over codebooks of `frame_embedding` row frame[i] + offsets[i], in codebook order, in float32), the
-// sum F.embedding(frame + offsets, table).sum(0) makes, each block a slice of it: 4 kernels fewer in the audio head.
 // `exchange` holds per codebook (`words` each) the tagged words the blocks hand each other: x as it enters
 // (dim), then per layer q|k|v of position i (qkv width), x after the attention (dim), the SwiGLU output (ff)
 // and x after the feed-forward (dim); each warp writes its rows of them. `sync`: the launch counter, the blocks
@@ -437,8 +434,7 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
            const long long* __restrict__ head_table, unsigned int* exchange, int words, unsigned short* logits, int vocab,
            const float* __restrict__ noise, const float* __restrict__ inv_temperature,
            const long long* __restrict__ top_k_index, const long long* __restrict__ forced_codes, int has_forced,
-           long long* __restrict__ frame, int end_of_audio, const unsigned short* __restrict__ frame_embedding,
-           const long long* __restrict__ offsets, int hidden, unsigned short* __restrict__ next_input, unsigned int* sync) {
+           long long* __restrict__ frame, int end_of_audio, unsigned int* sync) {
     __shared__ __align__(16) unsigned short h[DEPTH_MAX_K];
     __shared__ float partial[DEPTH_WARPS];
     __shared__ float qk[DEPTH_MAX_QK_HEADS * DEPTH_HEAD_DIM];
@@ -446,7 +442,7 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
     __shared__ unsigned int hist[256], chosen[3];  // the choice's (top_k.cuh)
     __shared__ float warp_best[DEPTH_WARPS];
     __shared__ int warp_index[DEPTH_WARPS];
-    __shared__ long long code, codes[DEPTH_MAX_POSITIONS];  // codebook i's code; every codebook's, for next_input
+    __shared__ long long code;
     const int lane = threadIdx.x & 31;
     const int first_row = blockIdx.x * DEPTH_WARPS + (threadIdx.x >> 5), row_step = gridDim.x * DEPTH_WARPS;
     const int qkv_width = dim + 2 * kv_heads * DEPTH_HEAD_DIM, layer_words = qkv_width + 2 * dim + ff;
@@ -568,17 +564,9 @@ DEPTH_NAME(const long long* __restrict__ table, const float* __restrict__ eps, i
                                 hist, chosen, warp_best, warp_index);
         }
         __syncthreads();
-        if (threadIdx.x == 0) codes[i] = !has_forced && i > 0 && codes[0] == end_of_audio ? (long long)end_of_audio : code;
-        if (blockIdx.x == 0 && threadIdx.x == 0) frame[i] = codes[i];
+        if (blockIdx.x == 0 && threadIdx.x == 0)  // frame[0] is this thread's own earlier write
+            frame[i] = !has_forced && i > 0 && frame[0] == end_of_audio ? (long long)end_of_audio : code;
         if (i == DEPTH_TIMING_CODEBOOK) STAMP(127);
-    }
-    if (hidden > 0) {  // the frame's backbone input: its codes' embeddings summed (codes[] as in `frame`)
-        __syncthreads();
-        for (int k = blockIdx.x * DEPTH_THREADS + threadIdx.x; k < hidden; k += gridDim.x * DEPTH_THREADS) {
-            float sum = 0.0f;
-            for (int c = 0; c < codebooks; ++c) sum += bf16_to_float(frame_embedding[(codes[c] + offsets[c]) * hidden + k]);
-            next_input[k] = float_to_bf16(sum);
-        }
     }
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         // Every block reads the counter first thing; wait until all have before the next launch's.

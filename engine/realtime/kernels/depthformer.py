@@ -93,33 +93,23 @@ class DepthformerFrame:
         frame: torch.Tensor,
         end_of_audio: int,
         forced_codes: torch.Tensor | None = None,
-        next_input: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One frame: inputs (codebooks, dim) → each codebook's logits into `logits` (codebooks, vocab) and its
         code into `frame` (codebooks,), chosen from the logits with `noise` (codebooks, vocab), or `forced_codes`
         (teacher forcing). `heads_table` (codebooks, DEPTH_HEAD_FIELDS): `StaticDepthformer`'s per-codebook
-        pointers. `next_input` = (table (rows, hidden) bf16, offsets (codebooks,) int64, out (1, hidden) bf16): the
-        frame's backbone input, F.embedding(frame + offsets, table).sum(0), into `out` in the same launch.
-        Returns `logits`."""
+        pointers. Returns `logits`."""
         dim, heads, kv_heads, ff = dims
         codebooks, vocab = logits.shape
         assert heads_table.shape == (codebooks, DEPTH_HEAD_FIELDS) and self.blocks <= DEPTH_THREADS
         words = self.exchange_words(dim=dim, kv_heads=kv_heads, ff=ff, layers=layers)
         assert exchange.numel() >= codebooks * words
-        if next_input is not None:
-            table_rows, offsets, out = next_input
-            hidden = out.numel()
-            assert table_rows.dtype == out.dtype == torch.bfloat16 and table_rows.shape[1] == hidden and out.is_contiguous()
-            assert offsets.dtype == torch.long and offsets.numel() == codebooks and table_rows.is_contiguous()
-        else:
-            table_rows, offsets, out, hidden = frame, frame, frame, 0  # hidden 0: the kernel writes no input
         self.kernel(
             grid=(self.blocks, 1, 1),
             block=(DEPTH_THREADS, 1, 1),
             args=[
                 table, eps, layers, codebooks, dim, heads, kv_heads, ff, inputs, heads_table, exchange, words, logits, vocab,
                 noise, inv_temperature, top_k_index, forced_codes if forced_codes is not None else frame, int(forced_codes is not None),
-                frame, end_of_audio, table_rows, offsets, hidden, out, self.sync,
+                frame, end_of_audio, self.sync,
             ],
         )  # fmt: skip
         return logits
