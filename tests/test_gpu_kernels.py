@@ -445,39 +445,6 @@ def test_int8_matvec_kernel_matches_the_dequantized_product(device, rows: int, c
         assert torch.equal(got, matvec(h, weight, None, norm, 1e-5, gated=True))
 
 
-@torch.inference_mode()
-def test_asking_l2_for_the_next_product_changes_no_output(device) -> None:
-    """A product that asks L2 for the next product's first loads (`prefetch`: plain, gated and conv next products,
-    int8 and bf16, their first tile of each block, both, or none) gives bit for bit what it gives without; and what
-    it asks for lies within the next product's regions of rows."""
-    from engine.realtime.kernels import Matvec
-
-    matvec = Matvec.create(device, torch.bfloat16)
-    assert matvec is not None
-    generator = torch.Generator(device=device).manual_seed(5)
-    x = torch.randn((1, 2048), device=device, generator=generator).to(torch.bfloat16)
-    residual = torch.randn((2048,), device=device, generator=generator).to(torch.bfloat16)
-    bf16 = (torch.randn((16384, 2048), device=device, generator=generator) * 0.02).to(torch.bfloat16)
-    weights = {"int8": _int8(2048, 2048, generator, device), "bf16": bf16[:2048].contiguous()}
-    following = [(_int8(16384, 2048, generator, device), "gated"), (_int8(6144, 2048, generator, device), "conv"),
-                 (_int8(2048, 8192, generator, device), "plain"), (bf16, "gated"), (bf16[:2048].contiguous(), "plain")]
-    for name, weight in weights.items():
-        matvec.prefetch_tiles = 0
-        expected = matvec(x, weight, residual, None, 1e-5).clone()
-        for ahead, kind in following:
-            values = ahead.values if hasattr(ahead, "values") else ahead
-            for tiles in (1, 2):
-                matvec.prefetch_tiles = tiles
-                _, stride, lines, regions = matvec.first_loads(ahead, kind)
-                assert 0 < lines <= stride and stride * regions * 128 == values.numel() * values.element_size(), (name, kind, tiles)
-                got = matvec(x, weight, residual, None, 1e-5, prefetch=(ahead, kind))
-                assert torch.equal(got, expected), (name, kind, tiles)
-    from engine.realtime.kernels.matvec import PREFETCH_TILES
-
-    matvec.prefetch_tiles = PREFETCH_TILES
-    torch.cuda.synchronize()
-
-
 @pytest.mark.parametrize("channels, columns", [(2048, 2048), (1001, 2048), (64, 4096), (37, 512)])
 def test_int8_conv_epilogue_is_bitwise_the_product_then_the_conv_step(device, channels: int, columns: int) -> None:
     """matvec_conv_int8 (the conv layers' int8 in-projection with the conv step as its epilogue) against the int8

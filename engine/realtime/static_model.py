@@ -291,12 +291,9 @@ class StaticBackbone(StreamingState):
             return self.row_norm(x, weight, self.eps)
         return F.rms_norm(x, (self.hidden,), weight, self.eps)
 
-    def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor, prefetch: tuple[Weight, str] | None = None) -> torch.Tensor:
-        """The FFN with its residual; a decode step's w2 asks L2 for `prefetch` (the next product, `_ahead`)."""
+    def _mlp(self, layer: _AttentionLayer | _ConvLayer, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 1:  # decode
-            w2 = self._ahead(layer.w2, residual=True, norm=False)
-            hidden = self._product(x, layer.w13, norm=layer.ffn_norm, gated=True, prefetch=w2)
-            return self._product(hidden, layer.w2, residual=x[0], prefetch=prefetch)
+            return self._product(self._product(x, layer.w13, norm=layer.ffn_norm, gated=True), layer.w2, residual=x[0])
         gate, up = span_product(self._norm(x, layer.ffn_norm), layer.w13, self.dtype).chunk(2, dim=-1)
         return x + span_product(swiglu(gate, up), layer.w2, self.dtype)
 
@@ -308,16 +305,15 @@ class StaticBackbone(StreamingState):
         residual: torch.Tensor | None = None,
         norm: torch.Tensor | None = None,
         gated: bool = False,
-        prefetch: tuple[Weight, str] | None = None,
     ) -> torch.Tensor:
         """A decode step's h @ weight.T (+ residual (N,)), h = x (1, K) or, given `norm`, its RMS norm, and
         with `gated` the SwiGLU of the product's halves (gate, up): the matrix-vector kernel (with the norm
         inside, the SwiGLU as its epilogue) for the products where it beat cuBLAS (and the norm and SwiGLU
         kernels) in the start-up timing (`matvec_timings_us`), cuBLAS otherwise; with a residual, the add
-        rides on the product (addmm's bias, or the kernel's); the kernel asks L2 for `prefetch` (`_ahead`)."""
+        rides on the product (addmm's bias, or the kernel's)."""
         int8 = isinstance(weight, Int8Matrix)
         if (weight.shape[0], weight.shape[1], residual is not None, norm is not None, gated, int8) in self.matvec_shapes:
-            return self.matvec(x, weight, residual, norm, self.eps, gated=gated, prefetch=prefetch)
+            return self.matvec(x, weight, residual, norm, self.eps, gated=gated)
         if gated:
             return swiglu(*self._product(x, weight, residual=residual, norm=norm).chunk(2, dim=-1))
         h = self._norm(x, norm) if norm is not None else x
@@ -480,39 +476,21 @@ class StaticBackbone(StreamingState):
         step as the epilogue (`conv_epilogue`): 74 kernels, 0.545 ms against 0.548 (run-83-step-overlap).
         """
         first_attention = True
-        for index, layer in enumerate(self.layers):
-            following = self.layers[index + 1] if index + 1 < len(self.layers) else None
-            out = self._ahead(layer.out, residual=True, norm=False)
-            w13 = self._ahead(layer.w13, residual=False, norm=True, gated=True)
+        for layer in self.layers:
             if isinstance(layer, _AttentionLayer):
-                qkv = self._product(x, layer.qkv, norm=layer.norm, prefetch=out)
+                qkv = self._product(x, layer.qkv, norm=layer.norm)
                 attn = self._decode_attention(layer, qkv, write_mask=first_attention)
                 first_attention = False
-                x = self._product(attn, layer.out, residual=x[0], prefetch=w13)
+                x = self._product(attn, layer.out, residual=x[0])
             elif self.conv_epilogue:
-                conv = self.matvec(x, layer.in_proj, None, layer.norm, self.eps, conv=(layer.state, layer.conv), prefetch=out)
-                x = self._product(conv, layer.out, residual=x[0], prefetch=w13)
+                conv = self.matvec(x, layer.in_proj, None, layer.norm, self.eps, conv=(layer.state, layer.conv))
+                x = self._product(conv, layer.out, residual=x[0])
             else:
-                conv = self._conv_step(layer, self._product(x, layer.in_proj, norm=layer.norm, prefetch=out))
-                x = self._product(conv, layer.out, residual=x[0], prefetch=w13)
-            x = self._mlp(layer, x, prefetch=self._first_product_ahead(following))
+                conv = self._conv_step(layer, self._product(x, layer.in_proj, norm=layer.norm))
+                x = self._product(conv, layer.out, residual=x[0])
+            x = self._mlp(layer, x)
         self.position.add_(1)
         return self._norm(x, self.final_norm)
-
-    def _ahead(self, weight: Weight, *, residual: bool, norm: bool, gated: bool = False, conv: bool = False) -> tuple[Weight, str] | None:
-        """A decode product as the product before it names it for its prefetch (`Matvec.__call__`): where the
-        matrix-vector kernel runs it (cuBLAS loads its own way), else None."""
-        key = (weight.shape[0], weight.shape[1], residual, norm, gated, isinstance(weight, Int8Matrix))
-        return (weight, "gated" if gated else "conv" if conv else "plain") if key in self.matvec_shapes else None
-
-    def _first_product_ahead(self, layer: _AttentionLayer | _ConvLayer | None) -> tuple[Weight, str] | None:
-        """A layer's first product (`_ahead`): its q|k|v or its conv in-projection (with the conv step where
-        `conv_epilogue`); None after the last layer."""
-        if layer is None:
-            return None
-        if isinstance(layer, _AttentionLayer):
-            return self._ahead(layer.qkv, residual=False, norm=True)
-        return self._ahead(layer.in_proj, residual=False, norm=True, conv=self.conv_epilogue)
 
     @torch.no_grad()
     def _conv_epilogue_agrees(self) -> bool:

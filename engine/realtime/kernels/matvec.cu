@@ -162,20 +162,6 @@ __device__ __forceinline__ void finish_tile(float acc, int tile, int group, int 
     __syncthreads();  // partial[] is written again by the next tile
 }
 
-// The next product's first loads asked of L2 (prefetch.global.L2), from the launch's start, while its blocks wait for
-// the kernel ahead: `next_parts` regions (a plain product 1, a gated one its gate and up rows 2, the conv one its
-// b, c and u rows 3) `next_stride_lines` 128-byte lines apart in next_W, each its first `next_lines` lines: the rows
-// the next product's first blocks load before their own wait (Matvec.first_loads). Those blocks can only start as
-// ours leave their SMs, so their first round of loads otherwise finds the memory idle and waits its latency.
-__device__ __forceinline__ void prefetch_next_product(const unsigned char* __restrict__ next_W, int next_stride_lines,
-                                                      int next_lines, int next_parts) {
-    const int total = next_lines * next_parts;
-    for (int i = blockIdx.x * MATVEC_THREADS + threadIdx.x; i < total; i += gridDim.x * MATVEC_THREADS) {
-        const int part = i / next_lines, line = i - part * next_lines;
-        asm volatile("prefetch.global.L2 [%0];" :: "l"(next_W + ((long long)part * next_stride_lines + line) * 128));
-    }
-}
-
 // out = W h (+ residual), one bf16 row per output: W (N, K) row-major, K a multiple of 32 * PER_CHUNK * split;
 // with WEIGHT_INT8, W is int8 and row r's sum is multiplied by scales[r] (float32) before the residual:
 // out = bf16(scales[r] * sum_k q[r][k] h[k] (+ residual[r])), each weight dequantized in registers;
@@ -206,8 +192,7 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
         const weight_t* __restrict__ W, const float* __restrict__ scales, const unsigned short* __restrict__ x, int has_norm,
         const unsigned short* __restrict__ norm, int eps_bits, int has_residual,
         const unsigned short* __restrict__ residual, unsigned short* __restrict__ out, int N, int K, int split, int tiles,
-        unsigned short* __restrict__ conv_state, const unsigned short* __restrict__ conv_weight, int taps,
-        const unsigned char* __restrict__ next_W, int next_stride_lines, int next_lines, int next_parts) {
+        unsigned short* __restrict__ conv_state, const unsigned short* __restrict__ conv_weight, int taps) {
 #if WEIGHT_INT8
     __shared__ float4 xf[MATVEC_MAX_K / 4];  // x (or its norm) as floats: 4 LDS.128 per 16 weights, no unpacking
 #else
@@ -223,7 +208,6 @@ extern "C" __global__ void __launch_bounds__(MATVEC_THREADS, MATVEC_MIN_BLOCKS) 
     uint4 w_next[MATVEC_DEPTH];
     if (blockIdx.x + gridDim.x < tiles) load_tile(w_next, W, tile_row(blockIdx.x + gridDim.x, group, split, N), N, K, first, glane, per_lane);
 #endif
-    prefetch_next_product(next_W, next_stride_lines, next_lines, next_parts);
     wait_for_previous();  // the weights are parameters; x, the residual and out are the step's
 #if PIPELINE
     launch_dependents();  // one wave of walking blocks: the next kernel's blocks may take each SM as ours leave it

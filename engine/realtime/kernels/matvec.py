@@ -22,9 +22,6 @@ from engine.realtime.kernels.sources import (
     MATVEC_WARPS,
 )
 
-# Tiles of each of the next product's first blocks that a product asks L2 for (see Matvec.first_loads).
-PREFETCH_TILES = 1
-
 
 class Matvec:
     """A batch-1 matrix-vector product as one kernel: W (N, K) bf16 times x (1, K), optionally of x's RMS
@@ -50,9 +47,6 @@ class Matvec:
         self.gated_int8_kernel = gated_int8
         self.conv_int8_kernel = conv_int8  # the int8 in-projection with the conv step (None: unavailable)
         self.sm_count = sm_count
-        # Of the next product's tiles each of its first blocks loads before its wait (2 for the walking kernels,
-        # 1 otherwise), how many a product asks L2 for from its own start (`first_loads`; 0: none).
-        self.prefetch_tiles = PREFETCH_TILES
         # Blocks per SM that walk a product's tiles, by weight kind (the kernels built with PIPELINE 1); 0:
         # one tile per block.
         self.walkers_per_sm = walkers_per_sm if walkers_per_sm is not None else {
@@ -93,34 +87,6 @@ class Matvec:
             return None
         return split
 
-    def _geometry(self, weight: torch.Tensor | Int8Matrix, kind: str) -> tuple[int, int, int, int]:
-        """(rows of one region per tile, tiles, grid, regions) of a product's launch: `kind` "plain" (one region
-        of rows), "gated" (the gate rows and the up rows) or "conv" (the b, c and u rows)."""
-        int8 = isinstance(weight, Int8Matrix)
-        rows, columns = weight.shape
-        split = self.split(columns, self.depth, int8=int8)
-        assert split is not None
-        regions = {"plain": 1, "gated": 2, "conv": 3}[kind]
-        per_tile = _groups(int8) // split // regions
-        tiles = -(-(rows // regions) // per_tile)
-        return per_tile, tiles, self.blocks(tiles, int8=int8), regions
-
-    def first_loads(self, weight: torch.Tensor | Int8Matrix, kind: str) -> tuple[torch.Tensor, int, int, int]:
-        """What the product of `weight` (`kind` as in `_geometry`) loads first, before its blocks' wait, as the
-        kernel's prefetch arguments: (its weights, the lines (128 bytes) between its regions, the lines to ask
-        for from each region's start, the regions): `prefetch_tiles` tiles of each first block, at most its whole
-        rows."""
-        int8 = isinstance(weight, Int8Matrix)
-        values = weight.values if int8 else weight
-        rows, columns = weight.shape
-        per_tile, tiles, grid, regions = self._geometry(weight, kind)
-        walking = self.walkers_per_sm["int8" if int8 else "bf16"] > 0
-        first_blocks = grid if walking else min(grid, MATVEC_MIN_BLOCKS["int8" if int8 else "bf16"] * max(self.sm_count, 1))
-        region_rows = rows // regions
-        row_bytes = columns * values.element_size()
-        wanted = min(region_rows, first_blocks * min(self.prefetch_tiles, 2 if walking else 1) * per_tile)
-        return values, region_rows * row_bytes // 128, -(-wanted * row_bytes // 128), regions
-
     def supports(self, columns: int, *, gated: bool = False, int8: bool = False, conv: bool = False) -> bool:
         """Whether products over `columns` can run here (gated: a block holds a gate row and its up row; conv,
         int8 only: a block holds a channel's three rows)."""
@@ -144,7 +110,6 @@ class Matvec:
         eps: float = 0.0,
         gated: bool = False,
         conv: tuple[torch.Tensor, torch.Tensor] | None = None,
-        prefetch: tuple[torch.Tensor | Int8Matrix, str] | None = None,
     ) -> torch.Tensor:
         """h @ weight.T (+ residual) → a new (1, N), h = rms_norm(x, norm, eps) or x if norm is None.
         `gated` (no residual): silu(gate) * up of the product's halves (gate, up) = (:N/2, N/2:), each
@@ -153,9 +118,7 @@ class Matvec:
         Int8Matrix weight: each row's sum is times its scale (the product with `weight.dequantized()` in float32).
         `conv` = (state (N/3, taps), weight (N/3, taps)), contiguous, int8 weights, no residual: the product's
         thirds (b, c, u) go through LFM2's conv step, which updates `state` in place → a new (1, N/3), exactly as
-        `ShortConvStep` on the product's output.
-        `prefetch` = (the next product's weight, its kind as in `first_loads`): what that product loads first is
-        asked of L2 from this launch's start (nothing with `prefetch_tiles` 0)."""
+        `ShortConvStep` on the product's output."""
         int8 = isinstance(weight, Int8Matrix)
         rows, columns = weight.shape
         split = self.split(columns, self.depth, int8=int8)
@@ -175,10 +138,6 @@ class Matvec:
         out = torch.empty((1, outputs), device=x.device, dtype=x.dtype)
         tiles = -(-outputs // per_block)
         state, conv_weight = conv if conv is not None else (x, x)
-        if prefetch is not None and self.prefetch_tiles > 0:
-            next_weights, next_stride, next_lines, next_regions = self.first_loads(*prefetch)
-        else:
-            next_weights, next_stride, next_lines, next_regions = x, 0, 0, 0
         launch_after_previous(
             kernel,
             (self.blocks(tiles, int8=int8), 1, 1),
@@ -186,7 +145,7 @@ class Matvec:
             [
                 values, scales, x, int(norm is not None), norm if norm is not None else x, float_bits(eps),
                 int(residual is not None), residual if residual is not None else x, out, rows, columns, split, tiles,
-                state, conv_weight, state.shape[1] if conv is not None else 0, next_weights, next_stride, next_lines, next_regions,
+                state, conv_weight, state.shape[1] if conv is not None else 0,
             ],
         )  # fmt: skip
         return out
