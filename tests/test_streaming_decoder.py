@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import Tensor, nn
 
 from engine.realtime.streaming_decoder import (
@@ -196,15 +198,53 @@ def test_single_frame_and_empty_utterance(tiny: nn.Module) -> None:
 
 def test_static_buffers_and_valid_count(tiny: nn.Module) -> None:
     dec = StreamingDetokenizer(tiny)
-    codes = random_codes(3, seed=6)
+    codes = random_codes(10, seed=6)
     pcm_ptr = dec.pcm_buffer.data_ptr()
-    for i, expected in enumerate([FIRST_CHUNK_SAMPLES, FRAME_SAMPLES, FRAME_SAMPLES]):
-        dec.codes_buffer.copy_(codes[:, i])
-        chunk = dec.step(dec.codes_buffer)  # in-place input, as a caller's graph would write it
+    first = 0
+    for frames, expected in [(1, FIRST_CHUNK_SAMPLES), (1, FRAME_SAMPLES), (3, 3 * FRAME_SAMPLES), (4, 4 * FRAME_SAMPLES)]:
+        dec.codes_buffer[:frames].copy_(codes[:, first : first + frames].t())  # in place, as a caller's graph would
+        chunk = dec.step(frames=frames)
+        first += frames
         assert int(dec.valid_samples) == expected == chunk.numel()
-        assert torch.equal(chunk, dec.pcm_buffer[FRAME_SAMPLES - expected :])
+        assert torch.equal(chunk, dec.pcm_buffer[FRAME_SAMPLES * frames - expected : FRAME_SAMPLES * frames])
         assert chunk.data_ptr() >= pcm_ptr and dec.pcm_buffer.data_ptr() == pcm_ptr
-    assert dec.frames_done == 3
+    assert dec.frames_done == 9
+    dec.reset()
+    assert int(dec.step(codes[:, :4]).numel()) == int(dec.valid_samples) == 4 * FRAME_SAMPLES - FLUSH_SAMPLES
+
+
+def test_a_step_decodes_one_to_max_frames(tiny: nn.Module) -> None:
+    dec = StreamingDetokenizer(tiny, max_frames=2)
+    codes = random_codes(3, seed=16)
+    with pytest.raises(ValueError, match="1 to 2 frames, not 3"):
+        dec.step(codes)
+    with pytest.raises(ValueError, match="not 0"):
+        dec.step(frames=0)
+    with pytest.raises(ValueError):
+        StreamingDetokenizer(tiny, max_frames=0)
+    assert dec.frames_done == 0  # refused before anything ran
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.integers(1, 4), min_size=1, max_size=7), seed=st.integers(0, 2**16))
+def test_steps_of_several_frames_equal_the_whole_utterance(tiny: nn.Module, steps: list[int], seed: int) -> None:
+    """Any split of an utterance into steps of 1-4 frames decodes it as the whole-utterance decode does, each
+    step's samples in their place (steps of several frames carry the same state as steps of one)."""
+    codes = random_codes(sum(steps), seed=seed)
+    dec = StreamingDetokenizer(tiny)
+    chunks, first = [], 0
+    for frames in steps:
+        chunks.append(dec.step(codes[:, first : first + frames]).clone())
+        first += frames
+    chunks.append(dec.flush().clone())
+    expected = [FRAME_SAMPLES * steps[0] - FLUSH_SAMPLES] + [FRAME_SAMPLES * n for n in steps[1:]] + [FLUSH_SAMPLES]
+    assert [c.numel() for c in chunks] == expected
+    ref = whole_decode(tiny, codes)
+    assert rel_max_err(torch.cat(chunks), ref) < FP32_BOUND
+    pos = 0
+    for c in chunks:
+        assert rel_max_err(c, ref[pos : pos + c.numel()]) < 10 * FP32_BOUND
+        pos += c.numel()
 
 
 def test_out_of_range_codes_are_clamped_not_fatal(tiny: nn.Module) -> None:
@@ -341,14 +381,18 @@ def test_graph_replay_bitwise_equals_eager_step(full_cuda: nn.Module) -> None:
         assert torch.equal(graphed.step(codes[:, i]), eager.step(codes[:, i]))
     graphed.capture_graph()
     assert graphed.graph_captured
-    for i in range(3, 40):
-        g = graphed.step(codes[:, i])
-        e = eager.step(codes[:, i])
-        assert torch.equal(g, e), f"frame {i}: graph replay differs from eager"
+    first = 3
+    for frames in [1, 2, 4, 3, 1, 4, 4, 2, 1, 4, 3, 4, 1, 3]:  # every step size, each graph after every other
+        g = graphed.step(codes[:, first : first + frames])
+        e = eager.step(codes[:, first : first + frames])
+        assert torch.equal(g, e), f"frames {first}..{first + frames - 1}: graph replay differs from eager"
         assert torch.equal(graphed.valid_samples, eager.valid_samples)
+        first += frames
+    assert first == 40
     assert torch.equal(graphed.flush(), eager.flush())
-    for i in range(5):  # the graph survives flush/reset
+    for i in range(5):  # the graphs survive flush/reset
         assert torch.equal(graphed.step(codes[:, i]), eager.step(codes[:, i]))
+    assert torch.equal(graphed.step(codes[:, 5:9]), eager.step(codes[:, 5:9]))
 
 
 @gpu
@@ -361,10 +405,13 @@ def test_cuda_float32_streamed_vs_whole(full_cuda: nn.Module) -> None:
     chunks = stream(dec, codes)
     assert [c.numel() for c in chunks] == [FIRST_CHUNK_SAMPLES] + [FRAME_SAMPLES] * 24 + [FLUSH_SAMPLES]
     err = rel_max_err(torch.cat(chunks), ref)
-    print(f"cuda float32 streamed vs whole: max abs err / RMS = {err:.2e}")
+    # As a turn decodes: the first frame alone, then groups (PipelinedDecoder's ramp, then a remainder).
+    grouped = [dec.step(codes[:, a:b]).clone() for a, b in ((0, 1), (1, 2), (2, 4), (4, 8), (8, 12), (12, 16), (16, 20), (20, 24), (24, 25))]
+    grouped_err = rel_max_err(torch.cat(grouped + [dec.flush()]), ref)
+    print(f"cuda float32 streamed vs whole: max abs err / RMS = {err:.2e}, in groups of up to 4 frames {grouped_err:.2e}")
     # Slightly looser than on CPU: the reference's cuDNN conv may use TF32 (allowed by default for
     # convolutions) and the GPU reductions sum in another order.
-    assert err < 2e-4  # measured 2.6e-5 on an H200
+    assert err < 2e-4 and grouped_err < 2e-4  # measured 2.6e-5 (frame by frame) on an H200
 
 
 @gpu
@@ -392,8 +439,9 @@ def test_cuda_kernel_count_per_frame(full_cuda: nn.Module) -> None:
     """
     for model, limit in ((full_cuda, 140), (copy.deepcopy(full_cuda).to(torch.bfloat16), 122)):
         count = count_step_kernels(StreamingDetokenizer(model))
-        print(f"kernels per frame ({model.lin.weight.dtype}): {count.total}")
+        four = count_step_kernels(StreamingDetokenizer(model), frames=4)
+        print(f"kernels per step ({model.lin.weight.dtype}): {count.total} for one frame, {four.total} for four")
         for name, n in sorted(count.by_name.items(), key=lambda kv: -kv[1]):
             print(f"  {n:3d}  {name[:110]}")
         assert count.device == "cuda"
-        assert count.total <= limit
+        assert count.total <= limit and four.total <= limit + 2  # a 4-frame step adds its valid-count kernel

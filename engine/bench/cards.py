@@ -37,10 +37,10 @@ def estimate_cards(results: dict[str, Any], sampling_label: str, *, latency_refe
     kernels as the per-kernel cost, which is kept for every card (batch-1 kernels are latency-bound,
     and the recipe's depthformer frame measured 6.07 ms here against 5.7-6.2 ms published on a 4070 Ti
     SUPER). Each card gets the H200's achieved share of its published bandwidth. Per frame: the 6:9
-    block's steps, the H200's measured host/overlap overhead per frame, and the decoder's bytes (it runs
-    beside the steps and shares the memory). First audio: the H200's turn-1 value plus each card's
-    extra bytes time for one prefill read of the backbone, the six text steps, one frame and one decoder
-    call.
+    block's steps, the H200's measured host/overlap overhead per frame, and the decoder's bytes per frame (it
+    runs beside the steps and shares the memory; one read of its weights per group of frames). First audio: the
+    H200's turn-1 value plus each card's extra bytes time for one prefill read of the backbone, the six text
+    steps, one frame and one decoder step (the first frame's, alone).
 
     `latency_reference` (int8: the bf16 estimate's `stages`, from the same run): the per-kernel cost is the bf16
     stage's, where it is no larger than this stage's whole excess, and the rest of the H200's time over it is
@@ -88,7 +88,7 @@ def estimate_cards(results: dict[str, Any], sampling_label: str, *, latency_refe
     overhead = engine["ms_per_frame"] - block_ms(h200_gbs) / n_audio  # host loop, prefill share, side stream
     backbone_bytes = results["stage_bytes"]["backbone_step"]
     ttfa_bytes = backbone_bytes + n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + (
-        results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]
+        results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"].get("decoder_step", results["stage_bytes"]["decoder_frame"])
     )
     floor_block_bytes = n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + n_audio * (
         backbone_bytes + results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]

@@ -238,8 +238,9 @@ class EngineBench:
             }
         backend.backbone.restore(saved)
         decoder = self.decoder.decoder
-        graph = getattr(decoder, "_graph", None)
-        if graph is not None:
+        group = self.decoder.group_frames[-1]
+        graph = getattr(decoder, "_graphs", {}).get(group)
+        if graph is not None:  # per frame: a group's step over its frames (engine/chat/audio_decoding.py)
             decoder.reset()
             graph.replay()
             sync()
@@ -249,10 +250,11 @@ class EngineBench:
                 sync()
             events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
             report["decoder_frame"] = {
-                "kernels": len(events) / repeats,
-                "kernel_time_us": sum(e.time_range.elapsed_us() for e in events) / repeats,
+                "kernels": len(events) / repeats / group,
+                "kernel_time_us": sum(e.time_range.elapsed_us() for e in events) / repeats / group,
                 "replay_span_us": 0.0,
                 "top_by_time": [],
+                "frames_per_step": group,
             }
             decoder.reset()
         return report
@@ -264,8 +266,9 @@ class EngineBench:
         backbone = median_ms(backend.graphs["decode"].replay)
         backend.backbone.restore(saved)
         decoder = self.decoder.decoder
+        group = self.decoder.group_frames[-1]
         decoder.reset()
-        decoder_ms = median_ms(decoder._graph.replay, repeats=20, inner=5)
+        decoder_ms = median_ms(decoder._graphs[group].replay, repeats=20, inner=5) / group  # per frame, in groups
         decoder.reset()
         return {
             "backbone_step": backbone,

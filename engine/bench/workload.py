@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.chat.audio_decoding import GROUP_FRAMES
+
 FRAME_SECONDS = 0.08
 SYSTEM_TOKENS = 20
 USER_SECONDS = 4.0
@@ -125,7 +127,8 @@ def _module_bytes(module) -> int:
 
 
 def stage_bytes(loaded) -> dict[str, int]:
-    """Weight bytes each stage reads, at the precision the model holds them (bf16, or int8 with its scales)."""
+    """Weight bytes each stage reads, at the precision the model holds them (bf16, or int8 with its scales); the
+    decoder's per frame, where a step decodes a group of frames (engine/chat/audio_decoding.py)."""
     model = loaded.model
     backbone = sum(_module_bytes(layer) for layer in model.lfm.layers) + _module_bytes(model.lfm.embedding_norm)
     text_head = _module_bytes(model.lfm.embed_tokens)
@@ -133,12 +136,14 @@ def stage_bytes(loaded) -> dict[str, int]:
     depth_heads = sum(_module_bytes(e.to_logits) for e in model.depth_embeddings)
     depth_linear = _module_bytes(model.depth_linear)
     detok = loaded.processor.audio_detokenizer
+    # The decoder reads its weights once per step, and a turn's steps are groups of frames past its start.
     decoder = _bytes(p for name, p in detok.named_parameters() if not name.startswith("emb.") and not name.startswith("lfm.embed_tokens"))
     return {
         "backbone_step": backbone,
         "text_head": text_head,
         "depthformer_frame": loaded.codebooks * depth_stack + depth_heads + depth_linear,
-        "decoder_frame": decoder,
+        "decoder_frame": decoder // GROUP_FRAMES[-1],
+        "decoder_step": decoder,  # one step, whatever its frames: the turn's first frame's (first audio)
     }
 
 

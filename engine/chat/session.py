@@ -53,7 +53,7 @@ from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.validation import check_system_prompt, check_system_prompt_fits
 from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE_OUT
 from engine.constants import USER_SAMPLE_RATE as SAMPLE_RATE_IN
-from engine.constants import DEFAULT_SYSTEM_PROMPT, FRAME_SECONDS
+from engine.constants import DEFAULT_SYSTEM_PROMPT, FRAME_SAMPLES, FRAME_SECONDS
 
 if TYPE_CHECKING:
     from engine.history.context import RestorePlan
@@ -87,7 +87,7 @@ class TextPieceOut:
 @dataclass
 class AudioPieceOut:
     pcm: np.ndarray  # float32, mono, 24 kHz
-    frames: int
+    frames: int  # code frames in it (a chunk is a group of frames: engine/chat/audio_decoding.py)
 
 
 @dataclass
@@ -685,7 +685,7 @@ class ChatSession:
                 if stats.first_pcm_s is None:
                     stats.first_pcm_s = time.perf_counter() - started
                 stats.audio_seconds += pcm.size / SAMPLE_RATE_OUT
-                yield AudioPieceOut(pcm, 1)
+                yield AudioPieceOut(pcm, round(pcm.size / FRAME_SAMPLES))  # a group of frames (the first: 1440 samples; the tail: none)
 
         for event in interleaved_decode(
             self.backend, self.schedule, sampling, max_new_tokens=budget, cancel=cancel, max_frames=max_frames

@@ -1,51 +1,61 @@
-"""Streaming audio decoders: 8-codebook audio codes -> 24 kHz PCM, one 80 ms code frame at a time.
+"""Streaming audio decoders: 8-codebook audio codes -> 24 kHz PCM, one or a few 80 ms code frames at a time.
 
 `StreamingDetokenizer` re-implements liquid-audio's `LFM2AudioDetokenizer.forward` (FusedEmbedding -> x6
 nearest upsample -> Lfm2Model with a 30-position sliding-window mask -> Linear(512, 1282) ->
-log-magnitude/angle -> "same"-padded ISTFT) as a frame-by-frame decoder whose whole per-frame step is
-plain PyTorch ops on preallocated, static-shape buffers. That makes the step capturable as ONE
-`torch.cuda.CUDAGraph` (no torch.compile / Triton: the product ships on Windows), and it makes the
-streamed output equal to the whole-utterance decode up to float rounding.
+log-magnitude/angle -> "same"-padded ISTFT) as a streaming decoder whose whole step, of n = 1 ..
+`max_frames` code frames (6 n positions), is plain PyTorch ops on preallocated, static-shape buffers. That
+makes each step size capturable as ONE `torch.cuda.CUDAGraph` (no torch.compile / Triton: the product
+ships on Windows), and it makes the streamed output equal to the whole-utterance decode up to float
+rounding, whatever sizes the steps have.
+
+Why several frames a step: at batch 1 the step is bound by its ~120 launches, not by its work, so a step of
+4 frames costs about what a step of 1 does, and it reads the decoder's weights once instead of 4 times.
+Beside the engine's steps on the GPU, every decoder step also slows them down (H200: a frame's backbone
+step and depthformer took 0.19 ms longer with a one-frame step beside them, bench run 90's grid timings).
+`PipelinedDecoder` (engine/chat/audio_decoding.py) decodes a turn's first frame alone, for the first
+sound, and then frames in growing groups.
 
 Why the step looks the way it does: at batch 1 a step is bound by the number of kernels it launches
 (~2.7 us each on an H200), not by arithmetic, so the layouts below are chosen so that projections write
 straight into the state buffers and no transpose/contiguous copies are needed.
 
-State layout (all device tensors, updated in place by the step):
+State layout (all device tensors, updated in place by the step; U = 6 * max_frames positions, a step of
+n frames uses the first u = 6 n of them):
 
-* ``_conv_hist`` (n_conv, L-1 + 6, L * H) in the model dtype, L = conv_L_cache (3): slot s holds time
+* ``_conv_hist`` (n_conv, L-1 + U, L * H) in the model dtype, L = conv_L_cache (3): slot s holds time
   ``p - (L-1) + s``, as the L products ``w_k * B * x`` (k = 0..L-1) of the depthwise conv taps. The conv
   weights are folded into a fused in_proj copy ([w_0*B | .. | w_{L-1}*B | C | x]), so one multiply
-  writes all taps of the 6 new slots and the causal conv is one reduction over a strided view
-  (tap k of output t lives at slot t + k); one copy moves the last L-1 slots to the front.
-* ``_arena`` (n_attn + 1, S, (n_rep + 2) * n_kv * head_dim) in the model dtype, S = PAST + 6 slots,
-  PAST = window - 1 (29). Slot s holds transformer position ``p - PAST + s`` where p is the first
-  position of the current frame, so the 6 new positions are always slots PAST..S-1 (static
-  addresses) and one shift of the whole arena by 6 slots per step (2 copies through ``_arena_tmp``:
-  overlapping ranges cannot be copied in one kernel) advances every attention layer at once.
+  writes all taps of the u new slots and the causal conv is one reduction over a strided view
+  (tap k of output t lives at slot t + k); one copy moves the last L-1 slots of the step to the front.
+* ``_arena`` (n_attn + 1, PAST + U, (n_rep + 2) * n_kv * head_dim) in the model dtype, PAST = window - 1
+  (29). Slot s holds transformer position ``p - PAST + s`` where p is the first position of the current
+  step, so the u new positions are always slots PAST..PAST+u-1 (static addresses) and one shift of the
+  whole arena by u slots per step (2 copies through ``_arena_tmp``: overlapping ranges cannot be
+  copied in one kernel) advances every attention layer at once.
   - attention layer l: ``_arena[l, s]`` is laid out as [q_r0 | ... | q_r{n_rep-1} | k | v], each
     (n_kv, head_dim); the fused q|k|v projection writes the whole row of the new slots, and the rotary
     bmm writes roped q and k back in place. Because the row is exactly (n_rep + 2) * n_kv * head_dim
     wide, (slot, block) merge into one stride, so SDPA sees queries as (1, n_kv, 6 * (n_rep + 2), hd)
     with no copy: the k and v blocks of the new slots ride along as extra "query" rows whose outputs
-    are ignored. That is how grouped-query attention runs without repeat_kv. Keys and values are
+    are ignored (and the mask keeps every row causal, so a step of n frames is n steps of one). That is how grouped-query attention runs without repeat_kv. Keys and values are
     already roped at their absolute positions.
   - the last block, column 0: additive validity of each slot (-inf for slots before the utterance
     start, 0 after); it shifts with the keys, so the sliding-window mask is the static band
     ``key pos in (q - window, q]`` plus this row.
-* ``_frames`` (2, 3 + 6, 1280) float32: plane 0 = window-multiplied ISTFT frames, plane 1 = the
-  window-envelope contribution (window**2) of the same frames. Rows 0..2 are the previous frame's
-  last 3 STFT frames (the overlap-add tail, zero at the utterance start), rows 3..8 the current 6. A
-  strided view of this buffer sums the overlap-add of the 6 output hops in one reduction for both
+* ``_frames`` (2, 3 + U, 1280) float32: plane 0 = window-multiplied ISTFT frames, plane 1 = the
+  window-envelope contribution (window**2) of the same frames. Rows 0..2 are the previous step's
+  last 3 STFT frames (the overlap-add tail, zero at the utterance start), rows 3.. the current u. A
+  strided view of this buffer sums the overlap-add of the u output hops in one reduction for both
   planes, so the envelope is carried exactly like the signal and the utterance start is handled by
   the same code (no first-frame branch).
-* ``_pos`` (7,) int64: positions p..p+5 of the current frame, then a counter that gives the number of
-  valid samples (1440 for the first frame, 1920 after) through one clamp.
+* ``_pos`` (U + 1,) int64: positions p..p+U-1 from the current step's first, then a counter that gives
+  the number of valid samples (1440 for the first frame, 1920 after) through one clamp.
 
-Emission: after code frame n, every sample that no later frame can change is final: output samples
-[1920 n - 480, 1920 n + 1440) (the first 480 are the ISTFT "same" padding and are dropped), i.e.
+Emission: after code frame m, every sample that no later frame can change is final: output samples
+[1920 m - 480, 1920 m + 1440) (the first 480 are the ISTFT "same" padding and are dropped), i.e.
 1440 samples for the first frame, 1920 for every later one, and `flush()` returns the last 480.
-The valid samples are always the LAST ``valid`` samples of the static 1920-sample PCM buffer.
+After a step of n frames the valid samples are the LAST ``valid`` of the first 1920 n samples of the
+static PCM buffer.
 
 Measured on an H200 (torch 2.11, full-size random weights, one code frame, graph replay): bfloat16
 transformer 113 kernels / ~390 us; float32 128 kernels / ~500 us (cuBLAS picks split-K SIMT kernels
@@ -88,6 +98,7 @@ __all__ = [
     "FRAME_SAMPLES",
     "NUM_CODEBOOKS",
     "SAMPLE_RATE",
+    "MAX_STEP_FRAMES",
     "KernelCount",
     "MimiStreamingDecoder",
     "StreamingAudioDecoder",
@@ -99,6 +110,9 @@ __all__ = [
 NUM_CODEBOOKS = 8
 CODEBOOK_SIZE = 2048
 UPSAMPLE = 6  # transformer positions (= STFT frames) per code frame
+# Code frames one step decodes at most (PipelinedDecoder's groups after a turn's first frame): a 4-frame step
+# costs about a 1-frame one (launch-bound), so the decoder's cost per frame beside the engine falls ~4x.
+MAX_STEP_FRAMES = 4
 N_FFT = 1280
 HOP = 320
 WIN = 1280
@@ -122,7 +136,7 @@ assert WIN % HOP == 0 and _TAIL_FRAMES <= UPSAMPLE and ISTFT_PAD < FRAME_SAMPLES
 
 
 class StreamingAudioDecoder(abc.ABC):
-    """Common interface of the streaming decoders: codes of one 80 ms frame in, final PCM out.
+    """Common interface of the streaming decoders: codes of 80 ms frames in, final PCM out.
 
     `step` returns a 1-D float tensor on the decoder's device holding only final samples; it may be a
     view of a static buffer that the next `step`/`flush`/`reset` overwrites, so consume or copy it
@@ -132,10 +146,12 @@ class StreamingAudioDecoder(abc.ABC):
 
     sample_rate: int = SAMPLE_RATE
     frame_samples: int = FRAME_SAMPLES
+    max_frames: int = 1  # code frames one `step` may decode together
 
     @abc.abstractmethod
     def step(self, codes: Tensor) -> Tensor:
-        """Decode one code frame, `codes` int64 of shape (8,), values in [0, 2048)."""
+        """Decode code frames: `codes` int64 of shape (8,) (one frame) or (8, n) with n <= `max_frames`,
+        values in [0, 2048)."""
 
     @abc.abstractmethod
     def flush(self) -> Tensor:
@@ -204,18 +220,19 @@ class _AttnLayer:
 
 
 class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
-    """Frame-by-frame `LFM2AudioDetokenizer` with explicit state and an optional CUDA graph.
+    """Streaming `LFM2AudioDetokenizer` with explicit state and optional CUDA graphs (one per step size).
 
     Usage::
 
         dec = StreamingDetokenizer(processor.audio_detokenizer)
         dec.capture_graph()            # CUDA only, optional
-        for codes in frames:           # codes: int64 (8,) on any device
-            pcm = dec.step(codes)      # 1440 samples first, then 1920 each (a view: copy it)
+        for codes in frames:           # codes: int64 (8,) on any device, or (8, n) for n frames at once
+            pcm = dec.step(codes)      # 1440 samples first, then 1920 a frame (a view: copy it)
         tail = dec.flush()             # the last 480 samples; the decoder is reset
 
-    For use inside a larger graph: write codes into `codes_buffer`, run `step_graphable()` (or replay),
-    then read `pcm_buffer[FRAME_SAMPLES - valid_samples:]`; `valid_samples` is a device int64 scalar.
+    For use inside a larger graph: write n frames' codes into `codes_buffer[:n]`, run
+    `step_graphable(n)` (or `step(frames=n)`), then read `pcm_buffer[FRAME_SAMPLES * n - valid_samples :
+    FRAME_SAMPLES * n]`; `valid_samples` is a device int64 scalar.
 
     The transformer runs in the module's dtype (float32, or bfloat16 as the int8 precision loads it:
     engine/model/loading.py `detokenizer_dtype`); the output Linear, the spectrum
@@ -223,7 +240,10 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
     complex bf16 does not exist).
     """
 
-    def __init__(self, detokenizer: LFM2AudioDetokenizer) -> None:
+    def __init__(self, detokenizer: LFM2AudioDetokenizer, max_frames: int = MAX_STEP_FRAMES) -> None:
+        if max_frames < 1:
+            raise ValueError("a step decodes at least one frame")
+        self.max_frames = max_frames
         self._module = detokenizer
         layers = self._read_geometry(detokenizer)
         self._make_layer_specs(layers)
@@ -232,7 +252,7 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._make_rotary(detokenizer.lfm.rotary_emb)
         self._make_mask()
         self._allocate_state(window=detokenizer.istft.window, n_attn=len(layers) - self._n_conv)
-        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}  # frames per step -> its graph
         self._frames_done = 0
         self.reset()
 
@@ -271,7 +291,8 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._blocks = n_rep + 2  # row blocks of an attention slot: n_rep query groups, k, v
         attn_width = self._blocks * n_kv * hd if attn else 0
         self._past = self._window - 1
-        self._slots = self._past + UPSAMPLE
+        self._positions = UPSAMPLE * self.max_frames  # U: the positions of the largest step
+        self._slots = self._past + self._positions
         if not 1 <= self._l_cache <= UPSAMPLE + 1:
             raise ValueError("conv_L_cache must be in 1..7 (the state shift assumes L - 1 <= 6)")
         self._attn_width = attn_width
@@ -359,24 +380,28 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._inv_freq = inv_freq
         self._pc = pc.view(hd, 2, half).to(dev)
         self._ps = ps.view(hd, 2, half).to(dev)
-        self._ones = torch.ones(UPSAMPLE, half, device=dev, dtype=torch.float32)
-        self._ang = torch.empty(UPSAMPLE, half, device=dev, dtype=torch.float32)
-        self._rt = torch.empty(UPSAMPLE, hd, hd, device=dev, dtype=dt)
+        self._ones = torch.ones(self._positions, half, device=dev, dtype=torch.float32)
+        self._ang = torch.empty(self._positions, half, device=dev, dtype=torch.float32)
+        self._rt = torch.empty(self._positions, hd, hd, device=dev, dtype=dt)
 
     def _make_mask(self) -> None:
-        """The sliding-window mask: a static band in slot coordinates (+ the validity row of the arena)."""
+        """Per step size: the sliding-window mask, a static band in slot coordinates (+ the validity row of
+        the arena), causal within the step."""
         dev, dt = self.device, self.dtype
-        rows = UPSAMPLE * self._blocks
-        t = torch.arange(UPSAMPLE)[:, None]
-        s = torch.arange(self._slots)[None, :]
-        rel = (s - self._past) - t  # key position - query position
-        band = torch.where((rel <= 0) & (rel > -self._window), 0.0, float("-inf"))
-        self._band = band.repeat_interleave(self._blocks, dim=0).to(device=dev, dtype=dt)
-        # The memory-efficient SDPA kernel wants every non-last mask stride 16-aligned, else torch pads
-        # (= extra kernels) on every call.
-        padded = -(-self._slots // 16) * 16
-        self._mask_store = torch.zeros(rows, padded, device=dev, dtype=dt)
-        self._mask = self._mask_store[:, : self._slots]
+        self._bands: dict[int, Tensor] = {}
+        self._masks: dict[int, Tensor] = {}
+        for frames in range(1, self.max_frames + 1):
+            u = UPSAMPLE * frames
+            slots = self._past + u
+            t = torch.arange(u)[:, None]
+            s = torch.arange(slots)[None, :]
+            rel = (s - self._past) - t  # key position - query position
+            band = torch.where((rel <= 0) & (rel > -self._window), 0.0, float("-inf"))
+            self._bands[frames] = band.repeat_interleave(self._blocks, dim=0).to(device=dev, dtype=dt)
+            # The memory-efficient SDPA kernel wants every non-last mask stride 16-aligned, else torch pads
+            # (= extra kernels) on every call.
+            padded = -(-slots // 16) * 16
+            self._masks[frames] = torch.zeros(u * self._blocks, padded, device=dev, dtype=dt)[:, :slots]
 
     def _allocate_state(self, *, window: Tensor, n_attn: int) -> None:
         """The state buffers of the module docstring, and the step's static inputs and outputs."""
@@ -387,35 +412,41 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._arena = torch.zeros(n_attn + 1, self._slots, max(attn_width, 1), device=dev, dtype=dt)
         self._arena_tmp = torch.empty(n_attn + 1, self._past, max(attn_width, 1), device=dev, dtype=dt)
         self._validity = self._arena[-1, :, 0]
-        lc = self._l_cache
-        self._conv_hist = torch.zeros(n_conv, lc - 1 + UPSAMPLE, lc * hidden, device=dev, dtype=dt)
+        lc, positions, sizes = self._l_cache, self._positions, range(1, self.max_frames + 1)
+        self._conv_hist = torch.zeros(n_conv, lc - 1 + positions, lc * hidden, device=dev, dtype=dt)
         cs_ = self._conv_hist.stride()
-        # taps[i][t, c, k] = w_k * B * x at slot t + k of conv layer i (see the module docstring)
-        self._conv_taps = [
-            self._conv_hist[i].as_strided((UPSAMPLE, hidden, lc), (cs_[1], 1, cs_[1] + hidden))
-            for i in range(n_conv)
-        ]
-        rows_f = _TAIL_FRAMES + UPSAMPLE
-        self._frames = torch.zeros(2, rows_f, WIN, device=dev, dtype=torch.float32)
+        # taps[n][i][t, c, k] = w_k * B * x at slot t + k of conv layer i, in a step of n frames (see the
+        # module docstring)
+        self._conv_taps = {
+            n: [self._conv_hist[i].as_strided((UPSAMPLE * n, hidden, lc), (cs_[1], 1, cs_[1] + hidden)) for i in range(n_conv)]
+            for n in sizes
+        }
+        self._frames = torch.zeros(2, _TAIL_FRAMES + positions, WIN, device=dev, dtype=torch.float32)
         env = window.square().clone()
         env[0] += _ENV_FLOOR
         self._frames[1, _TAIL_FRAMES:] = env  # static: window**2 of every new frame
         # OLA view: out[plane, b, q', s] = frames[plane, b + q', HOP * (SEG - 1 - q') + s]; summing q'
-        # gives the overlap-add of hop b including the previous frame's tail rows.
+        # gives the overlap-add of hop b including the previous step's tail rows.
         fs = self._frames.stride()
-        self._ola = self._frames.as_strided(
-            (2, UPSAMPLE, _SEGMENTS, HOP),
-            (fs[0], WIN, WIN - HOP, 1),
-            self._frames.storage_offset() + HOP * (_SEGMENTS - 1),
-        )
-        self._pos_init = torch.tensor([*range(UPSAMPLE), FIRST_CHUNK_SAMPLES], device=dev, dtype=torch.int64)
-        self._pos_step = torch.tensor([UPSAMPLE] * UPSAMPLE + [ISTFT_PAD], device=dev, dtype=torch.int64)
+        self._ola = {
+            n: self._frames.as_strided(
+                (2, UPSAMPLE * n, _SEGMENTS, HOP),
+                (fs[0], WIN, WIN - HOP, 1),
+                self._frames.storage_offset() + HOP * (_SEGMENTS - 1),
+            )
+            for n in sizes
+        }
+        self._pos_init = torch.tensor([*range(positions), FIRST_CHUNK_SAMPLES], device=dev, dtype=torch.int64)
+        self._pos_step = {
+            n: torch.tensor([UPSAMPLE * n] * positions + [ISTFT_PAD], device=dev, dtype=torch.int64) for n in sizes
+        }
         self._pos = self._pos_init.clone()
-        self._h = torch.empty(UPSAMPLE, hidden, device=dev, dtype=dt)
+        self._h = torch.empty(positions, hidden, device=dev, dtype=dt)
         self._cb_index = torch.arange(NUM_CODEBOOKS, device=dev)
-        self.codes_buffer: Tensor = torch.zeros(NUM_CODEBOOKS, device=dev, dtype=torch.int64)
-        self._codes_clamped = torch.zeros(NUM_CODEBOOKS, device=dev, dtype=torch.int64)
-        self.pcm_buffer: Tensor = torch.zeros(FRAME_SAMPLES, device=dev, dtype=torch.float32)
+        # (max_frames, 8): frame-major, so one frame's codes are one contiguous row.
+        self.codes_buffer: Tensor = torch.zeros(self.max_frames, NUM_CODEBOOKS, device=dev, dtype=torch.int64)
+        self._codes_clamped = torch.zeros(self.max_frames, NUM_CODEBOOKS, device=dev, dtype=torch.int64)
+        self.pcm_buffer: Tensor = torch.zeros(FRAME_SAMPLES * self.max_frames, device=dev, dtype=torch.float32)
         self.valid_samples: Tensor = torch.zeros((), device=dev, dtype=torch.int64)
 
 
@@ -463,7 +494,7 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
 
     @property
     def graph_captured(self) -> bool:
-        return self._graph is not None
+        return bool(self._graphs)
 
     @torch.no_grad()
     def reset(self) -> None:
@@ -477,20 +508,27 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._frames_done = 0
 
     @torch.no_grad()
-    def step(self, codes: Tensor | None = None) -> Tensor:
-        """Decode one code frame; returns the final samples (a view of `pcm_buffer`).
+    def step(self, codes: Tensor | None = None, *, frames: int = 1) -> Tensor:
+        """Decode code frames; returns their final samples (a view of `pcm_buffer`).
 
-        `codes` (8,) int64 is copied into `codes_buffer` unless it already is that buffer (or None).
+        `codes`, int64 (8,) for one frame or (8, n) for n frames (liquid-audio's layout), is copied into
+        `codes_buffer[:n]`; None decodes the `frames` frames `codes_buffer` already holds.
         """
-        if codes is not None and codes is not self.codes_buffer:
-            self.codes_buffer.copy_(codes.reshape(NUM_CODEBOOKS), non_blocking=True)
-        if self._graph is not None:
-            self._graph.replay()
+        if codes is not None:
+            codes = codes.reshape(NUM_CODEBOOKS, -1)
+            frames = codes.shape[1]
+        if not 1 <= frames <= self.max_frames:
+            raise ValueError(f"a step decodes 1 to {self.max_frames} frames, not {frames}")
+        if codes is not None:
+            self.codes_buffer[:frames].copy_(codes.t(), non_blocking=True)
+        graph = self._graphs.get(frames)
+        if graph is not None:
+            graph.replay()
         else:
-            self.step_graphable()
+            self.step_graphable(frames)
         first = self._frames_done == 0
-        self._frames_done += 1
-        return self.pcm_buffer[ISTFT_PAD:] if first else self.pcm_buffer
+        self._frames_done += frames
+        return self.pcm_buffer[ISTFT_PAD if first else 0 : FRAME_SAMPLES * frames]
 
     @torch.no_grad()
     def flush(self) -> Tensor:
@@ -510,7 +548,9 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         return out
 
     def capture_graph(self, pool: Any = None) -> None:
-        """Capture `step_graphable` as one CUDA graph; `step` replays it from then on.
+        """Capture `step_graphable(n)` as one CUDA graph per step size n = 1 .. `max_frames`; `step`
+        replays them from then on. They share one memory pool (`pool`, or a new one): they never run at
+        the same time, and each writes only the static buffers.
 
         Warm-up runs on a side stream (as PyTorch's CUDA-graph docs require, so cuBLAS/SDPA set up
         their workspaces outside the capture). Warm-up mutates the state, so it is snapshotted and
@@ -518,17 +558,20 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         """
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
+        sizes = range(1, self.max_frames + 1)
+        if pool is None:
+            pool = torch.cuda.graph_pool_handle()
         with torch.no_grad():
             saved = self.snapshot()
 
-            def run_three_steps() -> None:
-                for _ in range(3):
-                    self.step_graphable()
+            def run_each_size() -> None:
+                for frames in [*sizes, *sizes]:
+                    self.step_graphable(frames)
 
-            graphs.warm_up(self.device, run_three_steps)
-            graph, _ = graphs.capture(self.step_graphable, pool=pool)
+            graphs.warm_up(self.device, run_each_size)
+            captured = {n: graphs.capture(lambda n=n: self.step_graphable(n), pool=pool)[0] for n in sizes}
             self.restore(saved)
-        self._graph = graph
+        self._graphs = captured
 
     # ------------------------------------------------------------------ the step
 
@@ -537,37 +580,40 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         return [self._arena, self._conv_hist, self._frames, self._pos, self.valid_samples, self.pcm_buffer]
 
     @torch.no_grad()
-    def step_graphable(self) -> None:
-        """One code frame: `codes_buffer` -> `pcm_buffer` / `valid_samples`, state advanced.
+    def step_graphable(self, frames: int = 1) -> None:
+        """`frames` code frames: `codes_buffer[:frames]` -> `pcm_buffer` / `valid_samples`, state advanced.
 
         Only static-shape ops on preallocated buffers, no host sync, no branching on tensor values:
         this is the body that `capture_graph` records (and that a caller may record inside its own
         graph). Python-side bookkeeping (`frames_done`) is left to `step`.
         """
-        u, hd = UPSAMPLE, self._head_dim
+        n, hd = frames, self._head_dim
+        u = UPSAMPLE * n
         # Embedding. Clamp first: an out-of-range code (e.g. the 2048 end-of-audio token) would be a
         # device-side assert that kills the CUDA context; one tiny kernel is cheaper than that risk.
-        torch.clamp(self.codes_buffer, 0, CODEBOOK_SIZE - 1, out=self._codes_clamped)
-        rows = self._emb3[self._cb_index, self._codes_clamped]  # (8, H): one gather
-        # Mean of the 8 codebook embeddings, broadcast to the 6 upsampled positions (nearest-exact x6
-        # is plain repetition), in one reduction.
-        torch.mean(rows.expand(u, -1, -1), dim=1, out=self._h)
+        clamped = self._codes_clamped[:n]
+        torch.clamp(self.codes_buffer[:n], 0, CODEBOOK_SIZE - 1, out=clamped)
+        rows = self._emb3[self._cb_index, clamped]  # (n, 8, H): one gather
+        # Mean of each frame's 8 codebook embeddings, broadcast to its 6 upsampled positions
+        # (nearest-exact x6 is plain repetition), in one reduction.
+        h = self._h[:u]
+        torch.mean(rows[:, None].expand(n, UPSAMPLE, -1, -1), dim=2, out=h.view(n, UPSAMPLE, -1))
 
         if self._attn_width:
-            # Rotary matrices at the absolute positions p..p+5 (float32 angles, as transformers does).
-            torch.mul(self._pos[:u, None], self._inv_freq, out=self._ang)
-            cs = torch.view_as_real(torch.polar(self._ones, self._ang))  # cos, sin in one kernel
-            rt = self._rt.view(u, hd, 2, hd // 2)
+            # Rotary matrices at the absolute positions p..p+u-1 (float32 angles, as transformers does).
+            angles = self._ang[:u]
+            torch.mul(self._pos[:u, None], self._inv_freq, out=angles)
+            cs = torch.view_as_real(torch.polar(self._ones[:u], angles))  # cos, sin in one kernel
+            rt = self._rt[:u].view(u, hd, 2, hd // 2)
             torch.mul(self._pc, cs[:, None, None, :, 0], out=rt)
             rt.addcmul_(self._ps, cs[:, None, None, :, 1])
-            torch.add(self._band, self._validity, out=self._mask)
+            torch.add(self._bands[n], self._validity[: self._past + u], out=self._masks[n])
 
-        h = self._h
         for spec in self._layers:
             if isinstance(spec, _AttnLayer):
-                self._attention(spec, h)
+                self._attention(spec, h, n)
             else:
-                self._conv(spec, h)
+                self._conv(spec, h, n)
             hn = F.rms_norm(h, (self._hidden,), spec.ffn_norm_w, spec.eps)
             ab = torch.mm(hn, spec.w13.t())
             inter = ab.shape[1] // 2
@@ -576,32 +622,36 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         hn = F.rms_norm(h, (self._hidden,), self._final_norm_w, self._final_eps)
         if hn.dtype != torch.float32:
             hn = hn.float()
-        spec_ri = torch.addmm(self._lin_b, hn, self._lin_w.t())  # (6, 1282): (log|X|, angle) pairs
+        spec_ri = torch.addmm(self._lin_b, hn, self._lin_w.t())  # (u, 1282): (log|X|, angle) pairs
         # exp(log|X| + i angle) == polar(exp(log|X|), angle), one kernel.
         spectrum = torch.exp(torch.view_as_complex(spec_ri.view(u, _FFT_BINS, 2)))
         # irfft * window as one gemm, written straight into the overlap-add buffer.
-        torch.mm(torch.view_as_real(spectrum).view(u, _HEAD_OUT), self._dft, out=self._frames[0, _TAIL_FRAMES:])
-        acc = self._ola.sum(dim=2)  # (2, 6, 320): overlap-added signal and envelope
-        torch.div(acc[0], acc[1], out=self.pcm_buffer.view(u, HOP))
+        torch.mm(torch.view_as_real(spectrum).view(u, _HEAD_OUT), self._dft, out=self._frames[0, _TAIL_FRAMES : _TAIL_FRAMES + u])
+        acc = self._ola[n].sum(dim=2)  # (2, u, 320): overlap-added signal and envelope
+        torch.div(acc[0], acc[1], out=self.pcm_buffer[: FRAME_SAMPLES * n].view(u, HOP))
 
-        # Advance the state.
-        torch.clamp(self._pos[u], max=FRAME_SAMPLES, out=self.valid_samples)
-        self._pos.add_(self._pos_step)
+        # Advance the state. Valid samples: the first step's 1440 (then 1920) for its first frame, 1920 for
+        # each other.
+        if n == 1:
+            torch.clamp(self._pos[-1], max=FRAME_SAMPLES, out=self.valid_samples)
+        else:
+            torch.clamp(self._pos[-1] + FRAME_SAMPLES * (n - 1), max=FRAME_SAMPLES * n, out=self.valid_samples)
+        self._pos.add_(self._pos_step[n])
         self._frames[:, :_TAIL_FRAMES].copy_(self._frames[:, u : u + _TAIL_FRAMES])
         if self._attn_width:
-            self._arena_tmp.copy_(self._arena[:, u:])
+            self._arena_tmp.copy_(self._arena[:, u : u + self._past])
             self._arena[:, : self._past].copy_(self._arena_tmp)
         if self._conv_hist.shape[0] and self._l_cache > 1:
-            self._conv_hist[:, : self._l_cache - 1].copy_(self._conv_hist[:, u:])
+            self._conv_hist[:, : self._l_cache - 1].copy_(self._conv_hist[:, u : u + self._l_cache - 1])
 
-    def _conv(self, spec: _ConvLayer, h: Tensor) -> None:
-        hidden, u, lc = self._hidden, UPSAMPLE, self._l_cache
+    def _conv(self, spec: _ConvLayer, h: Tensor, frames: int) -> None:
+        hidden, u, lc = self._hidden, UPSAMPLE * frames, self._l_cache
         hn = F.rms_norm(h, (hidden,), spec.op_norm_w, spec.eps)
-        proj = F.linear(hn, spec.in_w, spec.in_b)  # (6, (L + 2) H) = [w_0 B | .. | w_{L-1} B | C | x]
+        proj = F.linear(hn, spec.in_w, spec.in_b)  # (u, (L + 2) H) = [w_0 B | .. | w_{L-1} B | C | x]
         x = proj[:, (lc + 1) * hidden :]
-        new = self._conv_hist[spec.slot, lc - 1 :].view(u, lc, hidden)
+        new = self._conv_hist[spec.slot, lc - 1 : lc - 1 + u].view(u, lc, hidden)
         torch.mul(proj[:, : lc * hidden].view(u, lc, hidden), x[:, None, :], out=new)  # every tap of B*x
-        conv = self._conv_taps[spec.slot].sum(-1)  # causal depthwise conv = sum of the taps
+        conv = self._conv_taps[frames][spec.slot].sum(-1)  # causal depthwise conv = sum of the taps
         if spec.conv_b is not None:
             conv = conv + spec.conv_b
         y = proj[:, lc * hidden : (lc + 1) * hidden] * conv
@@ -609,10 +659,10 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         if spec.out_b is not None:
             h.add_(spec.out_b)
 
-    def _attention(self, spec: _AttnLayer, h: Tensor) -> None:
-        u, hd, n_kv, blocks, past = UPSAMPLE, self._head_dim, self._n_kv, self._blocks, self._past
+    def _attention(self, spec: _AttnLayer, h: Tensor, frames: int) -> None:
+        u, hd, n_kv, blocks, past = UPSAMPLE * frames, self._head_dim, self._n_kv, self._blocks, self._past
         hn = F.rms_norm(h, (self._hidden,), spec.op_norm_w, spec.eps)
-        block = self._arena[spec.slot, :, : self._attn_width]  # (S, blocks * n_kv * hd)
+        block = self._arena[spec.slot, : past + u, : self._attn_width]  # (past + u, blocks * n_kv * hd)
         new = block[past:]
         torch.mm(hn, spec.wqkv.t(), out=new)
         heads = new.view(u, blocks, n_kv, hd)
@@ -620,15 +670,15 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         # norm weights, then rotary as one batched matmul that writes roped q and k back in place.
         normed = F.rms_norm(heads, (hd,), None, spec.qk_eps)
         qk = normed[:, : blocks - 1] * spec.qk_norm_w
-        torch.bmm(qk.view(u, (blocks - 1) * n_kv, hd), self._rt, out=heads[:, : blocks - 1].view(u, -1, hd))
+        torch.bmm(qk.view(u, (blocks - 1) * n_kv, hd), self._rt[:u], out=heads[:, : blocks - 1].view(u, -1, hd))
         q = heads.permute(2, 0, 1, 3).reshape(1, n_kv, u * blocks, hd)  # a view: (slot, block) merge
-        kv = block.view(self._slots, blocks, n_kv, hd)
+        kv = block.view(past + u, blocks, n_kv, hd)
         k = kv[:, blocks - 2].permute(1, 0, 2).unsqueeze(0)
         v = kv[:, blocks - 1].permute(1, 0, 2).unsqueeze(0)
         # Memory-efficient kernel (or CPU flash): one launch. torch >= 2.10 would otherwise pick cuDNN
         # attention here, which adds a memset per call.
         with sdpa_kernel(_SDPA_BACKENDS):
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask, scale=spec.scaling)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=self._masks[frames], scale=spec.scaling)
         # (1, n_kv, (t, block), hd) -> (t, block, n_kv * hd); keep the n_rep query blocks.
         o = o[0].transpose(0, 1).reshape(u, blocks, n_kv * hd)[:, : self._n_rep].reshape(u, -1)
         h.addmm_(o, spec.wo.t())
@@ -694,8 +744,8 @@ class KernelCount:
     by_name: dict[str, int]
 
 
-def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
-    """Count what one eager `step_graphable` launches; the decoder's state is restored afterwards.
+def count_step_kernels(decoder: StreamingDetokenizer, frames: int = 1) -> KernelCount:
+    """Count what one eager `step_graphable(frames)` launches; the decoder's state is restored afterwards.
 
     On CUDA: device kernels seen by torch.profiler (memcpy/memset included), i.e. the nodes a captured
     graph replays. On CPU: the aten ops that reach the dispatcher, less pure view/metadata ops — a
@@ -718,18 +768,18 @@ def count_step_kernels(decoder: StreamingDetokenizer) -> KernelCount:
     cuda = decoder.device.type == "cuda"
     with torch.no_grad():
         saved = decoder.snapshot()
-        decoder.step_graphable()  # warm-up (lazy init) outside the count
+        decoder.step_graphable(frames)  # warm-up (lazy init) outside the count
         if cuda:
             torch.cuda.synchronize(decoder.device)
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                decoder.step_graphable()
+                decoder.step_graphable(frames)
                 torch.cuda.synchronize(decoder.device)
             for ev in prof.events():
                 if ev.device_type == torch.autograd.DeviceType.CUDA:
                     names[ev.name] += 1
         else:
             with _OpCounter():
-                decoder.step_graphable()
+                decoder.step_graphable(frames)
         decoder.restore(saved)
     return KernelCount("cuda" if cuda else "cpu", sum(names.values()), dict(names))
 
