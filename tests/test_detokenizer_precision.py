@@ -153,12 +153,13 @@ def test_the_bench_int8_copy_decodes_with_the_int8_detokenizer_and_counts_its_by
     assert detokenizer.lfm.layers[0].feed_forward.w1.weight.dtype == torch.bfloat16
     assert float32.lfm.layers[0].feed_forward.w1.weight.dtype == torch.float32
     # The decoder frame's bytes are the weights the int8 mode holds: the transformer at 2 bytes, the head at 4, read
-    # once per step of a group of 4 frames.
+    # once per step of a group of 8 frames.
     transformer = sum(p.numel() for name, p in float32.named_parameters() if name.startswith(("lfm.layers.", "lfm.embedding_norm.")))
     head = sum(p.numel() for p in float32.lin.parameters())
-    assert GROUP_FRAMES[-1] == 4
-    assert stage_bytes(tiny_loaded)["decoder_frame"] == 4 * (transformer + head) // 4
-    assert stage_bytes(int8)["decoder_frame"] == (2 * transformer + 4 * head) // 4
+    assert GROUP_FRAMES[-1] == 8
+    assert stage_bytes(tiny_loaded)["decoder_frame"] == 4 * (transformer + head) // 8
+    assert stage_bytes(int8)["decoder_frame"] == (2 * transformer + 4 * head) // 8
+    assert stage_bytes(int8)["decoder_step"] == 2 * transformer + 4 * head
     lines = _int8_lines({"bytes_per_audio_frame": 1, "weights_on_gpu_bytes": 1, "agreement_with_bf16": {
         "passed": True, "thresholds": {"min_decoder_snr_db": 20.0}, "streams": {}, "decoder": {"frames": 18, "snr_db": 41.04}}}, {})
     assert "SNR 41.0 dB over 18 frames (threshold 20 dB)" in "\n".join(lines)

@@ -226,9 +226,9 @@ def test_a_step_decodes_one_to_max_frames(tiny: nn.Module) -> None:
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(st.integers(1, 4), min_size=1, max_size=7), seed=st.integers(0, 2**16))
+@given(steps=st.lists(st.integers(1, 8), min_size=1, max_size=6), seed=st.integers(0, 2**16))
 def test_steps_of_several_frames_equal_the_whole_utterance(tiny: nn.Module, steps: list[int], seed: int) -> None:
-    """Any split of an utterance into steps of 1-4 frames decodes it as the whole-utterance decode does, each
+    """Any split of an utterance into steps of 1-8 frames decodes it as the whole-utterance decode does, each
     step's samples in their place (steps of several frames carry the same state as steps of one)."""
     codes = random_codes(sum(steps), seed=seed)
     dec = StreamingDetokenizer(tiny)
@@ -382,7 +382,7 @@ def test_graph_replay_bitwise_equals_eager_step(full_cuda: nn.Module) -> None:
     graphed.capture_graph()
     assert graphed.graph_captured
     first = 3
-    for frames in [1, 2, 4, 3, 1, 4, 4, 2, 1, 4, 3, 4, 1, 3]:  # every step size, each graph after every other
+    for frames in [1, 2, 4, 8, 1, 8, 4, 2, 3, 4]:  # each graph after every other (3: eager in both)
         g = graphed.step(codes[:, first : first + frames])
         e = eager.step(codes[:, first : first + frames])
         assert torch.equal(g, e), f"frames {first}..{first + frames - 1}: graph replay differs from eager"
@@ -405,10 +405,10 @@ def test_cuda_float32_streamed_vs_whole(full_cuda: nn.Module) -> None:
     chunks = stream(dec, codes)
     assert [c.numel() for c in chunks] == [FIRST_CHUNK_SAMPLES] + [FRAME_SAMPLES] * 24 + [FLUSH_SAMPLES]
     err = rel_max_err(torch.cat(chunks), ref)
-    # As a turn decodes: the first frame alone, then groups (PipelinedDecoder's ramp, then a remainder).
-    grouped = [dec.step(codes[:, a:b]).clone() for a, b in ((0, 1), (1, 2), (2, 4), (4, 8), (8, 12), (12, 16), (16, 20), (20, 24), (24, 25))]
+    # As a turn decodes: the first frame alone, then groups (PipelinedDecoder's ramp, then the rest).
+    grouped = [dec.step(codes[:, a:b]).clone() for a, b in ((0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 24), (24, 25))]
     grouped_err = rel_max_err(torch.cat(grouped + [dec.flush()]), ref)
-    print(f"cuda float32 streamed vs whole: max abs err / RMS = {err:.2e}, in groups of up to 4 frames {grouped_err:.2e}")
+    print(f"cuda float32 streamed vs whole: max abs err / RMS = {err:.2e}, in groups of up to 8 frames {grouped_err:.2e}")
     # Slightly looser than on CPU: the reference's cuDNN conv may use TF32 (allowed by default for
     # convolutions) and the GPU reductions sum in another order.
     assert err < 2e-4 and grouped_err < 2e-4  # measured 2.6e-5 (frame by frame) on an H200
@@ -440,8 +440,11 @@ def test_cuda_kernel_count_per_frame(full_cuda: nn.Module) -> None:
     for model, limit in ((full_cuda, 140), (copy.deepcopy(full_cuda).to(torch.bfloat16), 122)):
         count = count_step_kernels(StreamingDetokenizer(model))
         four = count_step_kernels(StreamingDetokenizer(model), frames=4)
-        print(f"kernels per step ({model.lin.weight.dtype}): {count.total} for one frame, {four.total} for four")
+        eight = count_step_kernels(StreamingDetokenizer(model), frames=8)
+        print(f"kernels per step ({model.lin.weight.dtype}): {count.total} for one frame, {four.total} for 4, {eight.total} for 8")
         for name, n in sorted(count.by_name.items(), key=lambda kv: -kv[1]):
             print(f"  {n:3d}  {name[:110]}")
         assert count.device == "cuda"
-        assert count.total <= limit and four.total <= limit + 2  # a 4-frame step adds its valid-count kernel
+        # Steps of several frames: one kernel more for the valid count, and cuBLAS splits some products of 24 or
+        # 48 rows (float32 4 frames: 147, run 91).
+        assert count.total <= limit and four.total <= limit + 25 and eight.total <= limit + 25

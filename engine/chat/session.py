@@ -800,7 +800,7 @@ def fit_depthformer_to_decoder(backend: StepBackend, decoder: PipelinedDecoder) 
 
     step = decoder.timing_step()
     if isinstance(backend, GraphedBackend) and step is not None:
-        backend.fit_depthformer_grid(step)
+        backend.fit_depthformer_grid(step, frames=decoder.group_frames[-1])  # rounds of a whole group
         decoder.reset()
 
 

@@ -184,9 +184,10 @@ class GraphedBackend(StreamingState):
         self.capture_seconds = time.perf_counter() - started
 
     @torch.inference_mode()
-    def fit_depthformer_grid(self, beside: Callable[[], None]) -> None:
+    def fit_depthformer_grid(self, beside: Callable[[], None], frames: int = 4) -> None:
         """Choose the depthformer kernel's grid as a turn runs it: per candidate grid (the audio head
-        captured with it), the backbone step's graph, then `beside` (the streaming decoder's frame) on a
+        captured with it), `frames` times the backbone step's graph, then `beside` (the streaming decoder's
+        work for a frame: PipelinedDecoder.timing_step, a group's step at every group's first frame) on a
         side stream together with the audio head's graph, timed on the main stream. A graph keeps the
         launch settings it was captured with, so the audio head is captured once per candidate (~0.15 s
         in all). H200: alone, 132 and 66 blocks time within 2 % of each other, but with the decoder
@@ -208,7 +209,7 @@ class GraphedBackend(StreamingState):
             audio_head = captured[blocks]
             for repeat in range(2):  # the first round warms up
                 start.record(main)
-                for _ in range(4):
+                for _ in range(frames):
                     self.backbone.position.zero_()
                     self.graphs["decode"].replay()
                     side.wait_stream(main)
@@ -218,7 +219,7 @@ class GraphedBackend(StreamingState):
                 main.wait_stream(side)
                 end.record(main)
                 end.synchronize()
-            timings[blocks] = start.elapsed_time(end) / 4
+            timings[blocks] = start.elapsed_time(end) / frames
         fused.blocks = min(timings, key=timings.__getitem__)
         self.graphs["audio_head"] = captured.pop(fused.blocks)
         captured.clear()

@@ -10,10 +10,12 @@ rounding, whatever sizes the steps have.
 
 Why several frames a step: at batch 1 the step is bound by its ~120 launches, not by its work, so a step of
 4 frames costs about what a step of 1 does, and it reads the decoder's weights once instead of 4 times.
-Beside the engine's steps on the GPU, every decoder step also slows them down (H200: a frame's backbone
-step and depthformer took 0.19 ms longer with a one-frame step beside them, bench run 90's grid timings).
-`PipelinedDecoder` (engine/chat/audio_decoding.py) decodes a turn's first frame alone, for the first
-sound, and then frames in growing groups.
+Beside the engine's steps on the GPU, every decoder step also slows them down by about its own length (H200:
+a frame's backbone step and depthformer took 0.19 ms longer with a one-frame step beside them, bench run 90's
+grid timings). `PipelinedDecoder` (engine/chat/audio_decoding.py) decodes a turn's first frame alone, for
+the first sound, and then frames in growing groups. Graphs are captured for the step sizes that are powers of
+two (`graph_sizes`); a step of another size runs eagerly (PipelinedDecoder splits what is left at the end
+of an answer into powers of two).
 
 Why the step looks the way it does: at batch 1 a step is bound by the number of kernels it launches
 (~2.7 us each on an H200), not by arithmetic, so the layouts below are chosen so that projections write
@@ -110,9 +112,9 @@ __all__ = [
 NUM_CODEBOOKS = 8
 CODEBOOK_SIZE = 2048
 UPSAMPLE = 6  # transformer positions (= STFT frames) per code frame
-# Code frames one step decodes at most (PipelinedDecoder's groups after a turn's first frame): a 4-frame step
-# costs about a 1-frame one (launch-bound), so the decoder's cost per frame beside the engine falls ~4x.
-MAX_STEP_FRAMES = 4
+# Code frames one step decodes at most (PipelinedDecoder's groups after a turn's first frame): a step of 4
+# frames costs about what a step of 1 does (launch-bound; H200, bf16 transformer: 0.384 and 0.408 ms).
+MAX_STEP_FRAMES = 8
 N_FFT = 1280
 HOP = 320
 WIN = 1280
@@ -253,6 +255,8 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         self._make_mask()
         self._allocate_state(window=detokenizer.istft.window, n_attn=len(layers) - self._n_conv)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}  # frames per step -> its graph
+        # The step sizes `capture_graph` captures: the powers of two up to max_frames.
+        self.graph_sizes: tuple[int, ...] = tuple(1 << k for k in range(max_frames.bit_length()))
         self._frames_done = 0
         self.reset()
 
@@ -548,9 +552,9 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         return out
 
     def capture_graph(self, pool: Any = None) -> None:
-        """Capture `step_graphable(n)` as one CUDA graph per step size n = 1 .. `max_frames`; `step`
-        replays them from then on. They share one memory pool (`pool`, or a new one): they never run at
-        the same time, and each writes only the static buffers.
+        """Capture `step_graphable(n)` as one CUDA graph per step size n in `graph_sizes`; `step` replays
+        them from then on. They share one memory pool (`pool`, or a new one): they never run at the same
+        time, and each writes only the static buffers.
 
         Warm-up runs on a side stream (as PyTorch's CUDA-graph docs require, so cuBLAS/SDPA set up
         their workspaces outside the capture). Warm-up mutates the state, so it is snapshotted and
@@ -558,7 +562,7 @@ class StreamingDetokenizer(StreamingAudioDecoder, StreamingState):
         """
         if self.device.type != "cuda":
             raise RuntimeError("CUDA graphs need a CUDA device")
-        sizes = range(1, self.max_frames + 1)
+        sizes = self.graph_sizes
         if pool is None:
             pool = torch.cuda.graph_pool_handle()
         with torch.no_grad():
