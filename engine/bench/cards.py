@@ -87,8 +87,11 @@ def estimate_cards(results: dict[str, Any], sampling_label: str, *, latency_refe
     h200_gbs = measured_gbs
     overhead = engine["ms_per_frame"] - block_ms(h200_gbs) / n_audio  # host loop, prefill share, side stream
     backbone_bytes = results["stage_bytes"]["backbone_step"]
+    # The first frame's decoder step reads all the decoder's weights. Results from before runs 91-92 have no
+    # "decoder_step": their decoder decoded one frame a step, so a frame's bytes were a step's.
+    decoder_step_bytes = results["stage_bytes"].get("decoder_step", results["stage_bytes"]["decoder_frame"])
     ttfa_bytes = backbone_bytes + n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + (
-        results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"].get("decoder_step", results["stage_bytes"]["decoder_frame"])
+        results["stage_bytes"]["depthformer_frame"] + decoder_step_bytes
     )
     floor_block_bytes = n_text * (backbone_bytes + results["stage_bytes"]["text_head"]) + n_audio * (
         backbone_bytes + results["stage_bytes"]["depthformer_frame"] + results["stage_bytes"]["decoder_frame"]

@@ -39,7 +39,8 @@ n frames uses the first u = 6 n of them):
     bmm writes roped q and k back in place. Because the row is exactly (n_rep + 2) * n_kv * head_dim
     wide, (slot, block) merge into one stride, so SDPA sees queries as (1, n_kv, 6 * (n_rep + 2), hd)
     with no copy: the k and v blocks of the new slots ride along as extra "query" rows whose outputs
-    are ignored (and the mask keeps every row causal, so a step of n frames is n steps of one). That is how grouped-query attention runs without repeat_kv. Keys and values are
+    are ignored (and the mask keeps every row causal, so a step of n frames is n steps of one). That is
+    how grouped-query attention runs without repeat_kv. Keys and values are
     already roped at their absolute positions.
   - the last block, column 0: additive validity of each slot (-inf for slots before the utterance
     start, 0 after); it shifts with the keys, so the sliding-window mask is the static band
