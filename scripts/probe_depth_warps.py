@@ -4,6 +4,8 @@ Each variant is the shipped source with DEPTH_WARPS / DEPTH_THREADS replaced, la
 threads a block; frame µs per CUDA-graph replay (teacher-forced) at each grid the engine considers, and
 its logits against the shipped kernel's (the norm's partial sums group differently, so not bitwise).
 bf16, then int8. Writes $OUT/probe_depth_warps.json. Run on the GPU machine.
+Run 95 (bench/results/run-95-final): 8 and 32 warps both lost by 25-35 % (int8 frame 871 µs at 16 warps and 132
+blocks, 1171 at 8, 1135 at 32 and 99 blocks); 16 stays.
 """
 
 from __future__ import annotations
