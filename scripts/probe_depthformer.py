@@ -38,6 +38,8 @@ KERNEL = "depthformer_frame"  # main() switches to depthformer_frame_int8 for th
 # Run 80 timed DEPTH_PRELOAD (a warp's first row of each phase loaded into registers before the phase's
 # wait: int8 frame 942 -> 1017 µs at 132 blocks with 4 chunks a lane, 1006 with 2; lost, as run 37's L1
 # prefetch did; removed) and the attention a half-warp per head (942 -> 919; kept).
+# Run 95 timed the frame at 8 and 32 warps a block (DEPTH_WARPS; scripts/probe_depth_warps.py, removed after it):
+# both lost by 25-35 % against the shipped 16 (int8 871 µs at 132 blocks; 1171 at 8 warps, 1135 at 32 and 99 blocks).
 VARIANTS: dict[str, dict[str, int]] = {"shipped": {}}
 SEGMENTS = ("stage_norm", "qkv_rows", "barrier_1", "attend", "out_rows", "barrier_2",
             "stage_ffn_norm", "w13_rows", "barrier_3", "stage_act", "w2_rows", "barrier_4")  # fmt: skip
