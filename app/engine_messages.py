@@ -112,6 +112,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "The output path {path} is not a regular file."),
     QT_TRANSLATE_NOOP("EngineMessages", "The output file {path} exists and cannot be overwritten."),
     QT_TRANSLATE_NOOP("EngineMessages", "The output file {path} cannot be written: the folder {parent} is read-only."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The output file {path} cannot be written: {error}"),
     QT_TRANSLATE_NOOP("EngineMessages", "The output file {path} cannot be written: the folder {folder} does not exist. Check the path, or create the folder first."),  # noqa: E501
     QT_TRANSLATE_NOOP("EngineMessages", "The answer could not be written to {path} ({error}); it was saved to {saved} instead."),
     QT_TRANSLATE_NOOP("EngineMessages", "The answer could not be written to {path} ({error}) nor anywhere else."),

@@ -9,7 +9,7 @@ Where the other kinds of input are checked (one place each):
 - model folder: `engine.model.store.check_model_folder`
 - voice folder: `engine.model.lora.load_voice`
 - audio file and take: `engine.audio.wav.read_wav_mono`, `engine.chat.session.check_take`
-- output path: `check_output_path` below
+- output path: `check_output_path` below (an export's folder: `make_export_folder`)
 - settings file: `engine.settings.load_settings`
 - sampling and limits (CLI flags, settings, dialog): `check_range` with the ranges below
 """
@@ -154,6 +154,18 @@ def check_output_path(output: str | Path, *, inputs: tuple[str | Path, ...] = ()
     if not _can_create_in(parent):
         raise OutputPathError.of("The output file {path} cannot be written: the folder {parent} is read-only.", path=path, parent=parent)
     return path
+
+
+def make_export_folder(path: Path) -> None:
+    """Creates the folder of export file `path` if it is missing (the window's file dialog may name a new one), or
+    raises OutputPathError saying what is in the way: a file where a folder should be, or the system's reason."""
+    parent = _existing_parent(path)
+    if not parent.is_dir():
+        raise OutputPathError.of("The output file {path} cannot be created: {parent} is not a folder.", path=path, parent=parent)
+    try:
+        path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputPathError.of("The output file {path} cannot be written: {error}", path=path, error=error.strerror or error) from error
 
 
 def _can_open_for_writing(path: Path) -> bool:

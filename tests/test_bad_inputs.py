@@ -859,3 +859,52 @@ def test_the_settings_file_and_the_cli_accept_the_same_values(value: float, whic
     except UserFacingError:
         cli_ok = False
     assert cli_ok == (problems == [])
+
+
+def test_every_bad_export_path_is_refused_clearly_and_writes_nothing(tmp_path: Path, japanese, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001, E501
+    """A conversation exported where its files cannot go (a file where the folder should be, a folder where one of
+    the three files should be, a full disk): the export's own error, one line with Japanese, and no file of the
+    export written (not a .wav without its transcripts), nothing already there touched."""
+    from engine.files import write_atomically
+    from engine.history.turn_record import TurnRecord
+    from engine.worker import records as worker_records
+
+    conversation = [TurnRecord(1, "user", np.zeros(1600, np.float32), 16000),
+                    TurnRecord(2, "assistant", np.zeros(2400, np.float32), 24000, text="はい")]
+    (tmp_path / "a-file.txt").write_text("x", encoding="utf-8")
+    for name in ("wav-is-a-folder", "txt-is-a-folder", "json-is-a-folder"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "wav-is-a-folder" / "talk.wav").mkdir()
+    (tmp_path / "txt-is-a-folder" / "talk.txt").mkdir()
+    (tmp_path / "json-is-a-folder" / "talk.json").mkdir()
+    cases = {
+        "under an existing file": tmp_path / "a-file.txt" / "talk.wav",
+        "under a file, deeper": tmp_path / "a-file.txt" / "more" / "talk.wav",
+        "the .wav is a folder": tmp_path / "wav-is-a-folder" / "talk.wav",
+        "the .txt is a folder": tmp_path / "txt-is-a-folder" / "talk.wav",
+        "the .json is a folder": tmp_path / "json-is-a-folder" / "talk.wav",
+    }
+
+    def snapshot() -> dict[str, bytes | None]:
+        return {str(f): f.read_bytes() if f.is_file() else None for f in sorted(tmp_path.rglob("*"))}
+
+    for label, target in cases.items():
+        before = snapshot()
+        with pytest.raises(UserFacingError) as caught:
+            worker_records.export_conversation(conversation, target)
+        assert caught.value.kind == "export", label
+        assert_clear(caught.value)
+        assert snapshot() == before, label
+
+    def full_disk(path: Path, data: bytes) -> None:
+        if path.suffix == ".json":  # the last of the three files: the disk filled up after the first two
+            raise OSError(28, "No space left on device")
+        write_atomically(path, data)
+
+    monkeypatch.setattr(worker_records, "write_atomically", full_disk)
+    (tmp_path / "full").mkdir()
+    with pytest.raises(UserFacingError) as caught:
+        worker_records.export_conversation(conversation, tmp_path / "full" / "talk.wav")
+    assert caught.value.kind == "export"
+    assert_clear(caught.value, "No space left on device")
+    assert list((tmp_path / "full").iterdir()) == []  # the .wav and .txt that did land are taken back

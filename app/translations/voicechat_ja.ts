@@ -397,6 +397,10 @@
       <translation>出力ファイル {path} を作成できません：{parent} はフォルダーではありません。</translation>
     </message>
     <message>
+      <source>The output file {path} cannot be written: {error}</source>
+      <translation>出力ファイル {path} に書き込めません：{error}</translation>
+    </message>
+    <message>
       <source>The output path {path} is not a regular file.</source>
       <translation>出力先 {path} は通常のファイルではありません。</translation>
     </message>

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import UserFacingError
+from engine.errors import OutputPathError, UserFacingError
 from engine.files import write_atomically
+from engine.validation import check_output_path, make_export_folder
 from engine.protocol import TranscriptLabels
 from engine.history.turn_record import TurnRecord  # the history's value type: the worker keeps its turns as it
 from engine.constants import ANSWER_SAMPLE_RATE as ANSWER_RATE
@@ -93,7 +94,12 @@ def export_conversation(records: list[TurnRecord], wav_path: Path, labels: Trans
     if not records:
         raise UserFacingError("There is nothing to export yet.")
     wav_path = wav_path.with_suffix(".wav")
-    wav_path.parent.mkdir(parents=True, exist_ok=True)
+    txt_path = wav_path.with_suffix(".txt")
+    json_path = wav_path.with_suffix(".json")
+    # Every file checked before any is written: an export is its three files or none of them.
+    make_export_folder(wav_path)
+    for path in (wav_path, txt_path, json_path):
+        check_output_path(path)
     gap = np.zeros(int(EXPORT_GAP_S * ANSWER_RATE), np.float32)
     parts: list[np.ndarray] = []
     turns_json: list[dict[str, Any]] = []
@@ -124,16 +130,27 @@ def export_conversation(records: list[TurnRecord], wav_path: Path, labels: Trans
     audio = np.concatenate(parts[:-1]) if parts else np.zeros(0, np.float32)
     # Clip rather than wrap: a sample over full scale must not become a loud click in PCM_16.
     audio = np.clip(audio, -1.0, 1.0)
-    txt_path = wav_path.with_suffix(".txt")
-    json_path = wav_path.with_suffix(".json")
     wav = io.BytesIO()
     sf.write(wav, audio, ANSWER_RATE, subtype="PCM_16", format="WAV")
-    write_atomically(wav_path, wav.getvalue())
-    write_atomically(txt_path, ("\n".join(lines) + "\n").encode("utf-8"))
     doc = {"sample_rate": ANSWER_RATE, "gap_s": EXPORT_GAP_S, "duration_s": round(len(audio) / ANSWER_RATE, 3),
            "turns": turns_json}
-    write_atomically(json_path, (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
-    return [wav_path, txt_path, json_path]
+    files = {
+        wav_path: wav.getvalue(),
+        txt_path: ("\n".join(lines) + "\n").encode("utf-8"),
+        json_path: (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8"),
+    }
+    new = [path for path in files if not path.exists()]
+    written: list[Path] = []
+    try:
+        for path, data in files.items():
+            write_atomically(path, data)
+            written.append(path)
+    except OSError as error:  # e.g. the disk filled up: the files this export added are taken back
+        for path in written:
+            if path in new:
+                path.unlink(missing_ok=True)
+        raise OutputPathError.of("The output file {path} cannot be written: {error}", path=path, error=error.strerror or error) from error
+    return list(files)
 
 
 def _clock(seconds: float) -> str:
