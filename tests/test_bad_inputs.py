@@ -907,4 +907,5 @@ def test_every_bad_export_path_is_refused_clearly_and_writes_nothing(tmp_path: P
         worker_records.export_conversation(conversation, tmp_path / "full" / "talk.wav")
     assert caught.value.kind == "export"
     assert_clear(caught.value, "No space left on device")
+    assert caught.value.values["path"] == str(tmp_path / "full" / "talk.json")  # the file that could not be written
     assert list((tmp_path / "full").iterdir()) == []  # the .wav and .txt that did land are taken back

@@ -146,10 +146,11 @@ def export_conversation(records: list[TurnRecord], wav_path: Path, labels: Trans
             write_atomically(path, data)
             written.append(path)
     except OSError as error:  # e.g. the disk filled up: the files this export added are taken back
-        for path in written:
-            if path in new:
-                path.unlink(missing_ok=True)
-        raise OutputPathError.of("The output file {path} cannot be written: {error}", path=path, error=error.strerror or error) from error
+        failed = path
+        for added in written:
+            if added in new:
+                added.unlink(missing_ok=True)
+        raise OutputPathError.of("The output file {path} cannot be written: {error}", path=failed, error=error.strerror or error) from error
     return list(files)
 
 
