@@ -96,7 +96,7 @@ def export_conversation(records: list[TurnRecord], wav_path: Path, labels: Trans
     wav_path = wav_path.with_suffix(".wav")
     txt_path = wav_path.with_suffix(".txt")
     json_path = wav_path.with_suffix(".json")
-    # Every file checked before any is written: an export is its three files or none of them.
+    # Every file checked before any is written, so that a path in the way never leaves a .wav without its transcripts.
     make_export_folder(wav_path)
     for path in (wav_path, txt_path, json_path):
         check_output_path(path)
@@ -139,18 +139,17 @@ def export_conversation(records: list[TurnRecord], wav_path: Path, labels: Trans
         txt_path: ("\n".join(lines) + "\n").encode("utf-8"),
         json_path: (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode("utf-8"),
     }
-    new = [path for path in files if not path.exists()]
-    written: list[Path] = []
-    try:
-        for path, data in files.items():
+    added: list[Path] = []  # the files this export created (not those it replaced)
+    for path, data in files.items():
+        existed = path.exists()
+        try:
             write_atomically(path, data)
-            written.append(path)
-    except OSError as error:  # e.g. the disk filled up: the files this export added are taken back
-        failed = path
-        for added in written:
-            if added in new:
-                added.unlink(missing_ok=True)
-        raise OutputPathError.of("The output file {path} cannot be written: {error}", path=failed, error=error.strerror or error) from error
+        except OSError as error:  # e.g. the disk filled up: what this export added is taken back
+            for earlier in added:
+                earlier.unlink(missing_ok=True)
+            raise OutputPathError.of("The output file {path} cannot be written: {error}", path=path, error=error.strerror or error) from error
+        if not existed:
+            added.append(path)
     return list(files)
 
 
