@@ -7,7 +7,7 @@ anew per setting and timed over 30 replays (median of device time), from cache p
 2048 (a later one: FlashAttention's work grows with the keys used, the matmuls' does not). Also the relative
 difference of the two int8 ways' hidden states (bf16 rounding of different sums).
 
-Run on the GPU machine: `python3 scripts/probe_prefill_int8.py` (writes $OUT/probe_prefill_int8.json).
+Run on the GPU machine: `PYTHONPATH=$PWD python3 bench/probes/probe_prefill_int8.py` (writes $OUT/probe_prefill_int8.json).
 """
 
 from __future__ import annotations

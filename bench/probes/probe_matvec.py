@@ -7,7 +7,7 @@ MATVEC_MIN_BLOCKS resident blocks per SM; the shipped one first) and per decode 
 start-up timing measures it, beside cuBLAS (after the norm kernel where the product is of a norm, and
 before the SwiGLU kernel where it is gated). Each variant's outputs are checked against the shipped
 kernel's (bitwise where the sums are the same, else within bf16 rounding). Writes
-$OUT/probe_matvec.json.
+$OUT/probe_matvec.json. Run on the GPU machine: `PYTHONPATH=$PWD python3 bench/probes/probe_matvec.py`.
 """
 
 from __future__ import annotations

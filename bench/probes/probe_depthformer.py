@@ -7,7 +7,7 @@
   in the last block at every phase (stage, rows; the "barrier" segments are empty since the blocks hand
   each other tagged words: the wait is inside the stage or attention after them; "tail" is the prefetch,
   the grid barrier and the choice of the code), calibrated against %globaltimer.
-bf16 and then int8 (the model quantized in place). Writes $OUT/probe_depthformer.json. Run on the GPU machine: `python3 scripts/probe_depthformer.py`.
+bf16 and then int8 (the model quantized in place). Writes $OUT/probe_depthformer.json. Run on the GPU machine: `PYTHONPATH=$PWD python3 bench/probes/probe_depthformer.py` (from the checkout).
 """
 
 from __future__ import annotations

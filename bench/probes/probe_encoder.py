@@ -4,7 +4,7 @@ Per rung of takes of 1, 4, 20 and 60 s: the host's copy of the samples into the 
 pinned staging buffer), one replay of the `features` graph (log-mel preprocessor) and one of the
 `encode` graph (conformer + audio adapter), each the median of 20 (CUDA events for the replays,
 the host clock for the copy), and the kernels per graph with the 12 that take the most time. Writes $OUT/probe_encoder.json. Run on the
-GPU machine: `python3 scripts/probe_encoder.py`.
+GPU machine: `PYTHONPATH=$PWD python3 bench/probes/probe_encoder.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 
 from engine.bench.random_model import random_full_size_model
 from engine.realtime.encoder_graphs import EncoderGraphs
-from probe_memory import replay_ms  # scripts/ is this script's own folder on sys.path
+from probe_memory import replay_ms  # bench/probes/, this script's own folder, is on sys.path
 
 
 def kernels(graph: torch.cuda.CUDAGraph) -> tuple[int, list[tuple[str, int, float]]]:

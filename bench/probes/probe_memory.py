@@ -1,6 +1,6 @@
 """GPU probe (issue 16): where the engine's reserved VRAM goes, and what a few alternatives cost.
 
-Run on the GPU machine (full-size random weights): `python3 scripts/probe_memory.py OUT.json`.
+Run on the GPU machine (full-size random weights): `PYTHONPATH=$PWD python3 bench/probes/probe_memory.py OUT.json`.
 Prints one JSON object: the caching allocator's segments by pool after each start-up phase (the
 default pool's free-but-held bytes are fragmentation; each CUDA graph pool is private), the reserved
 growth per encoder rung, the encoder ladder captured with cuDNN off (pool size and replay time), and

@@ -10,7 +10,7 @@ detokenizer) and the same conditioned like a trained model (`condition_detokeniz
 then with its output head's gain raised so that the log-magnitudes and angles spread by 1 and by 3.
 This is what the int8 check's decoder threshold is set from (engine/chat/precision_check.py, `Thresholds`).
 
-    .venv/bin/python scripts/measure_detokenizer_bf16.py [--seeds 5] [--frames 50] [--out result.json]
+    .venv/bin/python bench/probes/measure_detokenizer_bf16.py [--seeds 5] [--frames 50] [--out result.json]
 """
 
 from __future__ import annotations
