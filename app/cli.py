@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_reply_arguments(reply)
     bench = sub.add_parser("bench", help="measure eager / recipe / engine speed side by side (GPU)")
     bench.add_argument("--model", default=None, help="a real model folder (default: full-size random weights)")
-    bench.add_argument("--out", default="bench/results", help="where to write the JSON and markdown results")
+    bench.add_argument("--out", default=None,
+                       help="where to write bench.json and bench.md (default: a new folder bench/results/run-<UTC date>-<commit>)")
     bench.add_argument("--modes", default="engine,engine-int8,recipe,eager", help="comma-separated modes, run in this order")
     bench.add_argument("--long-turns", type=int, default=48, help="turns of the long-conversation scenario (0: skip it)")
     bench.add_argument("--no-small-cards", dest="small_cards", action="store_false",

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one call on the GPU machine: the `gpu` tests, then the benchmark.
 # The machine has torch but not liquid-audio & co.: they travel as wheels in .whl/ (see README).
-# Results land in $OUT (the device tool brings them back) and in bench/results/ when run locally.
+# Results land in $OUT (the device tool brings them back); without $OUT in a new folder of their own,
+# bench/results/run-<UTC date>-<short commit> (engine/bench/results_folder.py), named at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-bench/results}"
+export VOICECHAT_COMMIT="${VOICECHAT_COMMIT:-$(cat .commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}"
+OUT="${OUT:-$(python3 engine/bench/results_folder.py)}"
 mkdir -p "$OUT"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH="/tmp/site:$PWD"
 fi
-export VOICECHAT_COMMIT="${VOICECHAT_COMMIT:-$(cat .commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -21,3 +22,4 @@ fi
 if [ "$mode" = all ] || [ "$mode" = bench ]; then
     python3 -m app bench --out "$OUT" 2>&1 | tee "$OUT/bench.log"
 fi
+echo "[gpu_run] results in $OUT"

@@ -22,6 +22,7 @@ from engine.bench.cards import estimate_cards
 from engine.bench.engine_mode import EngineBench
 from engine.bench.long_conversation import long_conversation
 from engine.bench.report import environment, markdown, summaries, summary, write_results
+from engine.bench.results_folder import new_run_folder
 from engine.bench.workload import FRAME_SECONDS, TURNS, copy_bandwidth_gbs, make_workload, stage_bytes
 from engine.protocol import SamplingSettings
 
@@ -111,6 +112,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("error: the benchmark needs a CUDA GPU")
         return 2
+    if not getattr(args, "out", None):  # no --out: a new folder of this run's own (the sections write there too)
+        args.out = str(new_run_folder())
     torch.backends.cuda.matmul.allow_tf32 = False
     from engine.model.loading import use_expandable_cuda_segments
 
@@ -237,4 +240,5 @@ def run_bench(args: argparse.Namespace) -> int:
         results["notes"].append(f"recipe: the backbone graph over StaticCache could not be captured ({recipe_error}); it ran eagerly.")
     write_results(results, out)
     print(markdown(results))
+    print(f"[bench] results written to {out.resolve()}", flush=True)
     return 0

@@ -53,7 +53,7 @@ class Thresholds:
     text_top1: float = 0.8
     max_kl: float = 0.1
     # The detokenizer with its transformer in bfloat16 against float32: the SNR of the whole decoded utterance.
-    # Measured on the CPU (scripts/measure_detokenizer_bf16.py, bench/results/cpu-detokenizer-bf16-snr: the
+    # Measured on the CPU (bench/probes/measure_detokenizer_bf16.py, bench/results/cpu-detokenizer-bf16-snr: the
     # full-size detokenizer with random weights, 5 seeds x 50 random code frames, streamed): 39.2-39.4 dB with
     # transformers' init, 42.1-42.3 dB conditioned like a trained model, 39.7-40.4 dB with the output head's
     # log-magnitudes and angles spread by 1 and 29.3-33.3 dB spread by 3 (bf16's rounding of the hidden state

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and 
 PREFILL_BUCKETS = (32, 64, 128, 256, 512, 768, 1024)
 # The prefill graphs attend with FlashAttention where it runs (StaticBackbone.flash_prefill: it skips the key
 # blocks past each row, so its work follows the context used, not the cache's 4096 slots). H200, a whole prefill
-# graph from cache position 0 / 2048 (bench/results/run-76-prefill-tensor-cores, scripts/probe_prefill_int8.py):
+# graph from cache position 0 / 2048 (bench/results/run-76-prefill-tensor-cores, bench/probes/probe_prefill_int8.py):
 # bf16 32 rows 1584 / 1865 µs with it against 1818 / 1805 with the batched matmuls, 64 rows 1621 / 1903 against
 # 2024 / 1996, 128 rows 1762 / 2044 against 2540 / 2484. Without it: the batched matmuls up to this many rows (they
 # materialize the scores, 8 kv heads × 4 rows per query × 4096 keys, so their cost grows with the rows), above it
