@@ -247,11 +247,15 @@ def wrapped_lines(label) -> list[str]:  # noqa: ANN001
 
 
 def orphans(label) -> list[str]:  # noqa: ANN001
-    """The lines of a word-wrapped label that hold a single character (「完/了」「フレー/ム」): a word broken
-    before its last character reads as a cut, whatever the height."""
+    """The lines of a word-wrapped label that hold a single character, punctuation aside (「完/了」「フレー/ム」
+    「ありませ/ん。」): a word broken before its last character reads as a cut, whatever the height."""
+    import unicodedata
+
     found = []
     for number, line in enumerate(wrapped_lines(label)):
-        if number and len("".join(line.split())) <= 1 and line.strip():
+        # Punctuation does not count: 「ありませ/ん。」 leaves one character alone as much as 「完/了」 does.
+        letters = [c for c in line if not c.isspace() and not unicodedata.category(c).startswith("P")]
+        if number and len(letters) == 1:
             found.append(line.strip())
     return found
 

@@ -752,7 +752,7 @@
     <message>
       <location filename="../widgets/history.py" line="91" />
       <source>No saved conversations yet.</source>
-      <translation>保存された会話はまだありません。</translation>
+      <translation>保存された会話はありません。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="41" />
