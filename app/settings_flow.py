@@ -157,5 +157,7 @@ class SettingsFlow(QObject):
         w.engine_turns = 0
         w._reset_statistics()
         if had_conversation:
-            w.transcript.add_notice(self.tr("The new system prompt starts a new conversation.") if cause == "system_prompt"
-                                    else self.tr("The model was loaded again: a new conversation starts."))
+            if cause == "system_prompt":
+                w.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
+            else:
+                w.transcript.add_notice(self.tr("The model was loaded again: a new conversation starts."))

@@ -440,7 +440,13 @@ def test_a_conversation_held_in_several_voices_is_labelled_so(qtbot, window, tmp
     store.close()
 
 
-def _reply(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def reply_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One user folder for the `reply` runs: the demo model is built once."""
+    return tmp_path_factory.mktemp("reply-home")
+
+
+def _reply(tmp_path: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     import os
 
     import numpy as np
@@ -450,14 +456,14 @@ def _reply(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     soundfile.write(question, (0.3 * np.sin(np.arange(16000) / 10)).astype(np.float32), 16000)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for variable in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
-        env[variable] = str(tmp_path / variable.lower())
+        env[variable] = str(home / variable.lower())
     env.update(HF_HUB_OFFLINE="1", LANG="C.UTF-8")
     return subprocess.run([sys.executable, "-m", "app", "reply", str(question), str(tmp_path / "a.wav"), "--demo",
                            *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
 
 
-def test_reply_shows_progress_between_ready_and_the_answer(tmp_path: Path) -> None:
-    result = _reply(tmp_path, "--max-answer-seconds", "1")
+def test_reply_shows_progress_between_ready_and_the_answer(tmp_path: Path, reply_home: Path) -> None:
+    result = _reply(tmp_path, reply_home, "--max-answer-seconds", "1")
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
     ready = next(i for i, line in enumerate(lines) if line.startswith("[ready]"))
@@ -466,7 +472,7 @@ def test_reply_shows_progress_between_ready_and_the_answer(tmp_path: Path) -> No
     assert result.stdout.startswith("answer:")
 
 
-def test_reply_says_a_voice_that_does_not_fit_once(tmp_path: Path) -> None:
+def test_reply_says_a_voice_that_does_not_fit_once(tmp_path: Path, reply_home: Path) -> None:
     import json
 
     import torch
@@ -480,7 +486,7 @@ def test_reply_says_a_voice_that_does_not_fit_once(tmp_path: Path) -> None:
                "base_model.model.lfm.layers.0.no_such_proj.lora_B.weight": torch.zeros(8, 4)},
               str(voice / "adapter_model.safetensors"))
     started = time.monotonic()
-    result = _reply(tmp_path, "--lora", str(voice))
+    result = _reply(tmp_path, reply_home, "--lora", str(voice))
     assert result.returncode == 2 and time.monotonic() - started < 240
     said = (result.stdout + result.stderr).count("does not fit this model")
     assert said == 1, result.stderr
