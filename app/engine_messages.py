@@ -255,6 +255,21 @@ def engine_text(
         return message
 
 
+# Values that are a library's or the system's own words ("Error while deserializing header: header too large"),
+# English whatever the UI's language: the translations leave them out, and the window keeps the engine's whole
+# English message in the details instead.
+LIBRARY_VALUES = frozenset({"error"})
+
+
+def library_words(values: Iterable[tuple[str, str]] = (),
+                  part_lists: Iterable[tuple[str, Iterable[MessagePart]]] = ()) -> list[str]:
+    """The library's own words among a message's values (and its parts' values), in order."""
+    words = [value for name, value in values if name in LIBRARY_VALUES]
+    for _name, parts in part_lists:
+        words += [value for part in parts for name, value in part.values if name in LIBRARY_VALUES]
+    return words
+
+
 def engine_parts(parts: Iterable[MessagePart]) -> str:
     """A list of translatable pieces (a broken model folder's problems), each translated, joined with
     the UI language's separator."""

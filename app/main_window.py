@@ -58,7 +58,6 @@ from engine.protocol import (
     SetHandsFree,
     StartTake,
     StateChanged,
-    SwitchVoice,
     TakeRejected,
     TextDelta,
     TurnMetrics,
@@ -68,10 +67,12 @@ from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
+from app.engine_messages import engine_str, engine_text, library_words
+from app.engine_problems import EngineProblems
 from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
-from app.settings_dialog import SettingsDialog, keys_clash, looks_like_path
+from app.settings_dialog import SettingsDialog, looks_like_path
+from app.settings_flow import SettingsFlow
 from app.widgets.banner import MessageBanner
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalKeys
@@ -80,15 +81,9 @@ from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
 from app.widgets.scrolling import VerticalScrollArea
+from app.widgets.short_label import ShortLabel
 from app.widgets.transcript import TranscriptView
 
-
-# The engine's templates for "no device at all" (engine/audio/devices.py): a device list that has
-# devices again makes them stale.
-NO_MICROPHONE_TEMPLATE = "No microphone was found. Connect one and try again."
-NO_SPEAKER_TEMPLATE = "No speaker was found. Connect one and try again."
-# engine/errors.py ModelFilesError: a folder that does not hold a usable model.
-MODEL_FOLDER_TEMPLATE = "The model folder {folder} cannot be used: {problems}"
 
 
 def _format_gib(n: int) -> str:
@@ -119,15 +114,16 @@ class MainWindow(QMainWindow):
         # Turns the engine holds (what an export would write): the transcript may show more, e.g.
         # turns from before an engine restart.
         self.engine_turns = 0
-        # The model settings that last loaded: a folder is saved as the model only once it has
-        # loaded, so a broken folder never becomes the model of the next start.
+        # The model settings that last loaded (and whether that was `--demo`'s demo): a model is saved only once it
+        # has loaded, so a broken or untried one never becomes the model of the next start. A Hub model being
+        # downloaded is the exception: it is saved, so that the download can resume after a restart.
         self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+        self.confirmed_demo_override = False
+        self.downloading_model: tuple[str | None, str | None, bool] | None = None
         # The same for the voice: the one the engine runs with. A voice the engine refuses is never saved
         # nor shown as current; the dialog then shows the voice that is really in use.
         self.confirmed_lora = self.settings.lora
         self.mic_missing = False
-        self.audio_problems: dict[str, str] = {}  # audio device problems shown together in the banner
-        self.banner_error_kind = ""  # the kind of the EngineError the banner shows ("" for none)
         self.confirm_box: QMessageBox | None = None
         self._voice_refused = False  # the engine refused the voice of the load under way
         self.export_banner = ""  # the text of the banner that says where the last export went
@@ -137,6 +133,8 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
         self._build_ui()
+        self.problems = EngineProblems(self)  # the banner's errors, and what takes them down
+        self.settings_flow = SettingsFlow(self)  # the settings dialog, and applying its result
         self._restore_layout()
         self.bridge.event_received.connect(self.on_event)
         self.bridge.engine_stopped.connect(self.on_engine_stopped)
@@ -150,7 +148,8 @@ class MainWindow(QMainWindow):
         if loaded.problem is not None:
             problem = loaded.problem
             text = engine_text(problem.message, problem.template, problem.values.items())
-            self.banner.show_message("warning", self.tr("Settings problem: %1").replace("%1", text))
+            self.banner.show_message("warning", self.tr("Settings problem: %1").replace("%1", text),
+                                     details=problem.message if library_words(problem.values.items()) else "")
 
     # ================================================================== layout
 
@@ -211,7 +210,8 @@ class MainWindow(QMainWindow):
         lb = QVBoxLayout(latency_box)
         lb.addWidget(latency_scroll, 1)
         # The history: a dock beside the conversation, and saved conversations read behind the live one.
-        self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
+        self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed,
+                                 on_live_deleted=self._reset_now)
         toolbar.addAction(self.history.toggle_action)
         splitter = self.splitter = QSplitter(Qt.Orientation.Horizontal, central)
         splitter.setObjectName("conversation_and_latency")
@@ -246,7 +246,8 @@ class MainWindow(QMainWindow):
         self.progress_bar.setTextVisible(False)
         self.device_label = QLabel(self)
         self.vram_label = QLabel(self)
-        self.graphs_label = QLabel(self)
+        # The reason for no CUDA graphs is long (a slow CPU): shortened in a narrow window, whole in its tooltip.
+        self.graphs_label = ShortLabel(self)
         self.model_label = QLabel(self)
         self.voice_label = QLabel(self)
         status.addWidget(self.progress_label)
@@ -365,10 +366,9 @@ class MainWindow(QMainWindow):
 
     def _save_settings(self) -> None:
         settings = self.settings
-        source = settings.model_source
-        if (source, settings.model_revision, settings.demo) != self.confirmed_model and source and looks_like_path(source):
-            # A folder that has not loaded yet is not saved: if it is broken, the next start must not
-            # try it again. (A Hub id is saved at once, so that a download can be resumed.)
+        chosen = (settings.model_source, settings.model_revision, settings.demo)
+        if chosen != self.confirmed_model and chosen != self.downloading_model:
+            # A model that has not loaded yet is not saved: if it is broken, the next start must not try it again.
             model_source, model_revision, demo = self.confirmed_model
             settings = dataclasses.replace(settings, model_source=model_source, model_revision=model_revision,
                                            demo=demo)
@@ -416,6 +416,8 @@ class MainWindow(QMainWindow):
         # Remembered before the download starts, so that after an interruption (even a restart) the
         # app offers to resume this download.
         self.settings = dataclasses.replace(self.settings, model_source=hub_id, demo=False)
+        self.demo_override = False  # chosen over `--demo`'s demo: this model is what loads now
+        self.downloading_model = (hub_id, self.settings.model_revision, False)
         self._save_settings()
         assert self.first_run is not None
         self.first_run.show_downloading()
@@ -423,6 +425,7 @@ class MainWindow(QMainWindow):
 
     def _on_folder_chosen(self, folder: str) -> None:
         self.settings = dataclasses.replace(self.settings, model_source=folder, model_revision=None, demo=False)
+        self.demo_override = False
         self._save_settings()
         self._close_first_run()
         self.bridge.send(self._load_command(allow_download=False))
@@ -439,7 +442,9 @@ class MainWindow(QMainWindow):
         self.bridge.send(StartTake())
 
     def end_take(self) -> None:
-        self.bridge.send(EndTake())
+        # When the button or the key went up: the key's release is acted on after its debounce, but the take
+        # ends where the finger lifted, so a tap of the key and a click of the button are measured alike.
+        self.bridge.send(EndTake(at=self.ptt.released_at))
 
     def has_conversation(self) -> bool:
         return bool(self.transcript.user_items or self.transcript.assistant_items)
@@ -464,7 +469,9 @@ class MainWindow(QMainWindow):
             question += "\n\n" + self.tr("This conversation is not being saved in the history: it will be erased.")
         box = QMessageBox(QMessageBox.Icon.Question, title, question, QMessageBox.StandardButton.NoButton, self)
         if self.engine_turns:
-            box.setInformativeText(self.tr("To keep a copy, export it first (audio, transcript and timings)."))
+            # Not "to keep it, export it" where the history keeps it: that would contradict the line above.
+            box.setInformativeText(self.tr("You can also export it first (audio, transcript and timings).") if saved
+                                   else self.tr("To keep a copy, export it first (audio, transcript and timings)."))
             box.export_button = box.addButton(self.tr("Export first…"), QMessageBox.ButtonRole.AcceptRole)
         else:
             box.export_button = None
@@ -533,95 +540,24 @@ class MainWindow(QMainWindow):
 
     def export_to(self, path: str) -> None:
         self.bridge.send(Export(with_wav_suffix(path), transcript_labels()))
+        if self.state in (EngineState.THINKING, EngineState.SPEAKING):
+            # The engine writes it once the answer has been played (the export then holds it): said now, so that
+            # the closed file dialog is not taken for an export that did nothing.
+            self.export_banner = self.tr("The conversation is exported when this answer has finished playing.")
+            self.banner.show_message("info", self.export_banner)
 
     def open_settings(self) -> SettingsDialog:
-        # The engine looks again for devices plugged in since (PortAudio lists them only after a re-scan);
-        # the dialog shows what we have now, the new list is there for the next time.
-        self.bridge.send(ListDevices(rescan=True))
-        dialog = SettingsDialog(self.settings, self.devices, self)
-        dialog.precision.set_status(self.precision_status, self.measured_rtf)
-        dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings()))
-        dialog.finished.connect(dialog.deleteLater)
-        self.settings_dialog = dialog
-        dialog.open()
-        return dialog
+        return self.settings_flow.open_dialog()
 
     def apply_settings(self, new: Settings) -> None:
-        """Apply the dialog's settings; a new system prompt erases the conversation, so it asks first."""
-        old = self.settings
-        if new.system_prompt != old.system_prompt and self.has_conversation():
-            self.confirm_erase(
-                self.tr("The new system prompt starts a new conversation: the model starts afresh, without the "
-                        "current conversation."),
-                lambda: self._apply_settings_erasing(new),
-                # Kept: everything else is applied, the prompt stays as it was.
-                lambda: self._apply_settings(dataclasses.replace(new, system_prompt=old.system_prompt)))
-            return
-        self._apply_settings(new)
-
-    def _apply_settings_erasing(self, new: Settings) -> None:
-        """The user chose to erase the conversation for a new prompt: the answer that is being given or
-        played belongs to it, so it stops now (as for a new conversation) rather than playing on."""
-        if self.state in (EngineState.THINKING, EngineState.SPEAKING):
-            self.bridge.send(Cancel())
-        self._apply_settings(new)
-
-    def _apply_settings(self, new: Settings) -> None:
-        """Send only what changed: decoding from the next turn, voice in place, reload only if needed."""
-        if keys_clash(new):
-            # One key cannot both talk and mute: the keys stay as they were, the rest applies.
-            self.banner.show_message("warning", self.key_clash_text(new))
-            new = dataclasses.replace(new, ptt_key=self.settings.ptt_key, mute_key=self.settings.mute_key)
-        old, self.settings = self.settings, new
-        self._save_settings()
-        # A new prompt starts a new conversation in the engine (the prompt is the start of the model's
-        # context); the window follows when the engine says so (ConversationCleared), which is after the
-        # answer it may be giving now.
-        if (new.sampling, new.system_prompt, new.max_answer_seconds) != (
-                old.sampling, old.system_prompt, old.max_answer_seconds):
-            self.bridge.send(ApplySettings(new.sampling, new.system_prompt, new.max_answer_seconds))
-        if (new.input_device, new.output_device) != (old.input_device, old.output_device):
-            self.audio_problems.clear()  # new devices: the old ones' problems no longer apply
-            if self.banner_error_kind == "audio_device":
-                self.banner.hide()
-            self.bridge.send(SelectDevices(new.input_device, new.output_device))
-        model_changed = (new.model_source, new.model_revision, new.demo, new.context_tokens, new.precision) != (
-            old.model_source, old.model_revision, old.demo, old.context_tokens, old.precision)
-        if model_changed:
-            self.bridge.send(self._load_command(allow_download=False))
-        elif new.lora != old.lora:
-            self.bridge.send(SwitchVoice(new.lora))
-        if new.ptt_key != old.ptt_key:
-            self.key_filter.set_key(key_from_text(new.ptt_key) or Qt.Key.Key_Space)
-            self._apply_ptt_key_label()
-        if (new.ptt_key, new.global_ptt, new.mute_key, new.global_mute) != (
-                old.ptt_key, old.global_ptt, old.mute_key, old.global_mute):
-            self._apply_global_keys()
-        if new.language != old.language:
-            self.banner.show_message("info", self.tr("The language changes the next time VoiceChat starts."))
-        if (new.hands_free, new.end_of_speech_s, new.min_speech_s, new.echo_cancellation) != (
-                old.hands_free, old.end_of_speech_s, old.min_speech_s, old.echo_cancellation):
-            self.hands_free_action.setChecked(new.hands_free)
-            self._send_hands_free()
-
-    def key_clash_text(self, settings: Settings) -> str:
-        key = key_from_text(settings.ptt_key) or Qt.Key.Key_Space
-        return self.tr("The push-to-talk key and the mute key cannot be the same key (%1). The keys were left "
-                       "as they were.").replace("%1", key_to_text(key, native=True))
-
-    def _start_new_conversation_for_prompt(self) -> None:
-        had_conversation = self.has_conversation()
-        self.transcript.clear()
-        self.engine_turns = 0
-        self._reset_statistics()
-        if had_conversation:
-            self.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))
+        """Apply the settings dialog's result (app/settings_flow.py)."""
+        self.settings_flow.apply(new)
 
     def restart_engine(self) -> None:
         self.engine_dead = False
         self.engine_unresponsive = False
         self.banner.hide()
-        self.audio_problems.clear()  # the new engine reports its devices afresh
+        self.problems.engine_restarted()
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
             item.replay_button.setEnabled(False)  # the old engine took their audio with it
         if self.transcript.user_items or self.transcript.assistant_items:
@@ -675,6 +611,7 @@ class MainWindow(QMainWindow):
             self.rtf.set_rtf(event.rtf, live=True)
         elif isinstance(event, UserTakeAdded):
             self.engine_turns += 1
+            self.problems.take_arrived()
             self.rtf.clear_value()  # the previous answer's figure is not this turn's
             self.transcript.add_user_take(event.turn_id, event.duration_s)
             self.latency.start_turn()  # the "this turn" column is about the new turn from now on
@@ -706,12 +643,9 @@ class MainWindow(QMainWindow):
             self._show_info(event)
             if self.first_run is not None:
                 self._close_first_run()  # a model is loaded: the first run is over
-            if self.banner.level == "warning" and self.banner._action_id == "choose_model":
-                self.banner.hide()
-            if self.banner_error_kind in ("model", "gpu_memory") and not self.banner.isHidden():
-                self.banner.hide()  # an earlier load's error: this load worked
-                self.banner_error_kind = ""
+            self.problems.model_loaded(self._voice_refused)  # an earlier load's (or voice's) error: this one worked
             self.confirmed_model = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
+            self.confirmed_demo_override = self.demo_override
             if not self._voice_refused:
                 self.confirmed_lora = self.settings.lora
             self._voice_refused = False
@@ -739,7 +673,8 @@ class MainWindow(QMainWindow):
             self._on_change_deferred(event)
         elif isinstance(event, ConversationCleared):
             if event.cause == "system_prompt":
-                self._start_new_conversation_for_prompt()
+                self.problems.prompt_applied()
+            self.settings_flow.conversation_cleared(event.cause)
 
     def _on_precision_in_use(self, event: PrecisionInUse) -> None:
         """After a load: the precision it has (int8 refused: the setting goes back to what is loaded) and its costs."""
@@ -775,28 +710,8 @@ class MainWindow(QMainWindow):
         if self.mic_missing:
             self.ptt.cancel_hold()
             self.key_filter.end_hold()
-        # Shown at start, next to any speaker problem, not only when push-to-talk is pressed.
-        no_mic = self.tr("No microphone was found. Connect one, then choose it in Settings.")
-        if self.mic_missing:
-            if NO_MICROPHONE_TEMPLATE not in self.audio_problems:  # not twice, in the engine's words and ours
-                self.audio_problems["no-microphone"] = no_mic
-        else:
-            self.audio_problems.pop("no-microphone", None)
-            self.audio_problems.pop(NO_MICROPHONE_TEMPLATE, None)
-        if event.outputs:
-            self.audio_problems.pop(NO_SPEAKER_TEMPLATE, None)
-        if self.audio_problems:
-            self._show_audio_problems()
-        elif self.banner_error_kind == "audio_device" and not self.banner.isHidden():
-            self.banner.hide()
-            self.banner_error_kind = ""
+        self.problems.devices_listed(event, self.mic_missing)
         self.set_state(self.state)
-
-    def _show_audio_problems(self) -> None:
-        title = self.tr("Audio device")
-        text = "<br>".join(f"<b>{title}:</b> {problem}" for problem in self.audio_problems.values())
-        self.banner_error_kind = "audio_device"
-        self.banner.show_message("error", text, action_id="settings", action_text=self.tr("Settings…"))
 
     def _on_take_rejected(self, event: TakeRejected) -> None:
         if event.reason == "too_short":
@@ -844,57 +759,7 @@ class MainWindow(QMainWindow):
     def _on_error(self, event: EngineError) -> None:
         self.last_error = event
         self._undo_refused_choice(event)
-        message = engine_text(event.message, event.template, event.values, event.part_lists)
-        if event.kind == "audio_device":
-            # Several device problems at once (no microphone and no speaker) are all shown, together.
-            if event.template == NO_MICROPHONE_TEMPLATE:
-                self.audio_problems.pop("no-microphone", None)  # the same problem, in the engine's words
-            self.audio_problems[event.template or event.message] = message
-            self._show_audio_problems()
-            if self.state is not EngineState.RECORDING:
-                # A press that could not open the microphone: the button must not go on looking
-                # pressed. (While the engine records, e.g. a speaker problem, the take goes on.)
-                self.ptt.cancel_hold()
-                self.key_filter.end_hold()
-            return
-        titles = {
-            "model": self.tr("Model"),
-            "lora": self.tr("Voice"),
-            "audio_device": self.tr("Audio device"),
-            "take": self.tr("Recording"),
-            "gpu_memory": self.tr("GPU memory"),
-            "settings": self.tr("Settings"),
-            "export": self.tr("Export"),
-            "history": self.tr("History"),
-            "precision": self.tr("Precision"),
-        }
-        title = titles.get(event.kind, self.tr("Internal error"))
-        details = event.details
-        if not event.template and event.message not in TEMPLATES:
-            # A library's own words (an exception's text), in English whatever the language: said in
-            # ours, with what to do; the library's text stays in the details (the banner's tooltip).
-            details = event.message + ("\n\n" + details if details else "")
-            message = self.tr("Something went wrong that VoiceChat has no explanation for. Try again; if it "
-                              "happens again, restart the engine (the details and the log file say more).")
-        text = f"<b>{title}:</b> {message}"
-        # A failed load leaves no model: the first-run choices are offered again, with the reason,
-        # and the reason is said there only (not twice, in the banner behind the dialog too).
-        no_model = event.kind in ("model", "gpu_memory") and self.state is EngineState.NO_MODEL
-        if no_model or (self.first_run is not None and self.first_run.downloading):
-            self.banner_error_kind = ""
-            if self.banner.level == "error":
-                self.banner.hide()
-            reason = self._plain_load_error(event, message)
-            if details != event.details:  # a library's words: kept, as the detail they are
-                reason += "\n" + self.tr("Details: %1").replace("%1", event.message)
-            self.show_first_run(reason)
-            return
-        self.banner_error_kind = event.kind
-        if event.fatal:
-            self.banner.show_message("error", text, details=details, action_id="restart",
-                                     action_text=self.tr("Restart engine"))
-        else:
-            self.banner.show_message("error", text, details=details)
+        self.problems.show_error(event)
 
     def _undo_refused_choice(self, event: EngineError) -> None:
         """What the engine refused is neither kept as the current choice nor saved."""
@@ -911,22 +776,12 @@ class MainWindow(QMainWindow):
             current = (self.settings.model_source, self.settings.model_revision, self.settings.demo)
             chosen = self.settings.model_source
             if current != self.confirmed_model and (self.settings.demo or (chosen and looks_like_path(chosen))):
-                # A folder (or the demo) that did not load; a Hub id stays, so that its download can resume.
+                # A folder (or the demo) that did not load; a Hub id stays, so that its download can resume. Under
+                # `--demo`, the demo is what runs again.
                 self.settings = dataclasses.replace(self.settings, model_source=source, model_revision=revision,
                                                     demo=demo)
+                self.demo_override = self.confirmed_demo_override
                 self._save_settings()
-
-    def _plain_load_error(self, event: EngineError, message: str) -> str:
-        """A failed load in words a new user follows: a broken folder says what to do first, and lists
-        what is wrong after that (the engine's message names file formats and tensors)."""
-        if event.template != MODEL_FOLDER_TEMPLATE:
-            return message
-        folder = dict(event.values).get("folder", "")
-        parts = dict(event.part_lists).get("problems", ())
-        problems = engine_parts(parts) if parts else dict(event.values).get("problems", "")
-        return (self.tr("The folder %1 does not hold a usable model. Choose the folder that holds all of the model's "
-                        "files (config.json, model.safetensors and the others), or download the model.")
-                .replace("%1", folder) + "\n" + self.tr("What is wrong: %1").replace("%1", problems))
 
     def on_engine_stopped(self, error: str) -> None:
         if not error:
@@ -959,12 +814,12 @@ class MainWindow(QMainWindow):
                                 if info.vram_used_bytes is not None else "")
         self.vram_label.setVisible(info.vram_used_bytes is not None)
         if info.graphs_ready:
-            self.graphs_label.setText(self.tr("CUDA graphs ready"))
+            self.graphs_label.set_texts(self.tr("CUDA graphs ready"))
             self.graphs_label.setStyleSheet("color: #2e7d32;")
         else:
             # The reason says itself that there are no CUDA graphs ("No CUDA GPU: running eagerly…").
-            self.graphs_label.setText(engine_str(info.fallback_reason) if info.fallback_reason
-                                      else self.tr("No CUDA graphs"))
+            self.graphs_label.set_texts(engine_str(info.fallback_reason) if info.fallback_reason
+                                        else self.tr("No CUDA graphs"), self.tr("No CUDA graphs"))
             self.graphs_label.setStyleSheet("color: #ef6c00;")
         model = engine_str(info.model_name)
         if self.precision_status is not None:  # the weights' precision of the loaded model

@@ -45,11 +45,16 @@ def keys_clash(settings: Settings) -> bool:
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, devices: Devices | None, parent: QWidget | None = None) -> None:
+    """`demo_in_use`: the demo model runs though the settings name another (`voicechat --demo`); the model tab
+    shows the demo, as the status bar does."""
+
+    def __init__(self, settings: Settings, devices: Devices | None, parent: QWidget | None = None, *,
+                 demo_in_use: bool = False) -> None:
         super().__init__(parent)
         self.setWindowTitle(self.tr("Settings"))
         self.setMinimumWidth(600)
         self.original = settings
+        self.demo_in_use = demo_in_use
         self.tabs = QTabWidget(self)
         self.tabs.addTab(self._build_general_tab(settings), self.tr("General"))
         self.tabs.addTab(self._build_conversation_tab(settings), self.tr("Conversation"))
@@ -304,7 +309,7 @@ class SettingsDialog(QDialog):
         browse_model.clicked.connect(lambda: self._browse(self.model_folder, self.tr("Choose the model folder")))
         self.revision = QLineEdit(s.model_revision or "", model_box)
         self.revision.setPlaceholderText(self.tr("latest"))
-        if s.demo:
+        if s.demo or self.demo_in_use:
             self.model_demo_radio.setChecked(True)
         elif is_folder:
             self.model_folder_radio.setChecked(True)
@@ -318,8 +323,9 @@ class SettingsDialog(QDialog):
         m_form.addRow(self.model_folder_radio, folder_row)
         m_form.addRow(self.model_demo_radio)
         m_form.addRow(self.tr("Revision"), self.revision)
-        reload_note = QLabel(self.tr("Changing the model reloads it; the conversation is kept in the window."),
-                             model_box)
+        self.model_shown = self._model_choice()  # as opened: OK with it unchanged keeps the model as it is
+        reload_note = QLabel(self.tr("Changing the model, the precision or the context size loads the model again "
+                                     "and starts a new conversation."), model_box)
         reload_note.setWordWrap(True)
         reload_note.setStyleSheet("color: #666;")
         m_form.addRow(reload_note)
@@ -350,6 +356,14 @@ class SettingsDialog(QDialog):
         layout.addWidget(voice_box)
         layout.addStretch(1)
         return tab
+
+    def _model_choice(self) -> tuple[str, str, str]:
+        """What the model section says: the chosen kind and its text, and the revision."""
+        if self.model_demo_radio.isChecked():
+            return ("demo", "", "")
+        if self.model_folder_radio.isChecked():
+            return ("folder", self.model_folder.text().strip(), self.revision.text().strip())
+        return ("hub", self.model_hub_id.text().strip(), self.revision.text().strip())
 
     def _browse(self, target: QLineEdit, title: str) -> None:
         # From the folder in the field, else the user's home (never the app's working folder).
@@ -385,12 +399,15 @@ class SettingsDialog(QDialog):
             text_temperature=round(self.text_temperature.value(), 2),
             text_top_k=self.text_top_k.value(),
         )
-        if self.model_folder_radio.isChecked() and self.model_folder.text().strip():
-            source: str | None = self.model_folder.text().strip()
-        elif self.model_hub_radio.isChecked() and self.model_hub_id.text().strip():
-            source = self.model_hub_id.text().strip()
-        else:
-            source = self.original.model_source
+        source: str | None = self.original.model_source
+        revision, demo = self.original.model_revision, self.original.demo or self.demo_in_use
+        if self._model_choice() != self.model_shown:  # unchanged: as it was (no model yet stays "none yet")
+            demo = self.model_demo_radio.isChecked()
+            revision = self.revision.text().strip() or None
+            if self.model_folder_radio.isChecked() and self.model_folder.text().strip():
+                source = self.model_folder.text().strip()
+            elif self.model_hub_radio.isChecked() and self.model_hub_id.text().strip():
+                source = self.model_hub_id.text().strip()
         lora = None if self.voice_none.isChecked() else (self.voice_folder.text().strip() or None)
         key = self.ptt_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
         mute_key = self.mute_key.keySequence().toString(QKeySequence.SequenceFormat.PortableText)
@@ -401,8 +418,8 @@ class SettingsDialog(QDialog):
             input_device=self.input_device.currentData(),
             output_device=self.output_device.currentData(),
             model_source=source,
-            model_revision=self.revision.text().strip() or None,
-            demo=self.model_demo_radio.isChecked(),
+            model_revision=revision,
+            demo=demo,
             lora=lora,
             max_answer_seconds=float(self.max_answer.value()),
             context_tokens=int(self.context_size.currentData()),

@@ -485,7 +485,8 @@ class ChangeDeferred:
 @dataclass(frozen=True)
 class ConversationCleared:
     """The engine started a new conversation (its records and the model's context are empty).
-    `cause` is "system_prompt" (a new prompt was applied) or "reset"."""
+    `cause` is "system_prompt" (a new prompt was applied), "model" (a model was loaded over one that had a
+    conversation) or "reset"."""
 
     cause: str
 
@@ -506,7 +507,8 @@ class HistoryEntry:
     turns: int
     duration_s: float  # audio of both sides
     model: str
-    voice: str | None
+    voice: str | None  # the voice of the last answer
+    several_voices: bool = False  # its answers were not all spoken with one voice
 
 
 @dataclass(frozen=True)
@@ -537,6 +539,7 @@ class HistoryOpened:
     model: str
     voice: str | None
     turns: tuple[HistoryTurnView, ...]
+    several_voices: bool = False  # as HistoryEntry's
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Render every state of the main window (loading, ready, recording, speaking, an error, no
 microphone, a stopped engine) and every dialog (settings tabs, first run, confirmations) on a real X
-server (Xvfb) and save PNGs, so a person can look at the UI without running the app. The window at
-800 x 600 and the dialogs with long errors are rendered too (`small_window_states`, which
-tests/test_app_careful_user.py checks for clipped text and for English in the Japanese UI).
+server (Xvfb) and save PNGs, so a person can look at the UI without running the app. The window (with
+its latency panel filled) at 800 x 600 and 1100 x 700, on a GPU and on a CPU, and the dialogs with long
+errors are rendered too (`small_window_states`, which tests/test_app_careful_user.py checks for clipped
+text, for labels that leave one character alone on a line, and for English in the Japanese UI).
 
     .venv/bin/python scripts/screenshots.py [--out screenshots] [--lang ja|en|both] [--live]
 
@@ -274,9 +275,11 @@ LONG_ANSWER = "詳しくはこちらをご覧ください：https://example.com/
 
 
 def small_window_states(language: str, tmp: Path):  # noqa: ANN201 - a generator of (name, widget)
-    """The window at 800 x 600 and the dialogs with long errors (issue 27): each state is yielded once
-    it is on screen, as (picture name, widget). The script saves each one; tests/test_app_careful_user.py
-    checks the same states for clipped text and, in Japanese, for English."""
+    """The window at 800 x 600 and 1100 x 700 (the default width), with the latency panel filled, on a GPU
+    and on a CPU (the status bar's long warning), and the dialogs with long errors (issues 27, 46): each state
+    is yielded once it is on screen, as (picture name, widget), the window's names ending in its size. The
+    script saves each one; tests/test_app_careful_user.py checks the same states for clipped text and
+    one-character line breaks and, in Japanese, for English."""
     from app.i18n import install_translator
     from engine import protocol as p
     from engine.errors import ModelFilesError, Problem
@@ -315,7 +318,29 @@ def small_window_states(language: str, tmp: Path):  # noqa: ANN201 - a generator
     yield "first-run-long-error", first
     window.first_run = None  # type: ignore[attr-defined]
     first.hide()
+    window.resize(1100, 700)  # type: ignore[attr-defined]
+    _settle(app)
+    yield "window-latency-1100x700", window
     _close(window)
+
+    # No CUDA GPU: the status bar's warning is the longest text there.
+    from engine.errors import Message
+
+    for size in ((800, 600), (1100, 700)):
+        window = _new_window(Settings(demo=True), tmp)
+        window.resize(*size)  # type: ignore[attr-defined]
+        for event in (p.EngineInfo("CPU", None, False,
+                                   Message("No CUDA GPU: running eagerly on the CPU (much slower than real time)."),
+                                   Message("demo (random weights)"), None, 4096),
+                      p.Devices(("USB Microphone",), ("Speakers",)), p.StateChanged(p.EngineState.IDLE),
+                      p.UserTakeAdded(1, 2.4), p.AssistantTurnStarted(2),
+                      p.AssistantTurnFinished(2, "はい、", 2.0, False),
+                      # A CPU's figures run to tens of seconds.
+                      p.TurnMetrics(2, 2410.0, 9150.0, 12890.0, 31200.0, 45120.0, 6.2, 12, "", False, 3)):
+            window.on_event(event)  # type: ignore[attr-defined]
+        _settle(app)
+        yield f"window-cpu-{size[0]}x{size[1]}", window
+        _close(window)
 
 
 class _NoEngine:

@@ -217,10 +217,54 @@ def _text_width(widget, text: str) -> int:  # noqa: ANN001
     return max((widget.fontMetrics().horizontalAdvance(line) for line in text.split("\n")), default=0)
 
 
+def wrapped_lines(label) -> list[str]:  # noqa: ANN001
+    """The lines a word-wrapped QLabel shows its text in at its present width (laid out as QLabel does: the
+    label's font, word wrap, which in Japanese may break between any two characters)."""
+    from PySide6.QtGui import QTextDocument, QTextOption
+
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setDocumentMargin(0)
+    option = QTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WordWrap)
+    document.setDefaultTextOption(option)
+    text = label.text()
+    if "<" in text:
+        document.setHtml(text)
+    else:
+        document.setPlainText(text)
+    document.setTextWidth(max(1, label.contentsRect().width() - 2 * label.margin()))
+    document.size()  # lays the text out
+    lines: list[str] = []
+    block = document.begin()
+    while block.isValid():
+        layout = block.layout()
+        for index in range(layout.lineCount()):
+            line = layout.lineAt(index)
+            lines.append(block.text()[line.textStart():line.textStart() + line.textLength()])
+        block = block.next()
+    return lines
+
+
+def orphans(label) -> list[str]:  # noqa: ANN001
+    """The lines of a word-wrapped label that hold a single character, punctuation aside (「完/了」「フレー/ム」
+    「ありませ/ん。」): a word broken before its last character reads as a cut, whatever the height."""
+    import unicodedata
+
+    found = []
+    for number, line in enumerate(wrapped_lines(label)):
+        # Punctuation does not count: 「ありませ/ん。」 leaves one character alone as much as 「完/了」 does.
+        letters = [c for c in line if not c.isspace() and not unicodedata.category(c).startswith("P")]
+        if number and len(letters) == 1:
+            found.append(line.strip())
+    return found
+
+
 def clipped_texts(root) -> list[str]:  # noqa: ANN001
     """Every visible text under `root` that its widget cannot show whole: a label or button narrower or
-    lower than its text, or a widget that sticks out of its parent (outside a scroll area, where
-    scrolling reaches it). Returns descriptions, empty when nothing is clipped."""
+    lower than its text, a word-wrapped label that leaves one character alone on a line, or a widget that
+    sticks out of its parent (outside a scroll area, where scrolling reaches it). Returns descriptions,
+    empty when nothing is clipped."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import (
         QAbstractButton,
@@ -248,6 +292,10 @@ def clipped_texts(root) -> list[str]:  # noqa: ANN001
                 if widget.height() + 1 < widget.heightForWidth(widget.width()):
                     problems.append(f"label {_plain(text)!r}: {widget.height()} px high, needs "
                                     f"{widget.heightForWidth(widget.width())}")
+                alone = orphans(widget)
+                if alone:
+                    problems.append(f"label {_plain(text)!r}: {rect.width()} px wide breaks a line before "
+                                    f"{', '.join(map(repr, alone))} alone")
             else:
                 needed = _text_width(widget, text)
                 if needed > rect.width() + 1:

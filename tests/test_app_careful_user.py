@@ -622,8 +622,10 @@ def test_the_screenshot_scripts_small_window_and_long_errors_clip_nothing(qtbot,
             assert english_texts(widget, names=("NVIDIA GeForce RTX 4070", "alice-voice", "USB Microphone",
                                                 "Built-in Microphone", "Speakers", "Headphones")) == [], name
         if name.startswith("window"):
-            assert (widget.width(), widget.height()) == (800, 600)
+            width, height = (int(n) for n in name.split("-")[-1].split("x")) if name[-1].isdigit() else (800, 600)
+            assert (widget.width(), widget.height()) == (width, height), name
     assert "window-800x600-long-error" in seen and "first-run-long-error" in seen
+    assert {"window-latency-1100x700", "window-cpu-800x600", "window-cpu-1100x700"} <= set(seen)
 
 
 # ------------------------------------------------------------------------------------------ 10. smaller things

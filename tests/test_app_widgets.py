@@ -357,8 +357,10 @@ def test_first_run_offers_download_folder_and_demo(qtbot, tmp_path: Path) -> Non
 
     dialog.demo_button.click()
     assert commands_of(win, p.Load)[-1].demo is True
-    assert load_settings(win.settings_path).settings.demo is True
     assert win.first_run is None  # closed; loading progress is shown in the main window
     _worker().post(p.Progress("load_weights", None, "demo"))
     qtbot.waitUntil(lambda: win.progress_label.text().startswith("重みを読み込み中"))
+    assert load_settings(win.settings_path).settings.demo is False  # not saved before it has loaded (issue 46)
+    _worker().post(p.EngineInfo("CPU", None, False, None, "demo", None, 4096), p.StateChanged(p.EngineState.IDLE))
+    qtbot.waitUntil(lambda: load_settings(win.settings_path).settings.demo is True)  # loaded: saved
     win.close()

@@ -85,19 +85,19 @@
     </message>
     <message>
       <source>The microphone "{name}" could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
-      <translation>マイク「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+      <translation>マイク「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。</translation>
     </message>
     <message>
       <source>The speaker "{name}" could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
-      <translation>スピーカー「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+      <translation>スピーカー「{name}」を開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。</translation>
     </message>
     <message>
       <source>The default microphone could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
-      <translation>既定のマイクを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+      <translation>既定のマイクを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。</translation>
     </message>
     <message>
       <source>The default speaker could not be opened: it may be unplugged, in use by another application, or not support the format. ({error})</source>
-      <translation>既定のスピーカーを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。({error})</translation>
+      <translation>既定のスピーカーを開けませんでした。抜かれている、他のアプリが使用中、または形式に対応していない可能性があります。</translation>
     </message>
     <message>
       <source>{source} is not downloaded and there is no network connection. Connect to the internet, choose a local model folder, or use the demo model.</source>
@@ -105,7 +105,7 @@
     </message>
     <message>
       <source>Downloading {source} failed: {error}</source>
-      <translation>{source} のダウンロードに失敗しました: {error}</translation>
+      <translation>{source} のダウンロードに失敗しました。</translation>
     </message>
     <message>
       <source>{source} is not downloaded yet.</source>
@@ -141,7 +141,7 @@
     </message>
     <message>
       <source>{file} is not valid JSON ({error}).</source>
-      <translation>{file} は正しい JSON ではありません ({error})。</translation>
+      <translation>{file} は正しい JSON ではありません。</translation>
     </message>
     <message>
       <source>{voice} is a {kind} adapter; only LoRA voices are supported.</source>
@@ -157,7 +157,7 @@
     </message>
     <message>
       <source>{file} is unreadable ({error}).</source>
-      <translation>{file} を読めません ({error})。</translation>
+      <translation>{file} を読めません（壊れているか、形式が違います）。</translation>
     </message>
     <message>
       <source>{voice} holds a tensor that is not a LoRA weight: {key}.</source>
@@ -193,7 +193,7 @@
     </message>
     <message>
       <source>{file} is not valid JSON ({error})</source>
-      <translation>{file} は正しい JSON ではありません ({error})</translation>
+      <translation>{file} は正しい JSON ではありません</translation>
     </message>
     <message>
       <source>{file} does not hold a JSON object</source>
@@ -217,7 +217,7 @@
     </message>
     <message>
       <source>{file} is unreadable (truncated or corrupt: {error})</source>
-      <translation>{file} を読めません (途中で切れているか壊れています: {error})</translation>
+      <translation>{file} を読めません（途中で切れているか壊れています）</translation>
     </message>
     <message>
       <source>{file} lacks the {{"format": "pt"}} metadata that the loader requires</source>
@@ -229,7 +229,7 @@
     </message>
     <message>
       <source>{file} does not describe a model liquid-audio can build ({error})</source>
-      <translation>{file} は liquid-audio が組み立てられるモデルを表していません ({error})</translation>
+      <translation>{file} は liquid-audio が組み立てられるモデルを表していません</translation>
     </message>
     <message>
       <source>the audio decoder is missing (neither audio_detokenizer/ nor {file})</source>
@@ -237,7 +237,7 @@
     </message>
     <message>
       <source>loading failed: {error}</source>
-      <translation>読み込みに失敗しました: {error}</translation>
+      <translation>読み込みに失敗しました</translation>
     </message>
     <message>
       <source>The download was cancelled; the files already downloaded are kept for next time.</source>
@@ -253,7 +253,7 @@
     </message>
     <message>
       <source>CUDA graph capture failed ({error}); running eagerly on the GPU.</source>
-      <translation>CUDA グラフを作成できませんでした（{error}）。GPU 上でグラフなしで実行します。</translation>
+      <translation>CUDA グラフを作成できませんでした。GPU 上でグラフなしで実行します。</translation>
     </message>
     <message>
       <source>demo (random weights)</source>
@@ -270,7 +270,7 @@
     <message>
       <location filename="../engine_messages.py" line="103" />
       <source>The conversation history cannot be opened ({error}); conversations are not saved.</source>
-      <translation>会話の履歴を開けません（{error}）。会話は保存されません。</translation>
+      <translation>会話の履歴を開けません。会話は保存されません。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="104" />
@@ -280,12 +280,12 @@
     <message>
       <location filename="../engine_messages.py" line="105" />
       <source>The conversation history was damaged ({error}); it was moved to {folder} and a new history was started.</source>
-      <translation>会話の履歴が壊れていました（{error}）。{folder} に移し、新しい履歴を始めました。</translation>
+      <translation>会話の履歴が壊れていました。{folder} に移し、新しい履歴を始めました。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="106" />
       <source>A turn could not be saved to the history ({error}).</source>
-      <translation>発言を履歴に保存できませんでした（{error}）。</translation>
+      <translation>発言を履歴に保存できませんでした。</translation>
     </message>
     <message>
       <location filename="../engine_messages.py" line="107" />
@@ -398,7 +398,7 @@
     </message>
     <message>
       <source>The output file {path} cannot be written: {error}</source>
-      <translation>出力ファイル {path} に書き込めません：{error}</translation>
+      <translation>出力ファイル {path} に書き込めません。</translation>
     </message>
     <message>
       <source>The output path {path} is not a regular file.</source>
@@ -414,11 +414,11 @@
     </message>
     <message>
       <source>The answer could not be written to {path} ({error}); it was saved to {saved} instead.</source>
-      <translation>応答を {path} に書き込めませんでした（{error}）。代わりに {saved} に保存しました。</translation>
+      <translation>応答を {path} に書き込めませんでした。代わりに {saved} に保存しました。</translation>
     </message>
     <message>
       <source>The answer could not be written to {path} ({error}) nor anywhere else.</source>
-      <translation>応答を {path} にも他の場所にも書き込めませんでした（{error}）。</translation>
+      <translation>応答を {path} にも他の場所にも書き込めませんでした。</translation>
     </message>
     <message>
       <source>The settings file {path} is a link to a missing file. It was moved to {moved}. Default settings are used.</source>
@@ -446,11 +446,11 @@
     </message>
     <message>
       <source>The settings file {path} was corrupt ({error}). It was moved to {moved}. Default settings are used.</source>
-      <translation>設定ファイル {path} が壊れていました（{error}）。{moved} に移動しました。既定の設定を使います。</translation>
+      <translation>設定ファイル {path} が壊れていました。{moved} に移動しました。既定の設定を使います。</translation>
     </message>
     <message>
       <source>The settings file {path} was corrupt ({error}). Default settings are used.</source>
-      <translation>設定ファイル {path} が壊れていました（{error}）。既定の設定を使います。</translation>
+      <translation>設定ファイル {path} が壊れていました。既定の設定を使います。</translation>
     </message>
     <message>
       <source>Some settings in {path} were invalid and were reset to their defaults: {fields}. The original file was kept as {moved}.</source>
@@ -462,7 +462,7 @@
     </message>
     <message>
       <source>The settings file {path} could not be read ({error}). Default settings are used.</source>
-      <translation>設定ファイル {path} を読み込めませんでした（{error}）。既定の設定を使います。</translation>
+      <translation>設定ファイル {path} を読み込めませんでした。既定の設定を使います。</translation>
     </message>
     <message>
       <source>{file} does not hold a JSON object.</source>
@@ -550,7 +550,7 @@
     </message>
     <message>
       <source>the tokenizer ({files}) cannot be loaded: {error}</source>
-      <translation>トークナイザー（{files}）を読み込めません：{error}</translation>
+      <translation>トークナイザー（{files}）を読み込めません</translation>
     </message>
     <message>
       <source>{path} does not exist.</source>
@@ -562,11 +562,11 @@
     </message>
     <message>
       <source>{path} is not a readable audio file ({error}).</source>
-      <translation>{path} は読み込める音声ファイルではありません（{error}）。</translation>
+      <translation>{path} は読み込める音声ファイルではありません。</translation>
     </message>
     <message>
       <source>{path} cannot be read ({error}).</source>
-      <translation>{path} を読み込めません（{error}）。</translation>
+      <translation>{path} を読み込めません。</translation>
     </message>
     <message>
       <source>{source} is neither a model folder nor a Hub repo id like {example}.</source>
@@ -638,7 +638,7 @@
     </message>
     <message>
       <source>The int8 check could not run ({error}), so standard precision (bf16) stays.</source>
-      <translation>int8 の確認を実行できませんでした（{error}）。標準 (bf16) のままにします。</translation>
+      <translation>int8 の確認を実行できませんでした。標準 (bf16) のままにします。</translation>
     </message>
     <message>
       <source>This GPU has no room for the model in bf16, so int8 could not be checked against it on this card; int8 is used without the check.</source>
@@ -752,7 +752,7 @@
     <message>
       <location filename="../widgets/history.py" line="91" />
       <source>No saved conversations yet.</source>
-      <translation>保存された会話はまだありません。</translation>
+      <translation>保存された会話はありません。</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="41" />
@@ -825,11 +825,6 @@
       <translation>（テキストなし）</translation>
     </message>
     <message>
-      <location filename="../widgets/history.py" line="164" />
-      <source>default voice</source>
-      <translation>標準の声</translation>
-    </message>
-    <message>
       <location filename="../widgets/history.py" line="165" />
       <source> (this conversation)</source>
       <translation>（この会話）</translation>
@@ -847,6 +842,18 @@
   </context>
   <context>
     <name>HistoryUi</name>
+    <message>
+      <source>several voices</source>
+      <translation>複数の声</translation>
+    </message>
+    <message>
+      <source>default voice</source>
+      <translation>標準の声</translation>
+    </message>
+    <message>
+      <source>The conversation in progress is deleted too: it is cleared from the window, and the model starts afresh.</source>
+      <translation>進行中の会話も削除されます。画面から消え、モデルは最初からやり直します。</translation>
+    </message>
     <message>
       <location filename="../widgets/history.py" line="374" />
       <source>This conversation is not saved. Continuing the other one closes it for good.</source>
@@ -919,11 +926,6 @@
       <location filename="../widgets/history.py" line="95" />
       <source>Export…</source>
       <translation>エクスポート…</translation>
-    </message>
-    <message>
-      <location filename="../widgets/history.py" line="164" />
-      <source>default voice</source>
-      <translation>標準の声</translation>
     </message>
     <message>
       <location filename="../widgets/history.py" line="251" />
@@ -1011,6 +1013,14 @@
   <context>
     <name>MainWindow</name>
     <message>
+      <source>You can also export it first (audio, transcript and timings).</source>
+      <translation>先にエクスポートしておくこともできます（音声・文字起こし・タイミング）。</translation>
+    </message>
+    <message>
+      <source>The conversation is exported when this answer has finished playing.</source>
+      <translation>この応答の再生が終わってから、会話をエクスポートします。</translation>
+    </message>
+    <message>
       <location filename="../main_window.py" line="92" />
       <source>VoiceChat — Japanese voice chat</source>
       <translation>VoiceChat — 日本語音声チャット</translation>
@@ -1069,16 +1079,6 @@
       <location filename="../main_window.py" line="249" />
       <source>Choose a model…</source>
       <translation>モデルを選択…</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="315" />
-      <source>The new system prompt starts a new conversation.</source>
-      <translation>新しいシステムプロンプトで新しい会話を始めます。</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="331" />
-      <source>The language changes the next time VoiceChat starts.</source>
-      <translation>表示言語は次回の起動時に切り替わります。</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="339" />
@@ -1144,46 +1144,6 @@
       <location filename="../main_window.py" line="438" />
       <source>Starting (%1)</source>
       <translation>準備中（%1）</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="457" />
-      <source>Model</source>
-      <translation>モデル</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="458" />
-      <source>Voice</source>
-      <translation>声</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="459" />
-      <source>Audio device</source>
-      <translation>オーディオデバイス</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="460" />
-      <source>Recording</source>
-      <translation>録音</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="461" />
-      <source>GPU memory</source>
-      <translation>GPU メモリ</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="462" />
-      <source>Settings</source>
-      <translation>設定</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="463" />
-      <source>Export</source>
-      <translation>エクスポート</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="465" />
-      <source>Internal error</source>
-      <translation>内部エラー</translation>
     </message>
     <message>
       <location filename="../main_window.py" line="469" />
@@ -1276,23 +1236,6 @@
       <translation>マイクが見つかりません</translation>
     </message>
     <message>
-      <source>No microphone was found. Connect one, then choose it in Settings.</source>
-      <translation>マイクが見つかりません。マイクを接続してから、設定で選んでください。</translation>
-    </message>
-    <message>
-      <source>The folder %1 does not hold a usable model. Choose the folder that holds all of the model's files (config.json, model.safetensors and the others), or download the model.</source>
-      <translation>フォルダー「%1」には使えるモデルがありません。モデルのファイル一式（config.json、model.safetensors など）が入ったフォルダーを選ぶか、モデルをダウンロードしてください。</translation>
-    </message>
-    <message>
-      <source>What is wrong: %1</source>
-      <translation>問題：%1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="481" />
-      <source>History</source>
-      <translation>履歴</translation>
-    </message>
-    <message>
       <location filename="../main_window.py" line="431" />
       <source>The new system prompt applies after this answer.</source>
       <translation>新しいシステムプロンプトはこの応答の後に適用されます。</translation>
@@ -1342,20 +1285,8 @@
       <translation>新しい会話を始めますか？モデルは今の会話を忘れて、最初からやり直します。</translation>
     </message>
     <message>
-      <source>The new system prompt starts a new conversation: the model starts afresh, without the current conversation.</source>
-      <translation>新しいシステムプロンプトでは新しい会話が始まります。モデルは今の会話を忘れて、最初からやり直します。</translation>
-    </message>
-    <message>
       <source>That take was too short: the button was held for only %1 s. Hold it for as long as you speak.</source>
       <translation>録音が短すぎました（ボタンを押していたのは %1 秒だけです）。話している間はボタンを押し続けてください。</translation>
-    </message>
-    <message>
-      <source>Something went wrong that VoiceChat has no explanation for. Try again; if it happens again, restart the engine (the details and the log file say more).</source>
-      <translation>VoiceChat が説明できない問題が起きました。もう一度お試しください。繰り返し起きる場合はエンジンを再起動してください（詳細とログファイルに手がかりがあります）。</translation>
-    </message>
-    <message>
-      <source>Details: %1</source>
-      <translation>詳細：%1</translation>
     </message>
     <message>
       <source>Hands-free</source>
@@ -1380,14 +1311,6 @@
     <message>
       <source>The mute key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
       <translation>このシステムでは、ミュートのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
-    </message>
-    <message>
-      <source>The push-to-talk key and the mute key cannot be the same key (%1). The keys were left as they were.</source>
-      <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。キーは元のままにしました。</translation>
-    </message>
-    <message>
-      <source>Precision</source>
-      <translation>精度</translation>
     </message>
     <message>
       <source>Checking int8 against bf16 (once per model and GPU)</source>
@@ -1447,6 +1370,10 @@
   </context>
   <context>
     <name>SettingsDialog</name>
+    <message>
+      <source>Changing the model, the precision or the context size loads the model again and starts a new conversation.</source>
+      <translation>モデル・精度・コンテキストサイズを変えると、モデルを読み込み直して新しい会話を始めます。</translation>
+    </message>
     <message>
       <location filename="../settings_dialog.py" line="41" />
       <source>Settings</source>
@@ -1617,11 +1544,6 @@
       <location filename="../settings_dialog.py" line="199" />
       <source>Revision</source>
       <translation>リビジョン</translation>
-    </message>
-    <message>
-      <location filename="../settings_dialog.py" line="200" />
-      <source>Changing the model reloads it; the conversation is kept in the window.</source>
-      <translation>モデルを変えると読み込み直します。会話はウィンドウに残ります。</translation>
     </message>
     <message>
       <location filename="../settings_dialog.py" line="206" />
@@ -1904,6 +1826,104 @@
     <message>
       <source> · </source>
       <translation> · </translation>
+    </message>
+  </context>
+  <context>
+    <name>EngineProblems</name>
+    <message>
+      <source>What is wrong: %1</source>
+      <translation>問題：%1</translation>
+    </message>
+    <message>
+      <source>Voice</source>
+      <translation>声</translation>
+    </message>
+    <message>
+      <source>The folder %1 does not hold a usable model. Choose the folder that holds all of the model's files (config.json, model.safetensors and the others), or download the model.</source>
+      <translation>フォルダー「%1」には使えるモデルがありません。モデルのファイル一式（config.json、model.safetensors など）が入ったフォルダーを選ぶか、モデルをダウンロードしてください。</translation>
+    </message>
+    <message>
+      <source>Something went wrong that VoiceChat has no explanation for. Try again; if it happens again, restart the engine (the details and the log file say more).</source>
+      <translation>VoiceChat が説明できない問題が起きました。もう一度お試しください。繰り返し起きる場合はエンジンを再起動してください（詳細とログファイルに手がかりがあります）。</translation>
+    </message>
+    <message>
+      <source>Settings…</source>
+      <translation>設定…</translation>
+    </message>
+    <message>
+      <source>Settings</source>
+      <translation>設定</translation>
+    </message>
+    <message>
+      <source>Restart engine</source>
+      <translation>エンジンを再起動</translation>
+    </message>
+    <message>
+      <source>Recording</source>
+      <translation>録音</translation>
+    </message>
+    <message>
+      <source>Precision</source>
+      <translation>精度</translation>
+    </message>
+    <message>
+      <source>No microphone was found. Connect one, then choose it in Settings.</source>
+      <translation>マイクが見つかりません。マイクを接続してから、設定で選んでください。</translation>
+    </message>
+    <message>
+      <source>Model</source>
+      <translation>モデル</translation>
+    </message>
+    <message>
+      <source>Internal error</source>
+      <translation>内部エラー</translation>
+    </message>
+    <message>
+      <source>History</source>
+      <translation>履歴</translation>
+    </message>
+    <message>
+      <source>GPU memory</source>
+      <translation>GPU メモリ</translation>
+    </message>
+    <message>
+      <source>Export</source>
+      <translation>エクスポート</translation>
+    </message>
+    <message>
+      <source>Details: %1</source>
+      <translation>詳細：%1</translation>
+    </message>
+    <message>
+      <source>Audio device</source>
+      <translation>オーディオデバイス</translation>
+    </message>
+  </context>
+  <context>
+    <name>SettingsFlow</name>
+    <message>
+      <source>The push-to-talk key and the mute key cannot be the same key (%1). The keys were left as they were.</source>
+      <translation>プッシュトゥトークのキーとミュートのキーに同じキー（%1）は使えません。キーは元のままにしました。</translation>
+    </message>
+    <message>
+      <source>The new system prompt starts a new conversation: the model starts afresh, without the current conversation.</source>
+      <translation>新しいシステムプロンプトでは新しい会話が始まります。モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>The new system prompt starts a new conversation.</source>
+      <translation>新しいシステムプロンプトで新しい会話を始めます。</translation>
+    </message>
+    <message>
+      <source>The model was loaded again: a new conversation starts.</source>
+      <translation>モデルを読み込み直しました。新しい会話を始めます。</translation>
+    </message>
+    <message>
+      <source>The model is loaded again for the new model, precision or context size, and starts a new conversation: it does not remember the current one.</source>
+      <translation>新しいモデル・精度・コンテキストサイズでモデルを読み込み直し、新しい会話を始めます。モデルは今の会話を覚えていません。</translation>
+    </message>
+    <message>
+      <source>The language changes the next time VoiceChat starts.</source>
+      <translation>表示言語は次回の起動時に切り替わります。</translation>
     </message>
   </context>
 </TS>

@@ -182,7 +182,7 @@ class HistoryPanel(QWidget):
 
     def entry_text(self, entry: HistoryEntry) -> str:
         title = entry.title or self.tr("(no text)")
-        voice = entry.voice or self.tr("default voice")
+        voice = voice_label(entry.voice, entry.several_voices)
         live = self.tr(" (this conversation)") if entry.conversation_id == self.live_conversation_id else ""
         details = self.tr("%1 turns · %2 · %3").replace("%1", str(entry.turns)).replace(
             "%2", format_duration(entry.duration_s)).replace("%3", voice)
@@ -272,10 +272,11 @@ class HistoryViewer(QWidget):
 
     def show_conversation(self, opened: HistoryOpened) -> None:
         self.conversation_id = opened.conversation_id
-        voice = opened.voice or self.tr("default voice")
+        voice = voice_label(opened.voice, opened.several_voices)
         self.header.setText(self.tr("<b>Saved conversation</b> of %1 · model %2 · voice %3").replace(
             "%1", format_date(opened.started_at)).replace("%2", engine_text(opened.model)).replace("%3", voice))  # "demo (random weights)" in the UI's language
         show_turns(self.transcript, opened.turns)
+        self.transcript.show_from_start()  # read from its start, not from a blank page after its end
 
     def _replay(self, turn_id: int) -> None:
         if self.conversation_id is not None:
@@ -284,6 +285,14 @@ class HistoryViewer(QWidget):
     def _emit(self, signal: Signal) -> None:
         if self.conversation_id is not None:
             signal.emit(self.conversation_id)
+
+
+def voice_label(voice: str | None, several: bool) -> str:
+    """A saved conversation's voice: 「複数の声」 when its answers used more than one (never the last one's name
+    for all of them)."""
+    if several:
+        return QCoreApplication.translate("HistoryUi", "several voices")
+    return voice or QCoreApplication.translate("HistoryUi", "default voice")
 
 
 def show_turns(transcript: TranscriptView, turns: tuple[HistoryTurnView, ...]) -> None:
@@ -308,8 +317,12 @@ class HistoryUi(QObject):
     """Places the panel (a dock) and the viewer (a page behind the live transcript) and talks to the engine."""
 
     def __init__(self, window: QMainWindow, send: Callable[[object], None], transcript: TranscriptView,
-                 on_retention_changed: Callable[[int, int], None]) -> None:
+                 on_retention_changed: Callable[[int, int], None], *,
+                 on_live_deleted: Callable[[], None] | None = None) -> None:
+        """`on_live_deleted`: the conversation in progress was deleted from the history; the window starts a new
+        one (else it would go on on screen and in the model, and its next turn be saved alone)."""
         super().__init__(window)
+        self.on_live_deleted = on_live_deleted
         self.window = window
         self.send = send
         self.live_transcript = transcript
@@ -414,12 +427,27 @@ class HistoryUi(QObject):
         entry = next((e for e in self.panel.entries if e.conversation_id == conversation_id), None)
         name = f"{format_date(entry.started_at)} — {entry.title}" if entry is not None else str(conversation_id)
         text = self.tr("Delete the conversation %1? Its recordings and answers are deleted for good.").replace("%1", name)
-        return self._confirm(text, lambda: self.send(DeleteHistory((conversation_id,))))
+        return self._confirm_deleting(text, DeleteHistory((conversation_id,)),
+                                      live=conversation_id == self.panel.live_conversation_id)
 
     def confirm_delete_all(self) -> QMessageBox:
         text = self.tr("Delete all %1 saved conversations? Their recordings and answers are deleted for good.").replace(
             "%1", str(len(self.panel.entries)))
-        return self._confirm(text, lambda: self.send(DeleteHistory(everything=True)))
+        return self._confirm_deleting(text, DeleteHistory(everything=True),
+                                      live=self.panel.live_conversation_id is not None)
+
+    def _confirm_deleting(self, text: str, command: DeleteHistory, *, live: bool) -> QMessageBox:
+        """Ask before deleting; when the conversation in progress is deleted, it also ends in the window and in the
+        model (the box says so), so that what is on screen is never a conversation the history no longer has."""
+        if live and self.on_live_deleted is not None:
+            text += "\n\n" + self.tr("The conversation in progress is deleted too: it is cleared from the window, and "
+                                      "the model starts afresh.")
+
+        def delete() -> None:
+            self.send(command)
+            if live and self.on_live_deleted is not None:
+                self.on_live_deleted()
+        return self._confirm(text, delete)
 
     def _confirm(self, text: str, action: Callable[[], None], title: str | None = None,
                  yes_text: str | None = None) -> QMessageBox:

@@ -9,6 +9,7 @@ each step. "First sample audible" includes the output device's latency as report
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,6 +95,24 @@ class WaterfallChart(QWidget):
         painter.end()
 
 
+class StageName(QLabel):
+    """A stage's name in the table: in a narrow panel it wraps between words ("First sample / audible"), never
+    inside one. A Japanese name has no spaces, so it stays on one line: wrapped anywhere, it broke even before
+    its last character (「完/了」「フレー/ム」). The panel keeps the width its names need (it scrolls instead)."""
+
+    def __init__(self, color: str, name: str, parent: QWidget | None = None) -> None:
+        super().__init__(f'<span style="color:{color}">■</span>&nbsp;{name}', parent)
+        self.setWordWrap(True)
+        # Where a line may break: at spaces, and after a hyphen ("End-of-speech").
+        self.words = [word for word in re.split(r" +|(?<=-)", f"■\u00a0{name}") if word]
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - as wide as its widest word
+        hint = super().minimumSizeHint()
+        margins = self.contentsMargins()
+        widest = max(self.fontMetrics().horizontalAdvance(word) for word in self.words) + 1
+        return QSize(max(hint.width(), widest + margins.left() + margins.right()), hint.height())
+
+
 class LatencyMeter(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -105,7 +124,7 @@ class LatencyMeter(QWidget):
         self.chart = WaterfallChart(self)
         # Numbers also as labels: readable by screen readers and by tests.
         self.table = QGridLayout()
-        self.table.setHorizontalSpacing(8)
+        self.table.setHorizontalSpacing(6)
         self.table.setVerticalSpacing(1)
         headers = (self.tr("Since release"), self.tr("This turn"), self.tr("p50"), self.tr("p95"))
         for col, text in enumerate(headers):
@@ -114,8 +133,7 @@ class LatencyMeter(QWidget):
             self.table.addWidget(header, 0, col, Qt.AlignmentFlag.AlignRight if col else Qt.AlignmentFlag.AlignLeft)
         self.cells: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
         for row, ((attr, color), name) in enumerate(zip(STAGES, self.stage_names()), start=1):
-            name_label = QLabel(f'<span style="color:{color}">■</span> {name}', self)
-            name_label.setWordWrap(True)  # onto two lines in a narrow window rather than cut
+            name_label = StageName(color, name, self)
             self.table.addWidget(name_label, row, 0)
             cells = (QLabel("—", self), QLabel("—", self), QLabel("—", self))
             for col, cell in enumerate(cells, start=1):
@@ -168,7 +186,11 @@ class LatencyMeter(QWidget):
 
     @staticmethod
     def _fmt(ms: float | None) -> str:
-        return "—" if ms is None else f"{ms:.0f} ms"
+        if ms is None:
+            return "—"
+        # From 10 s on (a slow CPU) in seconds: a figure is never wider than "9999 ms", so the panel's width (its
+        # stage names stay on one line) keeps the window within 800 px.
+        return f"{ms:.0f} ms" if ms < 9999.5 else f"{ms / 1000:.1f} s"
 
     def _refresh(self) -> None:
         names = self.stage_names()

@@ -13,6 +13,8 @@ The same two entry points (`key_pressed` / `key_released`) serve the optional sy
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QPushButton, QSizePolicy, QWidget
@@ -40,6 +42,9 @@ class PttButton(QPushButton):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.held = False
+        # When the last hold ended (`time.monotonic()`): for the mouse when the button went up, for the key when it
+        # went up, not when its debounce let the release through (app/main_window.py sends it with the EndTake).
+        self.released_at = 0.0
         # Set from the engine's state: the button looks like recording only while the engine really
         # records (a press with no microphone must not turn it red).
         self.recording = False
@@ -97,10 +102,11 @@ class PttButton(QPushButton):
         self._refresh()
         self.talk_pressed.emit()
 
-    def _end(self) -> None:
+    def _end(self, at: float | None = None) -> None:
         if not self.held:
             return
         self.held = False
+        self.released_at = time.monotonic() if at is None else at
         self._refresh()
         self.talk_released.emit()
 
@@ -110,9 +116,10 @@ class PttButton(QPushButton):
             self.setDown(True)
             self._begin()
 
-    def key_up(self) -> None:
+    def key_up(self, at: float | None = None) -> None:
+        """The key went up at `at` (monotonic time; None: now)."""
         self.setDown(False)
-        self._end()
+        self._end(at)
 
     def cancel_hold(self) -> None:
         """End a hold that cannot record (no microphone): the button stops looking pressed."""
@@ -149,6 +156,7 @@ class PttKeyFilter(QObject):
         self._release_timer.setSingleShot(True)
         self._release_timer.setInterval(self.RELEASE_DEBOUNCE_MS)
         self._release_timer.timeout.connect(self._release_now)
+        self._released_at: float | None = None  # when the release the debounce holds back happened
 
     def set_key(self, key: Qt.Key) -> None:
         self.end_hold()
@@ -161,6 +169,7 @@ class PttKeyFilter(QObject):
     def key_pressed(self) -> None:
         if self._release_timer.isActive():
             self._release_timer.stop()  # a release and at once a press: the key never went up
+            self._released_at = None
             return
         if not self.key_held:
             self.key_held = True
@@ -168,6 +177,7 @@ class PttKeyFilter(QObject):
 
     def key_released(self) -> None:
         if self.key_held and not self._release_timer.isActive():
+            self._released_at = time.monotonic()
             self._release_timer.start()
 
     def end_hold(self) -> None:
@@ -176,9 +186,11 @@ class PttKeyFilter(QObject):
         self._release_now()
 
     def _release_now(self) -> None:
+        released_at, self._released_at = self._released_at, None
         if self.key_held:
             self.key_held = False
-            self.button.key_up()
+            # The take ends where the key went up, not a debounce later: a tap of the key is as long as a click.
+            self.button.key_up(released_at)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         etype = event.type()

@@ -77,8 +77,11 @@ class WrappingText(QTextEdit):
 
     def resizeEvent(self, event) -> None:  # noqa: ANN001, N802
         super().resizeEvent(event)
-        if self.height() != self.heightForWidth(self.width()):
-            self.updateGeometry()  # a new width: a new number of lines
+        if event.size().width() != event.oldSize().width() or self.height() != self.heightForWidth(self.width()):
+            # A new width: a new number of lines, and a new minimum height (minimumSizeHint follows the width).
+            # Without this a bubble laid out while hidden (a saved conversation filled behind the live one) kept
+            # the height of its narrowest moment as its minimum: blank space after the last turn.
+            self.updateGeometry()
 
     def wheelEvent(self, event: QWheelEvent) -> None:  # noqa: N802
         event.ignore()  # the transcript scrolls, not the text inside one bubble
@@ -218,6 +221,16 @@ class TranscriptView(QScrollArea):
         self._scrolling = True
         try:
             bar.setValue(bar.maximum())
+        finally:
+            self._scrolling = False
+
+    def show_from_start(self) -> None:
+        """Show the first message and stay there while the layout settles (a saved conversation is read from its
+        start); scrolling to the end follows new messages again."""
+        self.following = False
+        self._scrolling = True
+        try:
+            self.verticalScrollBar().setValue(0)
         finally:
             self._scrolling = False
 

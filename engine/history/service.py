@@ -202,7 +202,8 @@ class HistoryKeeper:
     def listing(self, store: HistoryStore | None = None) -> p.HistoryListed:
         store = store or self.reader()
         entries = tuple(
-            p.HistoryEntry(s.id, s.started_at, s.updated_at, s.title, s.turn_count, s.duration_s, s.model, s.voice)
+            p.HistoryEntry(s.id, s.started_at, s.updated_at, s.title, s.turn_count, s.duration_s, s.model, s.voice,
+                           several_voices=s.voices > 1)
             for s in store.list_conversations()
         )
         return p.HistoryListed(entries, store.size_on_disk(), self.current.uid if self.current else None,
@@ -228,7 +229,8 @@ class HistoryKeeper:
 
     def opened(self, saved: SavedConversation) -> p.HistoryOpened:
         s = saved.summary
-        return p.HistoryOpened(s.id, s.title, s.started_at, s.model, s.voice, _views(saved))
+        return p.HistoryOpened(s.id, s.title, s.started_at, s.model, s.voice, _views(saved),
+                               several_voices=s.voices > 1)
 
     def delete(self, command: p.DeleteHistory) -> None:
         store = self.reader()

@@ -180,6 +180,7 @@ class ConversationSummary:
     model: str
     voice: str | None
     stored_bytes: int
+    voices: int = 1  # how many voices its answers were spoken with (the model's own voice counts as one)
 
 
 @dataclass
@@ -421,7 +422,9 @@ class HistoryStore:
 
     # ------------------------------------------------------------------ reading
 
-    _SUMMARY = ("SELECT id, uid, started_at, updated_at, title, turn_count, duration_s, model, voice, stored_bytes"
+    _SUMMARY = ("SELECT id, uid, started_at, updated_at, title, turn_count, duration_s, model, voice, stored_bytes,"
+                " (SELECT COUNT(DISTINCT COALESCE(turns.voice, '')) FROM turns"
+                "  WHERE turns.conversation_id = conversations.id AND turns.role = 'assistant')"
                 " FROM conversations")
 
     def list_conversations(self) -> list[ConversationSummary]:
@@ -600,9 +603,10 @@ class _SetAside(Exception):
 
 
 def _summary(row: tuple[Any, ...]) -> ConversationSummary:
-    cid, uid, started, updated, title, turns, duration, model, voice, stored = row
+    cid, uid, started, updated, title, turns, duration, model, voice, stored, voices = row
     return ConversationSummary(int(cid), _as_str(uid), _as_float(started), _as_float(updated), _as_str(title),
-                               _as_int(turns), _as_float(duration), _as_str(model), _as_opt_str(voice), _as_int(stored))
+                               _as_int(turns), _as_float(duration), _as_str(model), _as_opt_str(voice), _as_int(stored),
+                               _as_int(voices))
 
 
 def _as_float(value: object) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -137,9 +138,11 @@ def reply_file(
         raise session.voice_problem
     chunks: list[np.ndarray] = []
     stats = None
+    progress = AnswerProgress(log, SAMPLE_RATE_OUT, max_answer_seconds)
     for output in session.respond(wave, sampling, max_answer_seconds=max_answer_seconds, max_take_seconds=max_seconds):
         if isinstance(output, AudioPieceOut):
             chunks.append(output.pcm)
+            progress.audio(len(output.pcm))
         elif isinstance(output, TurnDone):
             stats = output.stats
     assert stats is not None
@@ -163,6 +166,40 @@ def reply_file(
     )
     save_answer(output_path, answer, SAMPLE_RATE_OUT, summary.text)
     return summary
+
+
+class AnswerProgress:
+    """Progress lines while the answer is made (on a CPU that takes about a minute): one at once, one when the first
+    audio comes, then one every few seconds with how much audio there is, in the same `[stage] detail` form as the
+    load's lines."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, log: Callable[[str], None], rate: int, max_answer_seconds: float) -> None:
+        self.log, self.rate, self.max_answer_seconds = log, rate, max_answer_seconds
+        self.started = time.perf_counter()
+        self.last = self.started
+        self.samples = 0
+        log(f"[answer] listening to the question and thinking (answers up to {max_answer_seconds:g} s)")
+
+    def audio(self, samples: int) -> None:
+        now = time.perf_counter()
+        if not self.samples:
+            self.log(f"[answer] first audio after {now - self.started:.1f} s")
+            self.last = now
+        self.samples += samples
+        if now - self.last >= self.EVERY_S:
+            self.last = now
+            self.log(f"[answer] {self.samples / self.rate:.1f} s of audio after {now - self.started:.0f} s")
+
+
+class _SaidByReply(logging.Filter):
+    """The session logs a voice it could not merge and goes on with the model's own voice; `reply` stops with that
+    problem as its error line instead, so the console must not say it twice (once as a warning)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "engine.chat.session" and str(record.msg).startswith("voice ")
+                    and "not merged" in str(record.msg))
 
 
 def rescue_folder() -> Path:
@@ -223,6 +260,8 @@ def run_reply(args: argparse.Namespace) -> int:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     quiet_library_logs()
+    said_here = _SaidByReply()
+    logging.getLogger("engine.chat.session").addFilter(said_here)
     try:
         summary = reply_file(
             Path(args.input),
@@ -244,6 +283,8 @@ def run_reply(args: argparse.Namespace) -> int:
         if error.kind == "model" and not args.demo:
             print("hint: add --demo to try the app with the tiny random demo model.", file=sys.stderr)
         return 2
+    finally:
+        logging.getLogger("engine.chat.session").removeFilter(said_here)
     for line in summary.lines():
         print(line)
     return 0

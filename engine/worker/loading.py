@@ -109,7 +109,12 @@ def load(worker: Any, command: p.Load) -> None:
             worker.session.set_system_prompt(worker.system_prompt)
         except UserFacingError as exc:  # too long for this context: the default prompt stays
             worker._report(exc, "settings")
-    worker.history.new_conversation()  # a new model starts with an empty context: a new saved conversation
+    # A new model starts with an empty context: a new conversation, in the history and in what the engine keeps for
+    # replay and export, and the window is told (it asked the user first), as for a new prompt.
+    worker.history.new_conversation()
+    if worker.book.records:
+        worker.book.clear()
+        worker._post(p.ConversationCleared("model"))
     worker._post(worker.session.info)
     worker._post(precision_in_use(worker.session, opener.requested))
     worker._post_context()
