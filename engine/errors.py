@@ -121,3 +121,9 @@ class OutputPathError(UserFacingError):
     """A file the user asked the app to write cannot be written there (the answer is kept elsewhere)."""
 
     kind = "export"
+
+
+class VoiceTrainingError(UserFacingError):
+    """A voice cannot be trained, resumed, published or shared as asked (nothing the user made is changed)."""
+
+    kind = "voice_training"
