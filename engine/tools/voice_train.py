@@ -39,6 +39,8 @@ def add_voice_train_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_argument(parser, default="bf16", help_suffix=" of the frozen base; int8 fits 6 GB cards")
     parser.add_argument("--resume", action="store_true", help="go on with the unfinished training in OUT")
     parser.add_argument("--replace", action="store_true", help="replace the voice already in OUT once the new one is finished")
+    parser.add_argument("--base-model", default=None, help="the model id the voice's adapter names (default: the Hub id "
+                                                           "of --model, or none for a folder)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--json-progress", action="store_true", help="also print every event as a JSON line on stdout")
 
@@ -150,7 +152,7 @@ def resolve_training_model(args: argparse.Namespace) -> tuple[Path, str | None]:
     source = args.model or default_model_source()
     folder = fetch_audio_tokenizer(source, resolve_model(source))
     is_hub = looks_like_repo_id(source) and not Path(source).expanduser().exists()
-    return folder, source if is_hub else None
+    return folder, args.base_model or (source if is_hub else None)
 
 
 def run_voice_train(args: argparse.Namespace) -> int:

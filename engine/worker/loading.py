@@ -109,6 +109,7 @@ def load(worker: Any, command: p.Load) -> None:
             worker.session.set_system_prompt(worker.system_prompt)
         except UserFacingError as exc:  # too long for this context: the default prompt stays
             worker._report(exc, "settings")
+    worker.last_load = command
     worker.history.new_conversation()  # a new model starts with an empty context: a new saved conversation
     worker._post(worker.session.info)
     worker._post(precision_in_use(worker.session, opener.requested))
