@@ -19,7 +19,7 @@ CONTEXT = "EngineMessages"
 
 # Every template the engine may send, listed so that pyside6-lupdate finds them (the engine cannot
 # mark its own strings). Keep in step with engine/audio/devices.py, engine/model/store.py,
-# engine/model/lora.py, engine/chat/session.py, engine/worker/precision.py, engine/validation.py, engine/settings.py and engine/tools/reply.py; tests/test_app_widgets.py checks each has a translation.
+# engine/model/lora.py, engine/chat/session.py, engine/worker/precision.py, engine/validation.py, engine/settings.py, engine/tools/reply.py and engine/voices/; tests/test_app_widgets.py checks each has a translation.
 TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "Hands-free listening failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "No microphone was found. Connect one and try again."),
@@ -228,6 +228,43 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "No model is loaded, so there is no voice to switch."),
     QT_TRANSLATE_NOOP("EngineMessages", "A turn cannot be replayed while you are recording."),
     QT_TRANSLATE_NOOP("EngineMessages", "The recording was lost; press the talk button again."),
+    # A voice of the user's own, the data side (engine/voices: clip_check.py, importing.py, dataset.py).
+    QT_TRANSLATE_NOOP("EngineMessages", "No speech was heard in this recording. Check that the right microphone is chosen and not muted, then speak and record again."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The voice is too quiet ({level} dBFS; at least {minimum} dBFS is needed). Move closer to the microphone or turn its volume up, and record again."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The sound is distorted: {percent} % of it was louder than the recording can hold. Move a little away from the microphone or turn its volume down, and record again."),
+    QT_TRANSLATE_NOOP("EngineMessages", "There is too much background noise: the voice is only {snr} dB above it (at least {minimum} dB is needed). Record in a quieter place, away from fans, air conditioners and traffic."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The speech is too short ({seconds} s; at least {minimum} s is needed). Read the whole sentence, or use a longer piece."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The speech is too long ({seconds} s; at most {maximum} s). Split it into shorter sentences."),
+    QT_TRANSLATE_NOOP("EngineMessages", "There is a silence of {seconds} s inside the speech (at most {maximum} s). Read the sentence in one go, without stopping."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is not an audio file (wav, flac, ogg or mp3)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is damaged and cannot be read ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is empty: it holds no audio."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is damaged: it holds invalid samples (NaN or infinity)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is too long ({minutes} minutes; at most {maximum} minutes a file). Split it into shorter files."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{path} is neither UTF-8 nor Shift_JIS text. Save it as UTF-8 and scan again."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The folder {folder} does not exist."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{folder} is not a folder."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The folder {folder} cannot be read ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The folder {folder} is empty."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The folder {folder} holds more than {count} files; choose the folder that holds the recordings."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The folder {folder} holds no audio files (wav, flac, ogg or mp3)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The transcript {file} is empty; the model will write one for you to check."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} has no transcript; the model will write one for you to check."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} is longer than {maximum} s, so it was split at its pauses into {count} pieces; the model will write their transcripts for you to check."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Line {line} of {file} is not in the form file|text and was skipped: {text}"),
+    QT_TRANSLATE_NOOP("EngineMessages", "Line {line} of {file} names {name}, which is not an audio file in the folder."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Line {line} of {file} lists {name} again; the text of line {first} is used."),
+    QT_TRANSLATE_NOOP("EngineMessages", "Line {line} of {file} has no text for {name}; the model will write one for you to check."),
+    QT_TRANSLATE_NOOP("EngineMessages", "There is no clip {name} in {folder}."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} could not be saved in {folder} ({error}). Free some space on the disk and try again; the clips saved before are kept."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{file} could not be deleted ({error})."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{minutes} minutes of speech: too little for a steady voice. Collect at least {minimum} minutes; {low} to {high} minutes are recommended."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{minutes} minutes of speech: enough to train, but {low} to {high} minutes give a steadier voice."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{minutes} minutes of speech: a good amount for training."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{minutes} minutes of speech: more than needed. Training takes longer; {low} to {high} minutes are usually enough."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{count} clips have no transcript: {names}. Write their text in the wizard or in the list file, or remove them."),
+    QT_TRANSLATE_NOOP("EngineMessages", "{count} clips have no transcript: {names} and {more} more. Write their text in the wizard or in the list file, or remove them."),
+    QT_TRANSLATE_NOOP("EngineMessages", "No clip in {folder} can be used for training: all {count} were left out. The first, {name}: {reason}"),
 )
 
 

@@ -123,6 +123,13 @@ class OutputPathError(UserFacingError):
     kind = "export"
 
 
+class VoiceDataError(UserFacingError):
+    """Speech for training a voice that cannot be used: a missing or empty folder, a file that is not audio or is
+    damaged, clips without transcripts, a clip that cannot be saved (engine/voices)."""
+
+    kind = "voice_data"
+
+
 class VoiceTrainingError(UserFacingError):
     """A voice cannot be trained, resumed, published or shared as asked (nothing the user made is changed)."""
 

@@ -50,6 +50,15 @@ def test_the_window_loads_no_torch() -> None:
     assert [m for m in loaded if m.split(".")[0] == "torch"] == []
 
 
+def test_the_voice_data_modules_load_no_torch() -> None:
+    """The window's voice wizard imports them: reading, checking and importing speech must not load torch."""
+    modules = _modules("engine.voices")
+    assert {"engine.voices.clip_check", "engine.voices.dataset", "engine.voices.reading_script"} <= set(modules)
+    loaded = _loaded_after(modules)
+    assert "engine.voices.dataset" in loaded
+    assert [m for m in loaded if m.split(".")[0] == "torch"] == []
+
+
 def test_the_real_time_layer_imports_nothing_from_the_engine_thread() -> None:
     realtime = _modules("engine.realtime")
     assert "engine.realtime.graphs" in realtime and "engine.realtime.streaming" in realtime
@@ -90,6 +99,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "engine.history": FOUNDATION | {"engine.chat"},
     "engine.worker": FOUNDATION | {"engine.model", "engine.chat", "engine.audio", "engine.history"},
     "engine.bench": FOUNDATION | {"engine.model", "engine.chat", "engine.realtime", "engine.tools"},
+    # A voice of the user's own: the data side (the reading script, the clip checks, importing, the data folder)
+    # reads and resamples audio through engine.audio; the trainer will reach the model through engine.model.
+    "engine.voices": FOUNDATION | {"engine.audio", "engine.model"},
 }
 
 

@@ -648,6 +648,150 @@
       <source>The int8 check was stopped; standard precision (bf16) stays.</source>
       <translation>int8 の確認を中止しました。標準 (bf16) のままにします。</translation>
     </message>
+    <message>
+      <source>No speech was heard in this recording. Check that the right microphone is chosen and not muted, then speak and record again.</source>
+      <translation>この録音には声が入っていません。正しいマイクが選ばれていて、ミュートになっていないか確かめてから、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>The voice is too quiet ({level} dBFS; at least {minimum} dBFS is needed). Move closer to the microphone or turn its volume up, and record again.</source>
+      <translation>声が小さすぎます（{level} dBFS。{minimum} dBFS 以上が必要です）。マイクに近づくか、マイクの音量を上げて、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>The sound is distorted: {percent} % of it was louder than the recording can hold. Move a little away from the microphone or turn its volume down, and record again.</source>
+      <translation>音が割れています。{percent} % が録音できる大きさを超えていました。マイクから少し離れるか、マイクの音量を下げて、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>There is too much background noise: the voice is only {snr} dB above it (at least {minimum} dB is needed). Record in a quieter place, away from fans, air conditioners and traffic.</source>
+      <translation>周りの雑音が大きすぎます。声が雑音より {snr} dB しか大きくありません（{minimum} dB 以上が必要です）。扇風機やエアコン、車の音から離れた静かな場所で録音してください。</translation>
+    </message>
+    <message>
+      <source>The speech is too short ({seconds} s; at least {minimum} s is needed). Read the whole sentence, or use a longer piece.</source>
+      <translation>声の部分が短すぎます（{seconds} 秒。{minimum} 秒以上が必要です）。文を最後まで読むか、もっと長い部分を使ってください。</translation>
+    </message>
+    <message>
+      <source>The speech is too long ({seconds} s; at most {maximum} s). Split it into shorter sentences.</source>
+      <translation>声の部分が長すぎます（{seconds} 秒。最大 {maximum} 秒）。短い文に分けてください。</translation>
+    </message>
+    <message>
+      <source>There is a silence of {seconds} s inside the speech (at most {maximum} s). Read the sentence in one go, without stopping.</source>
+      <translation>話の途中に {seconds} 秒の無音があります（最大 {maximum} 秒）。途中で止まらずに、ひと息で読んでください。</translation>
+    </message>
+    <message>
+      <source>{path} is not an audio file (wav, flac, ogg or mp3).</source>
+      <translation>{path} は音声ファイル（wav、flac、ogg、mp3）ではありません。</translation>
+    </message>
+    <message>
+      <source>{path} is damaged and cannot be read ({error}).</source>
+      <translation>{path} は壊れているため読み込めません（{error}）。</translation>
+    </message>
+    <message>
+      <source>{path} is empty: it holds no audio.</source>
+      <translation>{path} は空です。音声が入っていません。</translation>
+    </message>
+    <message>
+      <source>{path} is damaged: it holds invalid samples (NaN or infinity).</source>
+      <translation>{path} は壊れています。不正なサンプル（NaN または無限大）が含まれています。</translation>
+    </message>
+    <message>
+      <source>{path} is too long ({minutes} minutes; at most {maximum} minutes a file). Split it into shorter files.</source>
+      <translation>{path} は長すぎます（{minutes} 分。1 ファイル最大 {maximum} 分）。短いファイルに分けてください。</translation>
+    </message>
+    <message>
+      <source>{path} is neither UTF-8 nor Shift_JIS text. Save it as UTF-8 and scan again.</source>
+      <translation>{path} は UTF-8 でも Shift_JIS でもないテキストです。UTF-8 で保存してから、もう一度読み込んでください。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} does not exist.</source>
+      <translation>フォルダー {folder} がありません。</translation>
+    </message>
+    <message>
+      <source>{folder} is not a folder.</source>
+      <translation>{folder} はフォルダーではありません。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} cannot be read ({error}).</source>
+      <translation>フォルダー {folder} を読み込めません（{error}）。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} is empty.</source>
+      <translation>フォルダー {folder} は空です。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} holds more than {count} files; choose the folder that holds the recordings.</source>
+      <translation>フォルダー {folder} には {count} 個を超えるファイルがあります。録音の入ったフォルダーを選んでください。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} holds no audio files (wav, flac, ogg or mp3).</source>
+      <translation>フォルダー {folder} には音声ファイル（wav、flac、ogg、mp3）がありません。</translation>
+    </message>
+    <message>
+      <source>The transcript {file} is empty; the model will write one for you to check.</source>
+      <translation>文字起こし {file} が空です。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>{file} has no transcript; the model will write one for you to check.</source>
+      <translation>{file} には文字起こしがありません。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>{file} is longer than {maximum} s, so it was split at its pauses into {count} pieces; the model will write their transcripts for you to check.</source>
+      <translation>{file} は {maximum} 秒より長いので、話の切れ目で {count} 個に分けました。それぞれの文字起こしはモデルが作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} is not in the form file|text and was skipped: {text}</source>
+      <translation>{file} の {line} 行目は「ファイル|文」の形ではないため、読み飛ばしました: {text}</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} names {name}, which is not an audio file in the folder.</source>
+      <translation>{file} の {line} 行目の {name} は、フォルダー内の音声ファイルではありません。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} lists {name} again; the text of line {first} is used.</source>
+      <translation>{file} の {line} 行目に {name} がもう一度あります。{first} 行目の文を使います。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} has no text for {name}; the model will write one for you to check.</source>
+      <translation>{file} の {line} 行目には {name} の文がありません。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>There is no clip {name} in {folder}.</source>
+      <translation>{folder} にクリップ {name} はありません。</translation>
+    </message>
+    <message>
+      <source>{file} could not be saved in {folder} ({error}). Free some space on the disk and try again; the clips saved before are kept.</source>
+      <translation>{file} を {folder} に保存できませんでした（{error}）。ディスクの空きを増やしてから、もう一度お試しください。これまでに保存したクリップは残っています。</translation>
+    </message>
+    <message>
+      <source>{file} could not be deleted ({error}).</source>
+      <translation>{file} を削除できませんでした（{error}）。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: too little for a steady voice. Collect at least {minimum} minutes; {low} to {high} minutes are recommended.</source>
+      <translation>音声は {minutes} 分です。安定した声にするには少なすぎます。少なくとも {minimum} 分集めてください。{low}〜{high} 分がおすすめです。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: enough to train, but {low} to {high} minutes give a steadier voice.</source>
+      <translation>音声は {minutes} 分です。学習はできますが、{low}〜{high} 分あると声がより安定します。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: a good amount for training.</source>
+      <translation>音声は {minutes} 分です。学習にちょうどよい量です。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: more than needed. Training takes longer; {low} to {high} minutes are usually enough.</source>
+      <translation>音声は {minutes} 分です。必要より多めです。学習に時間がかかります。ふつうは {low}〜{high} 分で十分です。</translation>
+    </message>
+    <message>
+      <source>{count} clips have no transcript: {names}. Write their text in the wizard or in the list file, or remove them.</source>
+      <translation>{count} 個のクリップに文字起こしがありません: {names}。ウィザードかリストファイルで文を書き込むか、そのクリップを削除してください。</translation>
+    </message>
+    <message>
+      <source>{count} clips have no transcript: {names} and {more} more. Write their text in the wizard or in the list file, or remove them.</source>
+      <translation>{count} 個のクリップに文字起こしがありません: {names} ほか {more} 個。ウィザードかリストファイルで文を書き込むか、そのクリップを削除してください。</translation>
+    </message>
+    <message>
+      <source>No clip in {folder} can be used for training: all {count} were left out. The first, {name}: {reason}</source>
+      <translation>{folder} には学習に使えるクリップがありません。{count} 個すべてが除外されました。最初のもの、{name}: {reason}</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
