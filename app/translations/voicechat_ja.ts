@@ -792,6 +792,122 @@
       <source>No clip in {folder} can be used for training: all {count} were left out. The first, {name}: {reason}</source>
       <translation>{folder} には学習に使えるクリップがありません。{count} 個すべてが除外されました。最初のもの、{name}: {reason}</translation>
     </message>
+    <message>
+      <source>--resume and --replace cannot be given together: resume goes on with the run in {folder}.</source>
+      <translation>--resume と --replace は同時に指定できません。--resume は {folder} の学習の続きを行います。</translation>
+    </message>
+    <message>
+      <source>--resume goes on with the run's own settings: leave out --steps and --rank.</source>
+      <translation>--resume はその学習の設定のまま続けます。--steps と --rank は指定しないでください。</translation>
+    </message>
+    <message>
+      <source>A voice is already training; wait for it to end or stop it first.</source>
+      <translation>すでに声の学習が実行中です。終わるまで待つか、先に停止してください。</translation>
+    </message>
+    <message>
+      <source>Downloading {file} of {source} failed: {error}</source>
+      <translation>{source} の {file} をダウンロードできませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>Load a model first: a voice is trained on the model the app talks with.</source>
+      <translation>先にモデルを読み込んでください。声は、アプリが会話に使うモデルの上で学習します。</translation>
+    </message>
+    <message>
+      <source>Load a model to transcribe clips: the model itself hears them.</source>
+      <translation>文字起こしにはモデルの読み込みが必要です (モデル自身が音声を聞き取ります)。</translation>
+    </message>
+    <message>
+      <source>The GPU ran out of memory while training the voice (step {step}); the last checkpoint is kept. Close programs that use the GPU, or train with the int8 base, and resume.</source>
+      <translation>声の学習中に GPU のメモリーが足りなくなりました (ステップ {step})。最後のチェックポイントは残っています。GPU を使うプログラムを閉じるか、int8 のベースで学習して、続きから再開してください。</translation>
+    </message>
+    <message>
+      <source>The checkpoint in {folder} is damaged ({error}); train again into a new folder.</source>
+      <translation>{folder} のチェックポイントが壊れています ({error})。新しいフォルダーにもう一度学習してください。</translation>
+    </message>
+    <message>
+      <source>The model folder {folder} has no audio tokenizer ({file}), which training needs to turn speech into the model's audio codes. Download the model again (the app fetches the file) or copy the file into the folder.</source>
+      <translation>モデルのフォルダー {folder} に音声トークナイザー ({file}) がありません。学習では、音声をモデルの音声コードに変換するために必要です。モデルをもう一度ダウンロードする (アプリがこのファイルを取得します) か、ファイルをフォルダーにコピーしてください。</translation>
+    </message>
+    <message>
+      <source>The model is not loaded; load it to plan or start a training.</source>
+      <translation>モデルが読み込まれていません。学習の見積もりや開始には、モデルを読み込んでください。</translation>
+    </message>
+    <message>
+      <source>The run in {folder} was started with other clips or settings, so it cannot be resumed. Resume it with the same data and settings, or train into a new folder.</source>
+      <translation>{folder} の学習は別の音声または設定で始められたため、再開できません。同じデータと設定で再開するか、新しいフォルダーに学習してください。</translation>
+    </message>
+    <message>
+      <source>The speech folder {folder} does not exist.</source>
+      <translation>音声のフォルダー {folder} がありません。</translation>
+    </message>
+    <message>
+      <source>The training could not be started: {error}</source>
+      <translation>学習を開始できませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>The voice could not be written to {file}: {error}</source>
+      <translation>声を {file} に書き出せませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>The voice in {file} could not be imported: {error}</source>
+      <translation>{file} の声を取り込めませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>There are no clips to train on.</source>
+      <translation>学習に使える音声がありません。</translation>
+    </message>
+    <message>
+      <source>There is no unfinished training in {folder} to resume.</source>
+      <translation>{folder} には再開できる途中の学習がありません。</translation>
+    </message>
+    <message>
+      <source>This GPU cannot train a voice: it needs about {need} GB, and {free} GB are free even without the chat model. Choose the int8 base, or close programs that use the GPU.</source>
+      <translation>この GPU では声を学習できません。約 {need} GB が必要ですが、会話のモデルを外しても空きは {free} GB です。int8 のベースを選ぶか、GPU を使うプログラムを閉じてください。</translation>
+    </message>
+    <message>
+      <source>This GPU has {free} GB free, but training a voice with the bf16 base needs about {need} GB. Close programs that use the GPU, or choose the int8 base.</source>
+      <translation>この GPU の空きは {free} GB ですが、bf16 のベースで声を学習するには約 {need} GB が必要です。GPU を使うプログラムを閉じるか、int8 のベースを選んでください。</translation>
+    </message>
+    <message>
+      <source>This GPU has {free} GB free, but training a voice needs about {need} GB even with the int8 base. Close programs that use the GPU.</source>
+      <translation>この GPU の空きは {free} GB ですが、int8 のベースでも声の学習には約 {need} GB が必要です。GPU を使うプログラムを閉じてください。</translation>
+    </message>
+    <message>
+      <source>{file} cannot be played: {error}</source>
+      <translation>{file} を再生できません: {error}</translation>
+    </message>
+    <message>
+      <source>{file} holds a file too large for a voice.</source>
+      <translation>{file} には声としては大きすぎるファイルが入っています。</translation>
+    </message>
+    <message>
+      <source>{file} holds files a voice does not have ({names}).</source>
+      <translation>{file} には声にないファイルが入っています ({names})。</translation>
+    </message>
+    <message>
+      <source>{file} holds no voice ({names} missing).</source>
+      <translation>{file} に声が入っていません ({names} がありません)。</translation>
+    </message>
+    <message>
+      <source>{file} is not a voice file (a zip with a voice inside): {error}</source>
+      <translation>{file} は声のファイル (声が入った zip) ではありません: {error}</translation>
+    </message>
+    <message>
+      <source>{folder} already holds a voice. Choose another folder, or confirm that the new voice replaces it.</source>
+      <translation>{folder} にはすでに声があります。別のフォルダーを選ぶか、新しい声で置き換えることを確認してください。</translation>
+    </message>
+    <message>
+      <source>{folder} holds an unfinished training. Resume it, or choose another folder for a new voice.</source>
+      <translation>{folder} には途中の学習があります。再開するか、新しい声には別のフォルダーを選んでください。</translation>
+    </message>
+    <message>
+      <source>{folder} is a file, not a folder.</source>
+      <translation>{folder} はフォルダーではなくファイルです。</translation>
+    </message>
+    <message>
+      <source>A voice is training and has the GPU; the conversation goes on when the training ends (or stop the training).</source>
+      <translation>声の学習が GPU を使っています。学習が終わると (または学習を止めると) 会話を続けられます。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

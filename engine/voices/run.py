@@ -227,12 +227,13 @@ def _budget(request: RunRequest) -> TokenBudget:
     if budget is None:
         need = plan.memory_plan(request.model_folder, precision=options.precision, rank=options.rank, targets=options.targets,
                                 budget=TokenBudget(plan.MIN_BUDGET_POSITIONS, int(plan.MIN_BUDGET_POSITIONS * plan.AUDIO_SHARE)))
+        if options.precision == "bf16":
+            raise VoiceTrainingError.of(
+                "This GPU has {free} GB free, but training a voice with the bf16 base needs about {need} GB. Close "
+                "programs that use the GPU, or choose the int8 base.", free=f"{free / plan.GB:.1f}", need=f"{need.total / plan.GB:.1f}")
         raise VoiceTrainingError.of(
-            "This GPU has {free} GB free, but training a voice with the {precision} base needs about {need} GB. "
-            "Close programs that use the GPU{hint}.",
-            free=f"{free / plan.GB:.1f}", need=f"{need.total / plan.GB:.1f}", precision=options.precision,
-            hint=", or choose the int8 base" if options.precision == "bf16" else "",
-        )
+            "This GPU has {free} GB free, but training a voice needs about {need} GB even with the int8 base. Close "
+            "programs that use the GPU.", free=f"{free / plan.GB:.1f}", need=f"{need.total / plan.GB:.1f}")
     return budget
 
 
