@@ -294,6 +294,7 @@ TEMPLATES = (
     QT_TRANSLATE_NOOP("EngineMessages", "{folder} holds an unfinished training. Resume it, or choose another folder for a new voice."),
     QT_TRANSLATE_NOOP("EngineMessages", "{folder} is a file, not a folder."),
     QT_TRANSLATE_NOOP("EngineMessages", "A voice is training and has the GPU; the conversation goes on when the training ends (or stop the training)."),
+    QT_TRANSLATE_NOOP("EngineMessages", "The training process stopped unexpectedly (status {status}); the last checkpoint is kept. {detail}"),
 )
 
 

@@ -908,6 +908,10 @@
       <source>A voice is training and has the GPU; the conversation goes on when the training ends (or stop the training).</source>
       <translation>声の学習が GPU を使っています。学習が終わると (または学習を止めると) 会話を続けられます。</translation>
     </message>
+    <message>
+      <source>The training process stopped unexpectedly (status {status}); the last checkpoint is kept. {detail}</source>
+      <translation>学習のプロセスが予期せず終了しました (状態 {status})。最後のチェックポイントは残っています。{detail}</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

@@ -22,8 +22,6 @@ from engine.errors import SettingsError, UserFacingError
 from engine.model.store import default_model_source
 
 EXIT_DONE, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_STOPPED = 0, 1, 2, 130
-MAX_STEPS = 200_000
-RANKS = (1, 256)
 
 
 def add_voice_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,9 +45,9 @@ def add_voice_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_voice_train_args(args: argparse.Namespace) -> None:
     if args.steps is not None:
-        validation.check_range("--steps", args.steps, (1, MAX_STEPS))
+        validation.check_range("--steps", args.steps, validation.TRAINING_STEPS)
     if args.rank is not None:
-        validation.check_range("--rank", args.rank, RANKS)
+        validation.check_range("--rank", args.rank, validation.LORA_RANK)
     if args.resume and args.replace:
         raise SettingsError.of("--resume and --replace cannot be given together: resume goes on with the run in {folder}.",
                                folder=args.out)

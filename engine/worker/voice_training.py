@@ -53,6 +53,7 @@ class VoiceTrainingHost:
         self.process: subprocess.Popen | None = None
         self.reload: p.Load | None = None  # the chat model to bring back after the training, when it was unloaded
         self.resume_conversation: int | None = None  # the saved conversation to give back to it
+        self.log_offset = 0  # where this run's lines begin in the training log
 
     @property
     def holds_gpu(self) -> bool:
@@ -197,10 +198,9 @@ class VoiceTrainingHost:
                 "This GPU cannot train a voice: it needs about {need} GB, and {free} GB are free even without the chat "
                 "model. Choose the int8 base, or close programs that use the GPU.",
                 need=f"{plan_.need_bytes / 1e9:.1f}", free=f"{(plan_.free_if_unloaded_bytes or 0) / 1e9:.1f}")
-        model_folder = Path(worker.session.loaded.folder)
         base = worker.session.voices.model_id
-        arguments = [str(command.data_dir), str(command.out_dir), "--model", str(model_folder), "--precision", command.precision,
-                     "--json-progress"]
+        model = ["--demo"] if worker.last_load is not None and worker.last_load.demo else ["--model", str(worker.session.loaded.folder)]
+        arguments = [str(command.data_dir), str(command.out_dir), *model, "--precision", command.precision, "--json-progress"]
         arguments += ["--steps", str(command.steps)] if command.steps else []
         arguments += ["--rank", str(command.rank)] if command.rank else []
         arguments += ["--resume"] if command.resume else []
@@ -208,8 +208,9 @@ class VoiceTrainingHost:
         arguments += ["--base-model", base] if base else []
         if plan_.unload_needed:
             self._unload()
-        log_file = (paths.log_dir() / "voice-training.log")
+        log_file = training_log()
         log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_offset = log_file.stat().st_size if log_file.exists() else 0
         try:
             self.process = subprocess.Popen(
                 training_command(arguments), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file.open("ab"),
@@ -255,14 +256,27 @@ class VoiceTrainingHost:
             ended = p.VoiceTrainingEnded("done", command.out_dir, int(last.get("step", 0)))
         elif command.exit_code == 130 or last.get("event") == "cancelled":
             ended = p.VoiceTrainingEnded("cancelled", command.out_dir, int(last.get("step", 0)))
-        else:
+        elif last.get("event") == "failed":  # a failure the process explained (translatable)
             values = last.get("values") if isinstance(last.get("values"), dict) else {}
-            message = str(last.get("message") or f"the training process ended with status {command.exit_code}; "
-                                                   f"see {paths.log_dir() / 'voice-training.log'}")
-            ended = p.VoiceTrainingEnded("failed", command.out_dir, int(last.get("step", 0)), message,
+            ended = p.VoiceTrainingEnded("failed", command.out_dir, int(last.get("step", 0)), str(last.get("message", "")),
                                          str(last.get("template", "")), tuple(sorted((k, str(v)) for k, v in values.items())))
+        else:  # it crashed: its last words from the log
+            template = "The training process stopped unexpectedly (status {status}); the last checkpoint is kept. {detail}"
+            values = {"status": str(command.exit_code), "detail": self._log_tail()}
+            ended = p.VoiceTrainingEnded("failed", command.out_dir, int(last.get("step", 0)), template.format(**values),
+                                         template, tuple(sorted(values.items())))
         self.worker._post(ended)
         self._take_back()
+
+    def _log_tail(self, lines: int = 3) -> str:
+        """The last lines the process wrote to its log (its traceback's end, where it crashed)."""
+        try:
+            with training_log().open("rb") as f:
+                f.seek(self.log_offset)
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+        return " / ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
 
     def shutdown(self) -> None:
         """The app is closing: the training stops with a checkpoint (it can be resumed at the next start)."""
@@ -298,6 +312,11 @@ class VoiceTrainingHost:
         worker._submit(load)
         if conversation is not None and worker.session is not None:
             worker._submit(p.ContinueHistory(conversation))
+
+
+def training_log() -> Path:
+    """Where the training process writes what it prints for people (its stderr), run after run."""
+    return paths.log_dir() / "voice-training.log"
 
 
 def training_command(arguments: list[str]) -> list[str]:
