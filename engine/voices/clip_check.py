@@ -149,6 +149,11 @@ class SpeechActivity:
     def frame_end(self, frame: int) -> int:
         return min(self.sample_count, frame * self.hop + self.window)
 
+    def silence_seconds(self, frames: int) -> float:
+        """How long a run of `frames` silent frames between two speech frames is: the silence spans their hops,
+        and the window of the speech frame before it reaches one hop less into it."""
+        return (frames + 1) * self.hop / self.sample_rate
+
     def speech_runs(self) -> list[tuple[int, int]]:
         """(first frame, frame after the last) of every run of speech frames, in order."""
         return _runs(self.speech)
@@ -252,9 +257,7 @@ def check_clip(samples: np.ndarray, sample_rate: int) -> ClipCheck:
     snr = speech_dbfs - floor
     runs = activity.speech_runs()
     gaps = [next_start - previous_end for (_, previous_end), (next_start, _) in zip(runs, runs[1:])]
-    # A run of silent frames between two speech frames: the silence spans those frames' hops, and the
-    # window of the frame before it that ended in speech reaches one hop less into it.
-    longest_silence = (max(gaps) + 1) * activity.hop / sample_rate if gaps else 0.0
+    longest_silence = activity.silence_seconds(max(gaps)) if gaps else 0.0
     speech_seconds = (end - start) / sample_rate
     if speech_dbfs < MIN_SPEECH_DBFS:
         problems.append(ClipProblem(TOO_QUIET, Message(

@@ -13,6 +13,7 @@ and a redo replaces the old take only once the new one is on the disk.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -164,6 +165,8 @@ class VoiceData:
         for raw in read_text_file(self.list_path).splitlines():
             entries, _ = parse_list(raw)
             name = _clip_name(entries[0].name) if entries else None
+            if name is not None and not entries[0].name.startswith(f"{WAVS_DIR}/") and not self.wav_path(name).is_file():
+                name = None  # "notes|..." is not a clip, "take1|..." is one where wavs/take1.wav is
             if name is None or name in named:
                 lines.append(_ListLine(None, "", raw))
             else:
@@ -269,11 +272,17 @@ class VoiceData:
         existed = self.wav_path(name).exists()
         wav, seconds = _wav_bytes(samples, sample_rate)
         self._write(self.wav_path(name), wav)
+        before = dict(records)
         records[name] = {"origin": _origin_json(origin), "seconds": round(seconds, 3), "bytes": len(wav)}
         entries[name] = clean_transcript(text)
         try:
             self._save_records(records)
-            self._save_list(entries)
+            try:
+                self._save_list(entries)
+            except VoiceDataError:
+                with contextlib.suppress(VoiceDataError):  # a record of a clip that is not there is ignored anyway
+                    self._save_records(before)
+                raise
         except VoiceDataError:
             if not existed:  # the list does not name it: take the new audio back, leave the folder as it was
                 self.wav_path(name).unlink(missing_ok=True)

@@ -226,11 +226,10 @@ def split_at_pauses(activity: SpeechActivity) -> list[tuple[int, int]]:
     def gap(k: int) -> int:  # frames of pause before segment k
         return segments[k][0] - segments[k - 1][1]
 
-    long_silence = MAX_INNER_SILENCE_SECONDS * rate / hop
     groups: list[tuple[int, int]] = []  # (first segment, last segment)
     first = 0
     for k in range(1, len(segments)):
-        if gap(k) > long_silence:
+        if activity.silence_seconds(gap(k)) > MAX_INNER_SILENCE_SECONDS:  # as check_clip measures it
             groups.append((first, k - 1))
             first = k
     groups.append((first, len(segments) - 1))
