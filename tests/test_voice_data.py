@@ -410,6 +410,58 @@ def test_a_redo_keeps_the_old_take_until_the_new_one_is_saved(tmp_path: Path, mo
     assert np.abs(data.read_clip("script-005") - speech(1)).max() < 1e-3
 
 
+def test_a_redo_with_new_text_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = VoiceData(tmp_path)
+    data.add_clip(speech(0), RATE, "古い文。", ScriptLine(2))
+    before = snapshot(tmp_path)
+    real = dataset.write_atomically
+    for fails_on in (".wav", ".list"):
+        def full_disk(path: Path, payload: bytes, fails_on: str = fails_on) -> None:
+            if path.name.endswith(fails_on):
+                raise OSError(28, "No space left on device")
+            real(path, payload)
+
+        monkeypatch.setattr(dataset, "write_atomically", full_disk)
+        with pytest.raises(VoiceDataError):
+            data.add_clip(speech(1), RATE, "新しい文。", ScriptLine(2))
+        assert snapshot(tmp_path) == before, fails_on
+    monkeypatch.setattr(dataset, "write_atomically", real)
+    data.add_clip(speech(1), RATE, "新しい文。", ScriptLine(2))
+    assert [(clip.name, clip.text) for clip in data.clips()] == [("script-003", "新しい文。")]
+
+
+def test_an_import_stopped_half_way_keeps_what_it_read_and_names_a_vanished_source(tmp_path: Path) -> None:
+    for i in range(4):
+        write(tmp_path / "in" / f"take{i}.wav", speech(i))
+        (tmp_path / "in" / f"take{i}.txt").write_text(f"文{i}。", encoding="utf-8")
+    scan = scan_folder(tmp_path / "in")
+    (tmp_path / "in" / "take3.wav").unlink()  # moved away after the scan
+
+    class Stop(Exception):
+        pass
+
+    def progress(done: int, total: int) -> None:
+        assert total == 4
+        if done == 2:
+            raise Stop
+
+    data = VoiceData(tmp_path / "data")
+    with pytest.raises(Stop):
+        data.import_clips(scan.clips, progress)
+    assert [(clip.name, clip.text) for clip in data.clips()] == [("take0", "文0。"), ("take1", "文1。")]
+    added, problems = data.import_clips(scan.clips[2:])
+    assert [clip.name for clip in added] == ["take2"]
+    assert [(problem.path.name, problem.message.template) for problem in problems] == [("take3.wav", "{path} does not exist.")]
+    assert [clip.name for clip in data.clips()] == ["take0", "take1", "take2"]
+
+
+def test_script_takes_are_found_without_the_bookkeeping_file(tmp_path: Path) -> None:
+    data = VoiceData(tmp_path)
+    data.add_clip(speech(0), RATE, "文。", ScriptLine(41))
+    data.clips_path.unlink()
+    assert data.script_clip(41) is not None and data.script_clip(41).name == "script-042"
+
+
 @pytest.mark.parametrize("fails_on", ["wav", "clips.json", "transcripts.list"])
 def test_a_full_disk_while_adding_leaves_the_folder_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_on: str, japanese) -> None:  # noqa: ANN001, E501
     data = VoiceData(tmp_path)
