@@ -70,9 +70,11 @@ FLOOR_DBFS = -100.0
 # Shorter runs of "speech" are clicks, taps and pops, not syllables (a mora lasts 100-150 ms, a short one 50 ms).
 MIN_SPEECH_RUN_SECONDS = 0.05
 # A sample counts as flattened when it is within this much of the clip's peak, in a run of at least
-# MIN_CLIPPED_RUN samples of the same sign (or beyond full scale, which 16-bit files cannot hold at all).
+# MIN_CLIPPED_RUN samples of the same sign (or beyond full scale, which 16-bit files cannot hold at all). At 16 kHz
+# a peak cut off by a converter is often only two samples wide; a clean peak has two such samples only at its
+# very top, once or twice in a clip.
 CLIP_TOLERANCE = 0.002
-MIN_CLIPPED_RUN = 3
+MIN_CLIPPED_RUN = 2
 # Peaks below this are never "clipped": digital silence would otherwise be one long run at its peak of 0.
 MIN_CLIPPING_PEAK = 0.05
 
@@ -146,6 +148,11 @@ class SpeechActivity:
 
     def frame_end(self, frame: int) -> int:
         return min(self.sample_count, frame * self.hop + self.window)
+
+    def silence_seconds(self, frames: int) -> float:
+        """How long a run of `frames` silent frames between two speech frames is: the silence spans their hops,
+        and the window of the speech frame before it reaches one hop less into it."""
+        return (frames + 1) * self.hop / self.sample_rate
 
     def speech_runs(self) -> list[tuple[int, int]]:
         """(first frame, frame after the last) of every run of speech frames, in order."""
@@ -232,11 +239,17 @@ def check_clip(samples: np.ndarray, sample_rate: int) -> ClipCheck:
     clipped = clipped_fraction(samples)
     floor = activity.noise_floor_dbfs
     bounds = activity.speech_bounds()
+    problems: list[ClipProblem] = []
+    if clipped > MAX_CLIPPED_FRACTION:
+        problems.append(ClipProblem(CLIPPED, Message(
+            "The sound is distorted: {percent} % of it was louder than the recording can hold. Move a little "
+            "away from the microphone or turn its volume down, and record again.",
+            percent=f"{clipped * 100:.1f}")))
     if bounds is None:
-        problem = ClipProblem(NO_SPEECH, Message(
+        problems.insert(0, ClipProblem(NO_SPEECH, Message(
             "No speech was heard in this recording. Check that the right microphone is chosen and not muted, "
-            "then speak and record again."))
-        return ClipCheck(duration, 0.0, FLOOR_DBFS, peak_dbfs, clipped, floor, 0.0, 0.0, duration, 0.0, (problem,))
+            "then speak and record again.")))
+        return ClipCheck(duration, 0.0, FLOOR_DBFS, peak_dbfs, clipped, floor, 0.0, 0.0, duration, 0.0, tuple(problems))
     start, end = bounds
     speech_frames = activity.speech
     powers = np.power(10.0, activity.levels_dbfs[speech_frames] / 10.0)
@@ -244,21 +257,13 @@ def check_clip(samples: np.ndarray, sample_rate: int) -> ClipCheck:
     snr = speech_dbfs - floor
     runs = activity.speech_runs()
     gaps = [next_start - previous_end for (_, previous_end), (next_start, _) in zip(runs, runs[1:])]
-    # A run of silent frames between two speech frames: the silence spans those frames' hops, and the
-    # window of the frame before it that ended in speech reaches one hop less into it.
-    longest_silence = (max(gaps) + 1) * activity.hop / sample_rate if gaps else 0.0
+    longest_silence = activity.silence_seconds(max(gaps)) if gaps else 0.0
     speech_seconds = (end - start) / sample_rate
-    problems: list[ClipProblem] = []
     if speech_dbfs < MIN_SPEECH_DBFS:
         problems.append(ClipProblem(TOO_QUIET, Message(
             "The voice is too quiet ({level} dBFS; at least {minimum} dBFS is needed). Move closer to the "
             "microphone or turn its volume up, and record again.",
             level=f"{speech_dbfs:.0f}", minimum=f"{MIN_SPEECH_DBFS:.0f}")))
-    if clipped > MAX_CLIPPED_FRACTION:
-        problems.append(ClipProblem(CLIPPED, Message(
-            "The sound is distorted: {percent} % of it was louder than the recording can hold. Move a little "
-            "away from the microphone or turn its volume down, and record again.",
-            percent=f"{clipped * 100:.1f}")))
     if snr < MIN_SNR_DB:
         problems.append(ClipProblem(NOISY, Message(
             "There is too much background noise: the voice is only {snr} dB above it (at least {minimum} dB is "

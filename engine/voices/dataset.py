@@ -13,6 +13,7 @@ and a redo replaces the old take only once the new one is on the disk.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -44,7 +45,11 @@ WAVS_DIR = "wavs"
 LIST_NAME = "transcripts.list"
 CLIPS_NAME = "clips.json"
 _NAME_CHARS = re.compile(r"[^\w\-]+")
+# Imported clips are saved this many at a time: one write of the list for each batch, not for each clip (a crash
+# in a batch leaves at most this many clips without their text, never a list line without its audio).
+IMPORT_BATCH = 50
 _MAX_NAME_CHARS = 60
+_SCRIPT_NAME = re.compile(r"script-0*([1-9][0-9]*)")
 
 # How much speech makes a voice (the wizard's verdict). Under 10 minutes a LoRA voice learns the timbre but not a
 # steady manner of speaking; 20 to 60 minutes is what speech LoRA recipes use; beyond an hour training takes
@@ -164,6 +169,8 @@ class VoiceData:
         for raw in read_text_file(self.list_path).splitlines():
             entries, _ = parse_list(raw)
             name = _clip_name(entries[0].name) if entries else None
+            if name is not None and not entries[0].name.startswith(f"{WAVS_DIR}/") and not self.wav_path(name).is_file():
+                name = None  # "notes|..." is not a clip, "take1|..." is one where wavs/take1.wav is
             if name is None or name in named:
                 lines.append(_ListLine(None, "", raw))
             else:
@@ -200,7 +207,9 @@ class VoiceData:
             size = -1
         if not isinstance(seconds, (int, float)) or record.get("bytes") != size:
             seconds = _wav_seconds(path)
-        return DataClip(name, text, float(seconds), _origin_of(record.get("origin")), path)
+        script = _SCRIPT_NAME.fullmatch(name)
+        origin = _origin_of(record.get("origin")) or (ScriptLine(int(script[1]) - 1) if script else None)
+        return DataClip(name, text, float(seconds), origin, path)
 
     def clip(self, name: str) -> DataClip:
         for clip in self.clips():
@@ -249,7 +258,7 @@ class VoiceData:
 
     def _free_name(self, origin: ClipOrigin, taken: set[str]) -> str:
         if isinstance(origin, ScriptLine):
-            return f"script-{origin.index + 1:03d}"  # the same name for every take of a sentence: a redo
+            return f"script-{origin.index + 1:03d}"  # the same name for every take of a sentence (_SCRIPT_NAME): a redo
         if isinstance(origin, SourceSpan):
             stem = _NAME_CHARS.sub("_", Path(origin.path.replace("\\", "/")).stem).strip("_")[:_MAX_NAME_CHARS] or "clip"
             base = stem if origin.start_seconds == 0 else f"{stem}-{round(origin.start_seconds * 1000):08d}"
@@ -258,41 +267,70 @@ class VoiceData:
             candidates = (f"clip-{number:04d}" for number in range(1, len(taken) + 2))
         return next(name for name in candidates if name not in taken)
 
+    def _taken(self) -> set[str]:
+        on_disk = {path.stem for path in self.wavs_dir.glob("*.wav")} if self.wavs_dir.is_dir() else set()
+        return set(self._entries()) | set(self._records()) | on_disk
+
     def add_clip(self, samples: np.ndarray, sample_rate: int, text: str = "", origin: ClipOrigin = None) -> DataClip:
         """Save a clip (float32 mono at any rate, already trimmed: clip_check.trim_silence) with its text and where
-        it came from. A take of a script sentence that has one already replaces it (a redo): the old take stays
-        until the new one is saved."""
-        entries = self._entries()
-        records = self._records()
-        taken = set(entries) | set(records) | ({p.stem for p in self.wavs_dir.glob("*.wav")} if self.wavs_dir.is_dir() else set())
-        name = self._free_name(origin, taken)
-        existed = self.wav_path(name).exists()
-        wav, seconds = _wav_bytes(samples, sample_rate)
-        self._write(self.wav_path(name), wav)
-        records[name] = {"origin": _origin_json(origin), "seconds": round(seconds, 3), "bytes": len(wav)}
-        entries[name] = clean_transcript(text)
+        it came from. A take of a script sentence that has one already is a redo: see `_redo`."""
+        name = self._free_name(origin, self._taken())
+        if self.wav_path(name).exists():
+            return self._redo(name, samples, sample_rate, text, origin)
+        (clip,) = self._add_new([(name, *_wav_bytes(samples, sample_rate), clean_transcript(text), origin)])
+        return clip
+
+    def _add_new(self, batch: list[tuple[str, bytes, float, str, ClipOrigin]]) -> list[DataClip]:
+        """New clips' audio first, then the bookkeeping, then the list that names them. A failed write takes back
+        what this batch wrote, so the folder is as it was."""
+        written: list[Path] = []
+        entries, records = self._entries(), self._records()
+        before = dict(records)
         try:
+            for name, wav, seconds, text, origin in batch:
+                self._write(self.wav_path(name), wav)
+                written.append(self.wav_path(name))
+                records[name] = {"origin": _origin_json(origin), "seconds": round(seconds, 3), "bytes": len(wav)}
+                entries[name] = text
             self._save_records(records)
-            self._save_list(entries)
+            try:
+                self._save_list(entries)
+            except VoiceDataError:
+                with contextlib.suppress(VoiceDataError):  # a record of a clip that is not there is ignored anyway
+                    self._save_records(before)
+                raise
         except VoiceDataError:
-            if not existed:  # the list does not name it: take the new audio back, leave the folder as it was
-                self.wav_path(name).unlink(missing_ok=True)
+            for path in written:
+                path.unlink(missing_ok=True)
             raise
-        return DataClip(name, entries[name], seconds, origin, self.wav_path(name))
+        return [DataClip(name, text, seconds, origin, self.wav_path(name)) for name, _, seconds, text, origin in batch]
+
+    def _redo(self, name: str, samples: np.ndarray, sample_rate: int, text: str, origin: ClipOrigin) -> DataClip:
+        """A new take of clip `name`. The new audio replaces the old one in one rename, once it is on the disk
+        whole: until then the old take stays. A changed text is written first and put back if the take fails."""
+        entries = self._entries()
+        text = clean_transcript(text)
+        old_text = entries.get(name)
+        if old_text != text:
+            self._save_list({**entries, name: text})
+        wav, seconds = _wav_bytes(samples, sample_rate)
+        try:
+            self._write(self.wav_path(name), wav)
+        except VoiceDataError:
+            if old_text != text:
+                with contextlib.suppress(VoiceDataError):
+                    self._save_list(entries)
+            raise
+        records = self._records()
+        records[name] = {"origin": _origin_json(origin), "seconds": round(seconds, 3), "bytes": len(wav)}
+        with contextlib.suppress(VoiceDataError):  # the take is saved; its length is read from the file meanwhile
+            self._save_records(records)
+        return DataClip(name, text, seconds, origin, self.wav_path(name))
 
     def replace_clip(self, name: str, samples: np.ndarray, sample_rate: int) -> DataClip:
-        """A redo: new audio for clip `name`, keeping its text and origin. The old take stays until the new one
-        is saved whole."""
+        """A redo of clip `name` keeping its text and origin (see `_redo`)."""
         current = self.clip(name)
-        wav, seconds = _wav_bytes(samples, sample_rate)
-        self._write(current.path, wav)
-        records = self._records()
-        records[name] = {"origin": _origin_json(current.origin), "seconds": round(seconds, 3), "bytes": len(wav)}
-        try:
-            self._save_records(records)
-        except VoiceDataError:
-            pass  # the take is saved; its length is read from the file until the bookkeeping can be written
-        return DataClip(name, current.text, seconds, current.origin, current.path)
+        return self._redo(name, samples, sample_rate, current.text, current.origin)
 
     def set_text(self, name: str, text: str) -> None:
         entries = self._entries()
@@ -325,30 +363,41 @@ class VoiceData:
         self, clips: Sequence[ScannedClip], progress: Callable[[int, int], None] | None = None
     ) -> tuple[list[DataClip], list[FileProblem]]:
         """Add scanned clips (those the user kept in the wizard's table), each source file read once, each clip
-        trimmed. Returns the clips added and the files that could no longer be read (moved or changed since the
-        scan). `progress(done, total)` after each clip; an exception it raises stops the import (what was added
-        stays)."""
+        trimmed, the list written once per IMPORT_BATCH clips. Returns the clips added and the files that could no
+        longer be read (moved or changed since the scan). `progress(done, total)` after each clip; an exception it
+        raises stops the import, and the clips read so far are saved first."""
         by_source: dict[Path, list[ScannedClip]] = {}
         for clip in clips:
             by_source.setdefault(clip.source, []).append(clip)
         added: list[DataClip] = []
         problems: list[FileProblem] = []
+        batch: list[tuple[str, bytes, float, str, ClipOrigin]] = []
+        taken = self._taken()
         done = 0
-        for source, pieces in by_source.items():
-            try:
-                samples = read_audio(source)
-            except VoiceDataError as error:
-                problems.append(FileProblem(source, error_message(error)))
-                done += len(pieces)
-                continue
-            for clip in pieces:
-                piece = trim_silence(samples[clip.start:clip.end], DATA_SAMPLE_RATE)
-                if len(piece):
-                    origin = SourceSpan(str(source), clip.start / DATA_SAMPLE_RATE, clip.end / DATA_SAMPLE_RATE)
-                    added.append(self.add_clip(piece, DATA_SAMPLE_RATE, clip.transcript or "", origin))
-                done += 1
-                if progress is not None:
-                    progress(done, len(clips))
+        try:
+            for source, pieces in by_source.items():
+                try:
+                    samples = read_audio(source)
+                except VoiceDataError as error:
+                    problems.append(FileProblem(source, error_message(error)))
+                    done += len(pieces)
+                    continue
+                for clip in pieces:
+                    piece = trim_silence(samples[clip.start:clip.end], DATA_SAMPLE_RATE)
+                    if len(piece):
+                        origin = SourceSpan(str(source), clip.start / DATA_SAMPLE_RATE, clip.end / DATA_SAMPLE_RATE)
+                        name = self._free_name(origin, taken)
+                        taken.add(name)
+                        batch.append((name, *_wav_bytes(piece, DATA_SAMPLE_RATE), clean_transcript(clip.transcript or ""), origin))
+                    if len(batch) >= IMPORT_BATCH:
+                        full, batch = batch, []
+                        added += self._add_new(full)
+                    done += 1
+                    if progress is not None:
+                        progress(done, len(clips))
+        finally:
+            if batch:  # also when progress() stopped the import: what was read is kept
+                added += self._add_new(batch)
         return added, problems
 
 

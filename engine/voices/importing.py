@@ -226,11 +226,10 @@ def split_at_pauses(activity: SpeechActivity) -> list[tuple[int, int]]:
     def gap(k: int) -> int:  # frames of pause before segment k
         return segments[k][0] - segments[k - 1][1]
 
-    long_silence = MAX_INNER_SILENCE_SECONDS * rate / hop
     groups: list[tuple[int, int]] = []  # (first segment, last segment)
     first = 0
     for k in range(1, len(segments)):
-        if gap(k) > long_silence:
+        if activity.silence_seconds(gap(k)) > MAX_INNER_SILENCE_SECONDS:  # as check_clip measures it
             groups.append((first, k - 1))
             first = k
     groups.append((first, len(segments) - 1))
@@ -248,7 +247,7 @@ def split_at_pauses(activity: SpeechActivity) -> list[tuple[int, int]]:
 
     pad = round(TRIM_PAD_SECONDS * rate)
     spans: list[tuple[int, int]] = []
-    for index, (first, last) in enumerate(pieces):
+    for first, last in pieces:
         start = activity.frame_start(segments[first][0])
         end = activity.frame_end(segments[last][1] - 1)
         before = activity.frame_end(segments[first - 1][1] - 1) if first > 0 else None
@@ -369,9 +368,12 @@ class _Transcripts:
         stems_by_folder: dict[Path, set[str]] = {}
         for path in audio:
             stems_by_folder.setdefault(path.parent, set()).add(path.stem)
-        texts = [path for path in files if path.suffix.lower() == ".txt" and path.stem in stems_by_folder.get(path.parent, ())]
-        for path in texts:
-            for sibling in (p for p in audio if p.parent == path.parent and p.stem == path.stem):
+        texts = {path for path in files if path.suffix.lower() == ".txt" and path.stem in stems_by_folder.get(path.parent, ())}
+        by_stem: dict[tuple[Path, str], list[Path]] = {}
+        for path in audio:
+            by_stem.setdefault((path.parent, path.stem), []).append(path)
+        for path in sorted(texts):
+            for sibling in by_stem[(path.parent, path.stem)]:
                 self._set_from_file(sibling, path, problems)
         for path in files:
             if not _is_audio(path) and path not in texts and _looks_like_list(path, stems_by_folder.get(path.parent, set())):
