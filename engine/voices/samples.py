@@ -190,3 +190,52 @@ def encode_samples(
             progress(index + 1, len(clips))
     cache.save()
     return samples
+
+
+def sample_from_tokens(name: str, tokenizer, request: str, answer_text: Sequence[int], codes: torch.Tensor, *,
+                       n_text: int, n_audio: int, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> VoiceSample:
+    """The sample the mapper makes of `reading_chat`, from an answer already in the model's tokens: its text ids
+    (without <|text_end|>) and its audio codes (codebooks, frames; without the end-of-audio frame). For answers that
+    exist only as tokens (the benchmark's teacher model); tests check it equals the mapper's own layout."""
+    from liquid_audio.utils import LFMModality
+
+    from engine.constants import END_OF_AUDIO
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    text_ids: list[int] = []
+    flags: list[int] = []
+    supervised: list[bool] = []
+
+    def add_text(ids: list[int], supervise: bool) -> None:
+        text_ids.extend(ids)
+        flags.extend([int(LFMModality.TEXT)] * len(ids))
+        supervised.extend([supervise] * len(ids))
+
+    add_text(encode("<|startoftext|>"), False)
+    for role, content in (("system", system_prompt), ("user", request)):
+        add_text(encode(f"<|im_start|>{role}\n"), False)
+        add_text(encode(content), False)
+        add_text(encode("<|im_end|>\n"), False)
+    add_text(encode("<|im_start|>assistant\n"), False)
+    answer = [int(t) for t in answer_text] + encode("<|text_end|>")
+    audio = torch.cat([codes.to(torch.long).cpu(), torch.full((codes.shape[0], 1), END_OF_AUDIO, dtype=torch.long)], dim=1)
+    text_left, audio_left, taken = len(answer), int(audio.shape[1]), 0
+    while text_left > 0 or audio_left > 0:  # the mapper's interleave: n_text text tokens, then n_audio frames
+        take = min(n_text, text_left)
+        add_text(answer[taken : taken + take], True)
+        taken += take
+        text_left -= take
+        frames = min(n_audio, audio_left)
+        flags.extend([int(LFMModality.AUDIO_OUT)] * frames)
+        supervised.extend([True] * frames)
+        audio_left -= frames
+    add_text(encode("<|im_end|>\n"), True)
+    return VoiceSample(
+        name=name,
+        text=torch.tensor(text_ids, dtype=torch.long)[None],
+        audio_out=audio,
+        modality_flag=torch.tensor(flags, dtype=torch.long)[None],
+        supervision_mask=torch.tensor(supervised, dtype=torch.bool)[None],
+    )
