@@ -29,6 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_OneLineErrors)
     reply = sub.add_parser("reply", help="answer one WAV file with a spoken WAV file")
     add_reply_arguments(reply)
+    voice_train = sub.add_parser("voice-train", help="train a LoRA voice from recorded or imported speech (GPU)")
+    from engine.tools.voice_train import add_voice_train_arguments
+
+    add_voice_train_arguments(voice_train)
     bench = sub.add_parser("bench", help="measure eager / recipe / engine speed side by side (GPU)")
     bench.add_argument("--model", default=None, help="a real model folder (default: full-size random weights)")
     bench.add_argument("--out", default=None,
@@ -57,13 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     # Every run logs to a file in the platform log folder, start-up failures included.
     setup_logging()
     install_excepthook(None)
-    if args.command in ("reply", "bench") and qt_args:
+    if args.command in ("reply", "bench", "voice-train") and qt_args:
         print(f"error: unrecognized arguments: {' '.join(qt_args)} (see `voicechat {args.command} --help`)", file=sys.stderr)
         return 2
     if args.command == "reply":
         from engine.tools.reply import run_reply
 
         return run_reply(args)
+    if args.command == "voice-train":
+        from engine.tools.voice_train import run_voice_train
+
+        return run_voice_train(args)
     if args.command == "bench":
         from engine.bench import run_bench
 

@@ -121,3 +121,16 @@ class OutputPathError(UserFacingError):
     """A file the user asked the app to write cannot be written there (the answer is kept elsewhere)."""
 
     kind = "export"
+
+
+class VoiceDataError(UserFacingError):
+    """Speech for training a voice that cannot be used: a missing or empty folder, a file that is not audio or is
+    damaged, clips without transcripts, a clip that cannot be saved (engine/voices)."""
+
+    kind = "voice_data"
+
+
+class VoiceTrainingError(UserFacingError):
+    """A voice cannot be trained, resumed, published or shared as asked (nothing the user made is changed)."""
+
+    kind = "voice_training"

@@ -52,6 +52,16 @@ def history_dir() -> Path:
     return data_dir() / "history"
 
 
+def voices_dir() -> Path:
+    """The voices the user trained or imported (engine/voices): one PEFT adapter folder each."""
+    return data_dir() / "voices"
+
+
+def voice_data_dir() -> Path:
+    """The speech the user recorded or imported to train voices from, one folder per voice."""
+    return data_dir() / "voice-data"
+
+
 def answers_dir() -> Path:
     """Where `reply` keeps an answer that could not be written where the user asked."""
     return data_dir() / "answers"

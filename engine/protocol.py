@@ -25,6 +25,9 @@ class EngineState(enum.Enum):
     # No model is loaded (first run, a failed load or a cancelled download): the window offers the
     # first-run choices instead of push-to-talk.
     NO_MODEL = "no_model"
+    # A voice is training in its own process and the chat model was unloaded to give it the GPU: the
+    # conversation pauses until the training ends (then the model comes back with the conversation).
+    TRAINING = "training"
 
 
 # --------------------------------------------------------------------------- commands (app -> engine)
@@ -212,10 +215,80 @@ class SetHandsFree:
     echo_cancellation: bool = True
 
 
+# Training a voice (engine/voices; the engine thread's side is engine/worker/voice_training.py). The speech is
+# collected in a data folder (engine/voices/dataset.py): recorded here clip by clip, or imported by the window.
+
+
+@dataclass(frozen=True)
+class StartClip:
+    """Start recording one clip for a voice into the data folder `data_dir`, reading `text` (a sentence of the
+    reading script, `script_index`); with `replaces` a redo of that clip (the old take stays until the new one
+    is saved). Answered by `ClipRecorded` after `StopClip`."""
+
+    data_dir: str
+    text: str
+    script_index: int | None = None
+    replaces: str | None = None
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class StopClip:
+    """End the clip being recorded (`keep`), or drop it."""
+
+    keep: bool = True
+    at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class PlayClip:
+    """Play a sound file of a voice's data folder or a training preview (a WAV); `Cancel` stops it."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class TranscribeClip:
+    """Transcribe a clip of the data folder with the loaded model (its ASR); answered by `ClipTranscribed`.
+    The transcript is not saved: the window shows it for correction."""
+
+    data_dir: str
+    name: str
+
+
+@dataclass(frozen=True)
+class PlanVoiceTraining:
+    """How much GPU memory and time training the voice of `data_dir` takes on this PC; answered by
+    `VoiceTrainingPlan`."""
+
+    data_dir: str
+    precision: str = "bf16"
+
+
+@dataclass(frozen=True)
+class StartVoiceTraining:
+    """Train a voice from `data_dir` into `out_dir` in a process of its own (`voicechat voice-train`); the chat
+    model is unloaded for it when the GPU has no room for both, and comes back after."""
+
+    data_dir: str
+    out_dir: str
+    precision: str = "bf16"
+    steps: int | None = None
+    rank: int | None = None
+    resume: bool = False
+    replace: bool = False  # the user confirmed that the new voice replaces the one in out_dir
+
+
+@dataclass(frozen=True)
+class CancelVoiceTraining:
+    """Stop the training after a checkpoint (it can be resumed)."""
+
+
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
     | ReplayTurn | Export | Shutdown | Ping | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
-    | ReplayHistoryTurn | ExportHistory | HistoryOptions | SetHandsFree
+    | ReplayHistoryTurn | ExportHistory | HistoryOptions | SetHandsFree | StartClip | StopClip | PlayClip
+    | TranscribeClip | PlanVoiceTraining | StartVoiceTraining | CancelVoiceTraining
 )
 
 
@@ -560,12 +633,92 @@ class HistoryStatus:
     max_megabytes: int
 
 
+@dataclass(frozen=True)
+class ClipRecorded:
+    """A clip was recorded and saved into the data folder (`name`), with what its check found (`problems`: the
+    reasons in words; an empty tuple is a good clip); `saved` False when nothing was kept (no speech at all)."""
+
+    data_dir: str
+    name: str
+    duration_s: float
+    problems: tuple[MessagePart, ...] = ()
+    script_index: int | None = None
+    saved: bool = True
+
+
+@dataclass(frozen=True)
+class ClipTranscribed:
+    data_dir: str
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class VoiceTrainingPlan:
+    """What training the voice of `data_dir` takes here: memory by the driver's count, and an ESTIMATE of the
+    time from the card's published throughput (None where the card is unknown or it is the CPU)."""
+
+    data_dir: str
+    precision: str
+    clips: int
+    minutes: float
+    need_bytes: int
+    free_bytes: int | None  # None: the CPU
+    free_if_unloaded_bytes: int | None  # with the chat model unloaded
+    unload_needed: bool  # the chat model must make room
+    fits: bool
+    estimated_seconds: float | None
+    device_name: str
+
+
+@dataclass(frozen=True)
+class VoiceTrainingProgress:
+    """The training process's progress. `stage`: "encode" (clips turned into the model's codes: done/total),
+    "load", "train" (step/steps with the losses and the time left)."""
+
+    stage: str
+    done: int = 0
+    total: int = 0
+    loss: float | None = None
+    text_loss: float | None = None
+    audio_loss: float | None = None
+    eta_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class VoiceTrainingHeldOut:
+    step: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class VoiceTrainingPreview:
+    """The voice so far reading the fixed sentence (a 24 kHz WAV) at a checkpoint."""
+
+    step: int
+    path: str
+
+
+@dataclass(frozen=True)
+class VoiceTrainingEnded:
+    """`status`: "done" (the voice is in `out_dir`), "cancelled" (resumable), "failed" (the message says why;
+    the last checkpoint is kept)."""
+
+    status: str
+    out_dir: str
+    step: int = 0
+    message: str = ""
+    template: str = ""
+    values: tuple[tuple[str, str], ...] = ()
+
+
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
     | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus | HandsFreeState
-    | PrecisionInUse | EngineNotice
+    | PrecisionInUse | EngineNotice | ClipRecorded | ClipTranscribed | VoiceTrainingPlan | VoiceTrainingProgress
+    | VoiceTrainingHeldOut | VoiceTrainingPreview | VoiceTrainingEnded
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

@@ -45,6 +45,9 @@ MAX_TAKE_SECONDS = Range(1.0, 600.0)
 END_OF_SPEECH_SECONDS = Range(0.2, 3.0)
 MIN_SPEECH_SECONDS = Range(0.05, 1.0)
 CONTEXT_TOKENS = Range(512, 131072, integer=True)
+# Training a voice (engine/voices): the optimizer steps and the LoRA rank a user may ask for.
+TRAINING_STEPS = Range(1, 200_000, integer=True)
+LORA_RANK = Range(1, 256, integer=True)
 # History retention (engine/history): 0 means keep everything.
 HISTORY_KEEP_DAYS = Range(0, 36500, integer=True)
 HISTORY_MAX_MEGABYTES = Range(0, 10_000_000, integer=True)

@@ -94,3 +94,13 @@ def _history_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "history-store"
     monkeypatch.setattr(store, "default_history_dir", lambda: folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_model_with_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint plus its audio tokenizer (Mimi at its real size, random weights): what voice training needs."""
+    from engine.model.tiny_checkpoint import write_audio_tokenizer, write_tiny_checkpoint
+
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("tiny-model-mimi") / "LFM2.5-Audio-tiny")
+    write_audio_tokenizer(folder)
+    return folder

@@ -50,6 +50,16 @@ def test_the_window_loads_no_torch() -> None:
     assert [m for m in loaded if m.split(".")[0] == "torch"] == []
 
 
+def test_the_voice_data_modules_load_no_torch() -> None:
+    """The window's voice wizard imports them: reading, checking and importing speech must not load torch (the
+    training modules beside them do: they run in the training process and the engine thread)."""
+    modules = [f"engine.voices.{name}" for name in ("reading_script", "clip_check", "importing", "dataset")]
+    assert set(modules) <= set(_modules("engine.voices"))
+    loaded = _loaded_after(modules)
+    assert "engine.voices.dataset" in loaded
+    assert [m for m in loaded if m.split(".")[0] == "torch"] == []
+
+
 def test_the_real_time_layer_imports_nothing_from_the_engine_thread() -> None:
     realtime = _modules("engine.realtime")
     assert "engine.realtime.graphs" in realtime and "engine.realtime.streaming" in realtime
@@ -83,13 +93,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     # engine.history.context. It never reaches up into the engine thread or the tools.
     "engine.chat": FOUNDATION | {"engine.model", "engine.realtime", "engine.history.context"},
     # The command-line tools drive the chat core directly, without the engine thread.
-    "engine.tools": FOUNDATION | {"engine.settings", "engine.model", "engine.chat", "engine.realtime", "engine.audio"},
+    "engine.tools": FOUNDATION | {"engine.settings", "engine.model", "engine.chat", "engine.realtime", "engine.audio", "engine.voices"},
     # The engine thread uses everything below it, its history included; the history never imports the
     # engine thread (engine/history/engine_commands.py gets the worker as an argument, and the record of a
     # turn, TurnRecord, is the history's value type).
     "engine.history": FOUNDATION | {"engine.chat"},
-    "engine.worker": FOUNDATION | {"engine.model", "engine.chat", "engine.audio", "engine.history"},
-    "engine.bench": FOUNDATION | {"engine.model", "engine.chat", "engine.realtime", "engine.tools"},
+    "engine.worker": FOUNDATION | {"engine.model", "engine.chat", "engine.audio", "engine.history", "engine.voices"},
+    "engine.bench": FOUNDATION | {"engine.model", "engine.chat", "engine.realtime", "engine.tools", "engine.voices"},
+    # A voice of the user's own: the data side (the reading script, the clip checks, importing, the data folder)
+    # reads and resamples audio through engine.audio; the trainer will reach the model through engine.model.
+    # A voice's data (audio files) and its training (the model, and the chat core's reference loop for previews).
+    "engine.voices": FOUNDATION | {"engine.audio", "engine.model", "engine.chat"},
 }
 
 

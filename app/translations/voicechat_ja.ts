@@ -648,6 +648,274 @@
       <source>The int8 check was stopped; standard precision (bf16) stays.</source>
       <translation>int8 の確認を中止しました。標準 (bf16) のままにします。</translation>
     </message>
+    <message>
+      <source>No speech was heard in this recording. Check that the right microphone is chosen and not muted, then speak and record again.</source>
+      <translation>この録音には声が入っていません。正しいマイクが選ばれていて、ミュートになっていないか確かめてから、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>The voice is too quiet ({level} dBFS; at least {minimum} dBFS is needed). Move closer to the microphone or turn its volume up, and record again.</source>
+      <translation>声が小さすぎます（{level} dBFS。{minimum} dBFS 以上が必要です）。マイクに近づくか、マイクの音量を上げて、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>The sound is distorted: {percent} % of it was louder than the recording can hold. Move a little away from the microphone or turn its volume down, and record again.</source>
+      <translation>音が割れています。{percent} % が録音できる大きさを超えていました。マイクから少し離れるか、マイクの音量を下げて、もう一度録音してください。</translation>
+    </message>
+    <message>
+      <source>There is too much background noise: the voice is only {snr} dB above it (at least {minimum} dB is needed). Record in a quieter place, away from fans, air conditioners and traffic.</source>
+      <translation>周りの雑音が大きすぎます。声が雑音より {snr} dB しか大きくありません（{minimum} dB 以上が必要です）。扇風機やエアコン、車の音から離れた静かな場所で録音してください。</translation>
+    </message>
+    <message>
+      <source>The speech is too short ({seconds} s; at least {minimum} s is needed). Read the whole sentence, or use a longer piece.</source>
+      <translation>声の部分が短すぎます（{seconds} 秒。{minimum} 秒以上が必要です）。文を最後まで読むか、もっと長い部分を使ってください。</translation>
+    </message>
+    <message>
+      <source>The speech is too long ({seconds} s; at most {maximum} s). Split it into shorter sentences.</source>
+      <translation>声の部分が長すぎます（{seconds} 秒。最大 {maximum} 秒）。短い文に分けてください。</translation>
+    </message>
+    <message>
+      <source>There is a silence of {seconds} s inside the speech (at most {maximum} s). Read the sentence in one go, without stopping.</source>
+      <translation>話の途中に {seconds} 秒の無音があります（最大 {maximum} 秒）。途中で止まらずに、ひと息で読んでください。</translation>
+    </message>
+    <message>
+      <source>{path} is not an audio file (wav, flac, ogg or mp3).</source>
+      <translation>{path} は音声ファイル（wav、flac、ogg、mp3）ではありません。</translation>
+    </message>
+    <message>
+      <source>{path} is damaged and cannot be read ({error}).</source>
+      <translation>{path} は壊れているため読み込めません（{error}）。</translation>
+    </message>
+    <message>
+      <source>{path} is empty: it holds no audio.</source>
+      <translation>{path} は空です。音声が入っていません。</translation>
+    </message>
+    <message>
+      <source>{path} is damaged: it holds invalid samples (NaN or infinity).</source>
+      <translation>{path} は壊れています。不正なサンプル（NaN または無限大）が含まれています。</translation>
+    </message>
+    <message>
+      <source>{path} is too long ({minutes} minutes; at most {maximum} minutes a file). Split it into shorter files.</source>
+      <translation>{path} は長すぎます（{minutes} 分。1 ファイル最大 {maximum} 分）。短いファイルに分けてください。</translation>
+    </message>
+    <message>
+      <source>{path} is neither UTF-8 nor Shift_JIS text. Save it as UTF-8 and scan again.</source>
+      <translation>{path} は UTF-8 でも Shift_JIS でもないテキストです。UTF-8 で保存してから、もう一度読み込んでください。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} does not exist.</source>
+      <translation>フォルダー {folder} がありません。</translation>
+    </message>
+    <message>
+      <source>{folder} is not a folder.</source>
+      <translation>{folder} はフォルダーではありません。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} cannot be read ({error}).</source>
+      <translation>フォルダー {folder} を読み込めません（{error}）。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} is empty.</source>
+      <translation>フォルダー {folder} は空です。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} holds more than {count} files; choose the folder that holds the recordings.</source>
+      <translation>フォルダー {folder} には {count} 個を超えるファイルがあります。録音の入ったフォルダーを選んでください。</translation>
+    </message>
+    <message>
+      <source>The folder {folder} holds no audio files (wav, flac, ogg or mp3).</source>
+      <translation>フォルダー {folder} には音声ファイル（wav、flac、ogg、mp3）がありません。</translation>
+    </message>
+    <message>
+      <source>The transcript {file} is empty; the model will write one for you to check.</source>
+      <translation>文字起こし {file} が空です。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>{file} has no transcript; the model will write one for you to check.</source>
+      <translation>{file} には文字起こしがありません。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>{file} is longer than {maximum} s, so it was split at its pauses into {count} pieces; the model will write their transcripts for you to check.</source>
+      <translation>{file} は {maximum} 秒より長いので、話の切れ目で {count} 個に分けました。それぞれの文字起こしはモデルが作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} is not in the form file|text and was skipped: {text}</source>
+      <translation>{file} の {line} 行目は「ファイル|文」の形ではないため、読み飛ばしました: {text}</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} names {name}, which is not an audio file in the folder.</source>
+      <translation>{file} の {line} 行目の {name} は、フォルダー内の音声ファイルではありません。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} lists {name} again; the text of line {first} is used.</source>
+      <translation>{file} の {line} 行目に {name} がもう一度あります。{first} 行目の文を使います。</translation>
+    </message>
+    <message>
+      <source>Line {line} of {file} has no text for {name}; the model will write one for you to check.</source>
+      <translation>{file} の {line} 行目には {name} の文がありません。モデルが文字起こしを作りますので、確認してください。</translation>
+    </message>
+    <message>
+      <source>There is no clip {name} in {folder}.</source>
+      <translation>{folder} にクリップ {name} はありません。</translation>
+    </message>
+    <message>
+      <source>{file} could not be saved in {folder} ({error}). Free some space on the disk and try again; the clips saved before are kept.</source>
+      <translation>{file} を {folder} に保存できませんでした（{error}）。ディスクの空きを増やしてから、もう一度お試しください。これまでに保存したクリップは残っています。</translation>
+    </message>
+    <message>
+      <source>{file} could not be deleted ({error}).</source>
+      <translation>{file} を削除できませんでした（{error}）。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: too little for a steady voice. Collect at least {minimum} minutes; {low} to {high} minutes are recommended.</source>
+      <translation>音声は {minutes} 分です。安定した声にするには少なすぎます。少なくとも {minimum} 分集めてください。{low}〜{high} 分がおすすめです。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: enough to train, but {low} to {high} minutes give a steadier voice.</source>
+      <translation>音声は {minutes} 分です。学習はできますが、{low}〜{high} 分あると声がより安定します。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: a good amount for training.</source>
+      <translation>音声は {minutes} 分です。学習にちょうどよい量です。</translation>
+    </message>
+    <message>
+      <source>{minutes} minutes of speech: more than needed. Training takes longer; {low} to {high} minutes are usually enough.</source>
+      <translation>音声は {minutes} 分です。必要より多めです。学習に時間がかかります。ふつうは {low}〜{high} 分で十分です。</translation>
+    </message>
+    <message>
+      <source>{count} clips have no transcript: {names}. Write their text in the wizard or in the list file, or remove them.</source>
+      <translation>{count} 個のクリップに文字起こしがありません: {names}。ウィザードかリストファイルで文を書き込むか、そのクリップを削除してください。</translation>
+    </message>
+    <message>
+      <source>{count} clips have no transcript: {names} and {more} more. Write their text in the wizard or in the list file, or remove them.</source>
+      <translation>{count} 個のクリップに文字起こしがありません: {names} ほか {more} 個。ウィザードかリストファイルで文を書き込むか、そのクリップを削除してください。</translation>
+    </message>
+    <message>
+      <source>No clip in {folder} can be used for training: all {count} were left out. The first, {name}: {reason}</source>
+      <translation>{folder} には学習に使えるクリップがありません。{count} 個すべてが除外されました。最初のもの、{name}: {reason}</translation>
+    </message>
+    <message>
+      <source>--resume and --replace cannot be given together: resume goes on with the run in {folder}.</source>
+      <translation>--resume と --replace は同時に指定できません。--resume は {folder} の学習の続きを行います。</translation>
+    </message>
+    <message>
+      <source>--resume goes on with the run's own settings: leave out --steps and --rank.</source>
+      <translation>--resume はその学習の設定のまま続けます。--steps と --rank は指定しないでください。</translation>
+    </message>
+    <message>
+      <source>A voice is already training; wait for it to end or stop it first.</source>
+      <translation>すでに声の学習が実行中です。終わるまで待つか、先に停止してください。</translation>
+    </message>
+    <message>
+      <source>Downloading {file} of {source} failed: {error}</source>
+      <translation>{source} の {file} をダウンロードできませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>Load a model first: a voice is trained on the model the app talks with.</source>
+      <translation>先にモデルを読み込んでください。声は、アプリが会話に使うモデルの上で学習します。</translation>
+    </message>
+    <message>
+      <source>Load a model to transcribe clips: the model itself hears them.</source>
+      <translation>文字起こしにはモデルの読み込みが必要です (モデル自身が音声を聞き取ります)。</translation>
+    </message>
+    <message>
+      <source>The GPU ran out of memory while training the voice (step {step}); the last checkpoint is kept. Close programs that use the GPU, or train with the int8 base, and resume.</source>
+      <translation>声の学習中に GPU のメモリーが足りなくなりました (ステップ {step})。最後のチェックポイントは残っています。GPU を使うプログラムを閉じるか、int8 のベースで学習して、続きから再開してください。</translation>
+    </message>
+    <message>
+      <source>The checkpoint in {folder} is damaged ({error}); train again into a new folder.</source>
+      <translation>{folder} のチェックポイントが壊れています ({error})。新しいフォルダーにもう一度学習してください。</translation>
+    </message>
+    <message>
+      <source>The model folder {folder} has no audio tokenizer ({file}), which training needs to turn speech into the model's audio codes. Download the model again (the app fetches the file) or copy the file into the folder.</source>
+      <translation>モデルのフォルダー {folder} に音声トークナイザー ({file}) がありません。学習では、音声をモデルの音声コードに変換するために必要です。モデルをもう一度ダウンロードする (アプリがこのファイルを取得します) か、ファイルをフォルダーにコピーしてください。</translation>
+    </message>
+    <message>
+      <source>The model is not loaded; load it to plan or start a training.</source>
+      <translation>モデルが読み込まれていません。学習の見積もりや開始には、モデルを読み込んでください。</translation>
+    </message>
+    <message>
+      <source>The run in {folder} was started with other clips or settings, so it cannot be resumed. Resume it with the same data and settings, or train into a new folder.</source>
+      <translation>{folder} の学習は別の音声または設定で始められたため、再開できません。同じデータと設定で再開するか、新しいフォルダーに学習してください。</translation>
+    </message>
+    <message>
+      <source>The speech folder {folder} does not exist.</source>
+      <translation>音声のフォルダー {folder} がありません。</translation>
+    </message>
+    <message>
+      <source>The training could not be started: {error}</source>
+      <translation>学習を開始できませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>The voice could not be written to {file}: {error}</source>
+      <translation>声を {file} に書き出せませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>The voice in {file} could not be imported: {error}</source>
+      <translation>{file} の声を取り込めませんでした: {error}</translation>
+    </message>
+    <message>
+      <source>There are no clips to train on.</source>
+      <translation>学習に使える音声がありません。</translation>
+    </message>
+    <message>
+      <source>There is no unfinished training in {folder} to resume.</source>
+      <translation>{folder} には再開できる途中の学習がありません。</translation>
+    </message>
+    <message>
+      <source>This GPU cannot train a voice: it needs about {need} GB, and {free} GB are free even without the chat model. Choose the int8 base, or close programs that use the GPU.</source>
+      <translation>この GPU では声を学習できません。約 {need} GB が必要ですが、会話のモデルを外しても空きは {free} GB です。int8 のベースを選ぶか、GPU を使うプログラムを閉じてください。</translation>
+    </message>
+    <message>
+      <source>This GPU has {free} GB free, but training a voice with the bf16 base needs about {need} GB. Close programs that use the GPU, or choose the int8 base.</source>
+      <translation>この GPU の空きは {free} GB ですが、bf16 のベースで声を学習するには約 {need} GB が必要です。GPU を使うプログラムを閉じるか、int8 のベースを選んでください。</translation>
+    </message>
+    <message>
+      <source>This GPU has {free} GB free, but training a voice needs about {need} GB even with the int8 base. Close programs that use the GPU.</source>
+      <translation>この GPU の空きは {free} GB ですが、int8 のベースでも声の学習には約 {need} GB が必要です。GPU を使うプログラムを閉じてください。</translation>
+    </message>
+    <message>
+      <source>{file} cannot be played: {error}</source>
+      <translation>{file} を再生できません: {error}</translation>
+    </message>
+    <message>
+      <source>{file} holds a file too large for a voice.</source>
+      <translation>{file} には声としては大きすぎるファイルが入っています。</translation>
+    </message>
+    <message>
+      <source>{file} holds files a voice does not have ({names}).</source>
+      <translation>{file} には声にないファイルが入っています ({names})。</translation>
+    </message>
+    <message>
+      <source>{file} holds no voice ({names} missing).</source>
+      <translation>{file} に声が入っていません ({names} がありません)。</translation>
+    </message>
+    <message>
+      <source>{file} is not a voice file (a zip with a voice inside): {error}</source>
+      <translation>{file} は声のファイル (声が入った zip) ではありません: {error}</translation>
+    </message>
+    <message>
+      <source>{folder} already holds a voice. Choose another folder, or confirm that the new voice replaces it.</source>
+      <translation>{folder} にはすでに声があります。別のフォルダーを選ぶか、新しい声で置き換えることを確認してください。</translation>
+    </message>
+    <message>
+      <source>{folder} holds an unfinished training. Resume it, or choose another folder for a new voice.</source>
+      <translation>{folder} には途中の学習があります。再開するか、新しい声には別のフォルダーを選んでください。</translation>
+    </message>
+    <message>
+      <source>{folder} is a file, not a folder.</source>
+      <translation>{folder} はフォルダーではなくファイルです。</translation>
+    </message>
+    <message>
+      <source>A voice is training and has the GPU; the conversation goes on when the training ends (or stop the training).</source>
+      <translation>声の学習が GPU を使っています。学習が終わると (または学習を止めると) 会話を続けられます。</translation>
+    </message>
+    <message>
+      <source>The training process stopped unexpectedly (status {status}); the last checkpoint is kept. {detail}</source>
+      <translation>学習のプロセスが予期せず終了しました (状態 {status})。最後のチェックポイントは残っています。{detail}</translation>
+    </message>
+    <message>
+      <source>The conversation goes on, but the model starts without its memory of it: it was not saved in the history.</source>
+      <translation>会話は続けられますが、モデルはそれまでのやり取りを覚えていません (履歴に保存されていなかったため)。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

@@ -83,6 +83,9 @@ class CapturedTake:
     # The number `press()` returned for the last press this take answers (a press again during the tail
     # continues the take, so a take may answer several).
     press_seq: int = 0
+    # The take at the microphone's own rate as well, when `deliver_device_audio` was set (a voice's clip keeps
+    # the band above 8 kHz that the model's 16 kHz input drops: the model speaks at 24 kHz).
+    device_audio: np.ndarray | None = None
 
     @property
     def duration_s(self) -> float:
@@ -169,6 +172,7 @@ class PushToTalkRecorder(DeviceStream):
         self._refused_presses = 0  # presses the callback could not start (no free take buffer)
         self._refused_seq = 0  # the number of the last of them
         self.reference: Any = None  # a StreamingPlayer whose output is the echo reference (hands-free)
+        self.deliver_device_audio = False  # set by the engine thread before a press: see CapturedTake.device_audio
         self._init_stream_state(rate=16_000, channels=1)
 
     # ------------------------------------------------------------------ public API (engine thread)
@@ -525,6 +529,7 @@ class PushToTalkRecorder(DeviceStream):
                 release_frame=take.release_frame,
                 end_frame=take.end_frame,
                 press_seq=take.press_seq,
+                device_audio=device_audio.copy() if self.deliver_device_audio else None,
             )
             if truncated:
                 self._reject(TakeRejected(reason="too_long", duration_s=captured.duration_s), take.press_seq)

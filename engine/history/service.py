@@ -194,6 +194,12 @@ class HistoryKeeper:
 
     # ------------------------------------------------------------------ commands (engine thread)
 
+    def live_conversation_id(self) -> int | None:
+        """The saved conversation the live one is saved into (after what is being written has landed), or None."""
+        if self.current is None or self._reader is None or not self.flush():
+            return None
+        return _current_id(self._reader, self.current)
+
     def reader(self) -> HistoryStore:
         if self._reader is None:
             raise self._unavailable or HistoryError.of("The conversation history is not available.")

@@ -125,10 +125,34 @@ class QuantizedLinear(nn.Module):
         return dequantize(self.values, self.scales, self.compute_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        if torch.is_grad_enabled() and x.requires_grad:  # training a voice on the int8 base (engine/voices)
+            return _Int8Product.apply(x, self.values, self.scales, bias, self.compute_dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class _Int8Product(torch.autograd.Function):
+    """x @ Wᵀ (+ bias) with W the frozen int8 rows, as QuantizedLinear's forward computes it, but keeping only
+    the int8 rows for the backward (which dequantizes them again for the input's gradient): F.linear would
+    keep the dequantized bf16 copy of every layer alive until the backward, the whole bf16 model that int8
+    exists to avoid."""
+
+    @staticmethod
+    def forward(ctx, x, values, scales, bias, compute_dtype):  # type: ignore[override]
+        ctx.save_for_backward(values, scales)
+        ctx.compute_dtype = compute_dtype
+        ctx.bias_shape = None if bias is None else bias.shape
+        return F.linear(x, dequantize(values, scales, compute_dtype).to(x.dtype), bias)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        values, scales = ctx.saved_tensors
+        grad_x = grad @ dequantize(values, scales, ctx.compute_dtype).to(grad.dtype)
+        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.bias_shape is not None and ctx.needs_input_grad[3] else None
+        return grad_x, None, None, grad_bias, None
 
 
 class QuantizedEmbedding(nn.Module):

@@ -686,6 +686,29 @@ def download(
     return folder_path
 
 
+def fetch_audio_tokenizer(
+    source: str, folder: Path, progress: ProgressCallback | None = None, cancel: threading.Event | None = None
+) -> Path:
+    """Make sure the audio tokenizer's checkpoint (Mimi) is in `folder`, the model `source` resolved to: training a
+    voice encodes speech with it. A Hub model gets the file downloaded into its snapshot (the same commit); a
+    local folder without it is refused by the caller. Returns the folder that holds it."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    if (folder / MIMI_CHECKPOINT).is_file() or not looks_like_repo_id(source) or Path(source).expanduser().exists():
+        return folder
+    os.environ.setdefault("HF_XET_CACHE", str(paths.hub_xet_cache_dir()))
+    try:
+        fetched = snapshot_download(source, revision=folder.name, cache_dir=models_dir(),
+                                    tqdm_class=_byte_progress_class(progress, cancel), allow_patterns=[MIMI_CHECKPOINT])
+    except DownloadCancelled:
+        raise
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as error:
+        raise ModelNotFoundError.of("Downloading {file} of {source} failed: {error}", file=MIMI_CHECKPOINT, source=source,
+                                    error=error) from error
+    return Path(fetched)
+
+
 class _NullWriter:
     """A text stream that drops what tqdm writes."""
 

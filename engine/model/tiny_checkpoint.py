@@ -139,6 +139,27 @@ def save_module(module: torch.nn.Module, path: Path) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
+def write_audio_tokenizer(folder: str | Path, *, seed: int = 0) -> Path:
+    """Add the audio tokenizer (Mimi, which training a voice encodes speech with) to a tiny checkpoint: liquid-audio
+    builds Mimi at its one real size, so this is the real architecture with random weights, stored in bf16 (160 MB;
+    liquid-audio loads it into its float32 model). Its codes are as random as the rest of the tiny model."""
+    from liquid_audio import moshi
+    from safetensors.torch import save_file
+
+    from engine.model.store import MIMI_CHECKPOINT
+
+    path = Path(folder) / MIMI_CHECKPOINT
+    generator_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        mimi = moshi.models.loaders.get_mimi(None, device="cpu")
+        tensors = {name: (t.to(torch.bfloat16) if t.is_floating_point() else t).contiguous() for name, t in mimi.state_dict().items()}
+    finally:
+        torch.random.set_rng_state(generator_state)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return path
+
+
 def write_tiny_checkpoint(
     folder: str | Path,
     *,

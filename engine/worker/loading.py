@@ -109,6 +109,7 @@ def load(worker: Any, command: p.Load) -> None:
             worker.session.set_system_prompt(worker.system_prompt)
         except UserFacingError as exc:  # too long for this context: the default prompt stays
             worker._report(exc, "settings")
+    worker.last_load = command
     # A new model starts with an empty context: a new conversation, in the history and in what the engine keeps for
     # replay and export, and the window is told (it asked the user first), as for a new prompt.
     worker.history.new_conversation()

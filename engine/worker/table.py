@@ -37,6 +37,9 @@ class Phase(enum.Enum):
     PLAYING_OUT = "playing_out"  # the answer is complete (lock released), its audio still plays
     REPLAYING = "replaying"  # a past turn's audio is played again
     EXPORTING = "exporting"  # a helper thread writes the export files
+    # A voice trains in its own process with the GPU the chat model gave up (engine/worker/voice_training.py):
+    # no model until it ends; clips, replays, exports and the history still work.
+    TRAINING = "training"
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,16 @@ class VoiceStarted:
 
     seq: int
     heard_t: float  # time.monotonic() when the speech was confirmed
+
+
+@dataclass(frozen=True)
+class TrainingProcessEnded:
+    """Internal: a voice's training process ended (its reader thread puts this on the command queue, so that
+    taking the GPU back runs on the engine thread at a quiet point: engine/worker/voice_training.py)."""
+
+    exit_code: int
+    out_dir: str
+    last: dict  # its last event (a failure's message, or the step it stopped at)
 
 
 class Outcome(enum.Enum):
@@ -82,52 +95,74 @@ NOT_LOADED = "The model is not loaded yet."
 NO_VOICE_WITHOUT_MODEL = "No model is loaded, so there is no voice to switch."
 NO_REPLAY_WHILE_RECORDING = "A turn cannot be replayed while you are recording."
 NO_CONTINUE_WITHOUT_MODEL = "Load a model to continue a conversation."
+TRAINING_HOLDS_GPU = ("A voice is training and has the GPU; the conversation goes on when the training ends (or "
+                      "stop the training).")
+NO_TRANSCRIPT_WITHOUT_MODEL = "Load a model to transcribe clips: the model itself hears them."
+NO_TRAINING_WITHOUT_MODEL = "Load a model first: a voice is trained on the model the app talks with."
 
 # The phases in which a loop other than the main loop reads commands (a turn between its pieces, or a
 # helper wait): a command that must run at a quiet point waits for them to end.
 BUSY = frozenset({Phase.LOADING, Phase.THINKING, Phase.SPEAKING, Phase.EXPORTING})
 # The phases the engine rests in: nothing is waited for there, so nothing is AFTER_TURN.
-RESTING = frozenset({Phase.NO_MODEL, Phase.IDLE})
+RESTING = frozenset({Phase.NO_MODEL, Phase.IDLE, Phase.TRAINING})
 
 _P = Phase
 _COLUMNS = (_P.NO_MODEL, _P.LOADING, _P.IDLE, _P.RECORDING, _P.THINKING, _P.SPEAKING, _P.PLAYING_OUT, _P.REPLAYING,
-            _P.EXPORTING)
+            _P.EXPORTING, _P.TRAINING)
 _REFUSE_TAKE = Rule(Outcome.REFUSE, NOT_LOADED, "take")
 _REFUSE_VOICE = Rule(Outcome.REFUSE, NO_VOICE_WITHOUT_MODEL, "lora")
 _REFUSE_REPLAY = Rule(Outcome.REFUSE, NO_REPLAY_WHILE_RECORDING, "take")
 _REFUSE_CONTINUE = Rule(Outcome.REFUSE, NO_CONTINUE_WITHOUT_MODEL, "history")
+_TRAINING_TAKE = Rule(Outcome.REFUSE, TRAINING_HOLDS_GPU, "take")
+_TRAINING_VOICE = Rule(Outcome.REFUSE, TRAINING_HOLDS_GPU, "lora")
+_TRAINING_MODEL = Rule(Outcome.REFUSE, TRAINING_HOLDS_GPU, "model")
+_TRAINING_HISTORY = Rule(Outcome.REFUSE, TRAINING_HOLDS_GPU, "history")
+_TRAINING_TRAINING = Rule(Outcome.REFUSE, TRAINING_HOLDS_GPU, "voice_training")
+_REFUSE_TRANSCRIPT = Rule(Outcome.REFUSE, NO_TRANSCRIPT_WITHOUT_MODEL, "voice_training")
+_REFUSE_TRAINING = Rule(Outcome.REFUSE, NO_TRAINING_WITHOUT_MODEL, "voice_training")
 
 # One row per command; the columns are the phases, in the order of _COLUMNS:
-#                 NO_MODEL      LOADING       IDLE RECORDING       THINKING SPEAKING PLAYING_OUT REPLAYING EXPORTING
+#                 NO_MODEL      LOADING       IDLE RECORDING       THINKING SPEAKING PLAYING_OUT REPLAYING EXPORTING TRAINING
 _ROWS: dict[type, tuple[Rule, ...]] = {
-    p.Ping:          (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.ListDevices:   (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.ApplySettings: (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    SetPrompt:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER),
-    p.SelectDevices: (RUN,          RUN,          RUN, CANCEL,         AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
-    p.SwitchVoice:   (_REFUSE_VOICE, AFTER,       RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER),
-    p.Reset:         (RUN,          AFTER,        RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
-    p.Load:          (RUN,          CANCEL,       RUN, CANCEL,         AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
-    p.StartTake:     (_REFUSE_TAKE, _REFUSE_TAKE, RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
-    p.EndTake:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER),
+    p.Ping:          (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
+    p.ListDevices:   (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
+    p.ApplySettings: (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
+    SetPrompt:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER, RUN),
+    p.SelectDevices: (RUN,          RUN,          RUN, CANCEL,         AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER, RUN),
+    p.SwitchVoice:   (_REFUSE_VOICE, AFTER,       RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER, _TRAINING_VOICE),
+    p.Reset:         (RUN,          AFTER,        RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, RUN),
+    p.Load:          (RUN,          CANCEL,       RUN, CANCEL,         AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER, _TRAINING_MODEL),
+    p.StartTake:     (_REFUSE_TAKE, _REFUSE_TAKE, RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, _TRAINING_TAKE),
+    p.EndTake:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER, RUN),
     # Barge-in by voice: as StartTake, but never refused (without a model it is simply not acted on).
-    VoiceStarted:    (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
+    VoiceStarted:    (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, RUN),
     # Flags for the listener only: at once in every phase (a mute during a voice take drops it).
-    p.SetHandsFree:  (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN),
-    p.Cancel:        (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   RUN),
-    p.ReplayTurn:    (RUN,          AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
-    p.Export:        (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER),
-    p.Shutdown:      (CANCEL,       CANCEL,       RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
+    p.SetHandsFree:  (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
+    p.Cancel:        (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   RUN, RUN),
+    p.ReplayTurn:    (RUN,          AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER, RUN),
+    p.Export:        (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER, RUN),
+    p.Shutdown:      (CANCEL,       CANCEL,       RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, RUN),
     # The history (engine/history/engine_commands.py). Reading, deleting and the options touch neither the
     # session nor the player, but they read the database: not between two pieces of an answer. Continuing
     # replaces the conversation, so it stops what runs first.
-    p.ListHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
-    p.OpenHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
-    p.DeleteHistory: (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
-    p.HistoryOptions: (RUN,         RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN),
-    p.ContinueHistory: (_REFUSE_CONTINUE, AFTER,  RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER),
-    p.ReplayHistoryTurn: (RUN,      AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER),
-    p.ExportHistory: (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER),
+    p.ListHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN, RUN),
+    p.OpenHistory:   (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN, RUN),
+    p.DeleteHistory: (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN, RUN),
+    p.HistoryOptions: (RUN,         RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      RUN, RUN),
+    p.ContinueHistory: (_REFUSE_CONTINUE, AFTER,  RUN, CANCEL,         CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, _TRAINING_HISTORY),
+    p.ReplayHistoryTurn: (RUN,      AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER, RUN),
+    p.ExportHistory: (RUN,          AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER, RUN),
+    # Training a voice (engine/worker/voice_training.py). A clip needs no model; transcribing needs it; a training
+    # starts between turns, and its end (TrainingProcessEnded, posted by the reader of its process) brings the
+    # chat model back at a quiet point.
+    p.StartClip:     (RUN,          AFTER,        RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER,     RUN),
+    p.StopClip:      (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN,       RUN),
+    p.PlayClip:      (RUN,          AFTER,        RUN, _REFUSE_REPLAY, AFTER,   AFTER,   CANCEL,     CANCEL,   AFTER,     RUN),
+    p.TranscribeClip: (_REFUSE_TRANSCRIPT, AFTER, RUN, AFTER,          AFTER,   AFTER,   RUN,        RUN,      AFTER,     _TRAINING_TRAINING),
+    p.PlanVoiceTraining: (RUN,      AFTER,        RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER,     RUN),
+    p.StartVoiceTraining: (_REFUSE_TRAINING, AFTER, RUN, AFTER,        AFTER,   AFTER,   AFTER,      CANCEL,   AFTER,     _TRAINING_TRAINING),
+    p.CancelVoiceTraining: (RUN,    RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN,       RUN),
+    TrainingProcessEnded: (RUN,     AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER,     RUN),
 }
 TABLE: dict[tuple[type, Phase], Rule] = {
     (command, phase): rule for command, rules in _ROWS.items() for phase, rule in zip(_COLUMNS, rules, strict=True)
@@ -147,15 +182,16 @@ DEFERRED_CHANGE: dict[type, str] = {
 
 # Every phase change the engine may make; EngineWorker._set_phase checks each one against this.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    _P.NO_MODEL: frozenset({_P.LOADING, _P.EXPORTING, _P.REPLAYING}),
+    _P.NO_MODEL: frozenset({_P.LOADING, _P.EXPORTING, _P.REPLAYING, _P.RECORDING}),
     _P.LOADING: frozenset({_P.IDLE, _P.NO_MODEL}),
-    _P.IDLE: frozenset({_P.RECORDING, _P.LOADING, _P.REPLAYING, _P.EXPORTING}),
-    _P.RECORDING: frozenset({_P.IDLE, _P.THINKING}),
+    _P.IDLE: frozenset({_P.RECORDING, _P.LOADING, _P.REPLAYING, _P.EXPORTING, _P.TRAINING}),
+    _P.RECORDING: frozenset({_P.IDLE, _P.THINKING, _P.NO_MODEL, _P.TRAINING}),
     _P.THINKING: frozenset({_P.SPEAKING, _P.IDLE}),
     _P.SPEAKING: frozenset({_P.PLAYING_OUT, _P.IDLE}),
     _P.PLAYING_OUT: frozenset({_P.IDLE}),
-    _P.REPLAYING: frozenset({_P.IDLE, _P.NO_MODEL}),
-    _P.EXPORTING: frozenset({_P.IDLE, _P.NO_MODEL}),
+    _P.REPLAYING: frozenset({_P.IDLE, _P.NO_MODEL, _P.TRAINING}),
+    _P.EXPORTING: frozenset({_P.IDLE, _P.NO_MODEL, _P.TRAINING}),
+    _P.TRAINING: frozenset({_P.NO_MODEL, _P.RECORDING, _P.REPLAYING, _P.EXPORTING}),
 }
 
 # What the window sees. EXPORTING shows the state it came from (None: no StateChanged).
@@ -169,6 +205,7 @@ PUBLIC_STATE: dict[Phase, p.EngineState | None] = {
     _P.PLAYING_OUT: p.EngineState.SPEAKING,
     _P.REPLAYING: p.EngineState.SPEAKING,
     _P.EXPORTING: None,
+    _P.TRAINING: p.EngineState.TRAINING,
 }
 
 

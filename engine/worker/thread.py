@@ -53,14 +53,18 @@ from engine.worker.table import (
 )
 from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
 from engine.worker.turn import ActiveTurn, run_turn
+from engine.worker import voice_training
 
 log = logging.getLogger(__name__)
 
+_MODULE_HANDLERS = {**history_commands.HANDLERS, **voice_training.HANDLERS}
 # The EngineError kind of a command's failure when the exception does not say it itself.
 _COMMAND_ERROR_KIND = {
     "Load": "model", "SwitchVoice": "lora", "SelectDevices": "audio_device", "StartTake": "take",
     "EndTake": "take", "Export": "export", "ApplySettings": "settings", "SetPrompt": "settings",
-    "ReplayTurn": "take", "ExportHistory": "export", "ReplayHistoryTurn": "take",
+    "ReplayTurn": "take", "ExportHistory": "export", "ReplayHistoryTurn": "take", "StartClip": "take",
+    "StopClip": "take", "PlayClip": "voice_training", "TranscribeClip": "voice_training",
+    "PlanVoiceTraining": "voice_training", "StartVoiceTraining": "voice_training", "TrainingProcessEnded": "voice_training",
 }
 
 
@@ -119,6 +123,8 @@ class EngineWorker:
         self._stopping = False
         self._helper_cancel: threading.Event | None = None
         self.hands_free = p.SetHandsFree(enabled=False)  # hands-free listening as the window asked for it
+        self.last_load: p.Load | None = None  # the Load the session in use came from
+        self.voice_training = voice_training.VoiceTrainingHost(self)  # clips for a voice, and its training process
 
     # ------------------------------------------------------------------ thread handle
 
@@ -171,7 +177,9 @@ class EngineWorker:
             self._post(p.StateChanged(public))
 
     def _rest_phase(self) -> Phase:
-        return Phase.IDLE if self.session is not None else Phase.NO_MODEL
+        if self.session is not None:
+            return Phase.IDLE
+        return Phase.TRAINING if self.voice_training.holds_gpu else Phase.NO_MODEL
 
     def _report(self, exc: BaseException, kind: str | None = None) -> None:
         kind = kind or _error_kind(exc)
@@ -306,9 +314,9 @@ class EngineWorker:
 
     def _execute(self, command: Any) -> None:
         handler = getattr(self, "_on_" + type(command).__name__, None)
-        if handler is None:  # the history's commands (engine/history/engine_commands.py)
-            history_handler = history_commands.HANDLERS[type(command)]
-            handler = lambda c: history_handler(self, c)  # noqa: E731
+        if handler is None:  # the history's and voice training's commands (each in its own module)
+            module_handler = _MODULE_HANDLERS[type(command)]
+            handler = lambda c: module_handler(self, c)  # noqa: E731
         try:
             handler(command)
         except Exception as exc:  # noqa: BLE001 - every failure is shown, the engine keeps running
@@ -503,6 +511,9 @@ class EngineWorker:
             return  # cancelled, or overtaken by a Load/Reset
         self.takes.settled()
         take = message.take
+        if self.voice_training.takes_clip(take):  # the voice wizard's clip: saved, not answered
+            self._set_phase(self._rest_phase())
+            return
         # Cut at the limit while still held: the take ends now, so "release" is now. A hands-free take ended
         # when the speech did: the latency counts from there (what the user feels), the wait for the
         # end-of-speech silence included and measured on its own.
@@ -579,6 +590,7 @@ class EngineWorker:
     def _teardown(self) -> None:
         if self.turn is not None:
             self.turn.cancel.set()
+        self.voice_training.shutdown()
         self.history.close()  # what the writer still has is saved first (bounded wait)
         self.audio.close()
         if self.session is not None:

@@ -1,0 +1,441 @@
+"""The benchmark's `voice_training` section: training a voice at full size, under the caps of the cards users own,
+and a check that the pipeline learns.
+
+Every measurement is its own process (a fresh CUDA context, as a user's training process is), on a full-size
+checkpoint written in the Hub layout with its audio tokenizer (random weights: a step's cost does not depend on
+them):
+
+- speed: the trainer's own path (engine/voices/trainer.py: the model loaded as the app loads it, bf16 or the int8
+  base, peft's LoRA r=16 on the default targets, gradient checkpointing) under the allocator caps that stand for a
+  6 GB and an 8 GB card (engine/bench/small_cards.py's method), on samples of 2-14 s clips laid out as a run lays
+  them out, the batch budget chosen from the free memory as a run chooses it. Step time, positions per second, the
+  achieved share of the GPU's bf16 throughput, the peak by the driver's count, and the audio tokenizer's (Mimi's)
+  encoding time per second of speech.
+- learning: the random full-size model with a random "teacher" LoRA answers reading requests (text and audio,
+  greedy, eager); a student LoRA trained through the pipeline (samples, batches, VoiceTrainer) on some of those
+  answers is compared with the teacher on the others, teacher-forced: the share of text positions and of audio
+  frames' first codebook where its top-1 choice is the teacher's, against the base model's share.
+
+The card estimates (minutes to train 30 minutes of speech for 3 epochs) come from the measured arithmetic
+throughput share and each card's published bf16 tensor throughput: an ESTIMATE, never a measurement.
+
+`python -m engine.bench.voice_training --out DIR` (GPU): writes DIR/voice_training.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+GB = 1e9
+GIB = 2**30
+# (label, card GiB, precision): the cards a voice is trained on.
+SPEED_RUNS = (("6 GB", 6, "int8"), ("6 GB", 6, "bf16"), ("8 GB", 8, "int8"), ("8 GB", 8, "bf16"))
+SPEED_STEPS = 12  # timed after WARMUP_STEPS
+WARMUP_STEPS = 2
+CLIP_SECONDS = (2.0, 14.0)  # the clip lengths a run sees (engine/voices/clip_check.py's limits)
+TEXT_TOKENS_PER_SECOND = 7.0  # Japanese speech in the model's tokenizer
+SPEECH_MINUTES, EPOCHS = 30.0, 3  # the issue's estimate: 30 minutes of speech for 3 epochs
+ESTIMATE_CARDS = ("RTX 3060", "RTX 4060")
+H100_BF16_TFLOPS = 989.0  # dense, the share of it a step reaches is what carries over to other cards
+# The learning check.
+TEACHER_RANK = 16
+TRAIN_PROMPTS, HELD_OUT_PROMPTS = 24, 8
+ANSWER_FRAMES = 18
+STUDENT_STEPS = 160
+STUDENT_LR = 1e-3
+TEACHER_BASE_AGREEMENT = (0.3, 0.6)  # the teacher's size is chosen so the base model agrees this much with it
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def synthetic_samples(tokenizer, count: int, *, seed: int, codebooks: int, n_text: int, n_audio: int) -> list:
+    """Reading samples of clips of CLIP_SECONDS, laid out exactly as a run lays out recorded ones (samples.py's
+    `sample_from_tokens`), with random text tokens and audio codes: the speed of a step depends on the lengths."""
+    import torch
+
+    from engine.voices.reading_script import READING_SCRIPT
+    from engine.voices.samples import READING_REQUEST, sample_from_tokens
+
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    samples = []
+    for index in range(count):
+        seconds = rng.uniform(*CLIP_SECONDS)
+        frames = round(seconds * 12.5)
+        text = torch.randint(200, min(512, tokenizer.vocab_size), (round(seconds * TEXT_TOKENS_PER_SECOND),), generator=generator)
+        codes = torch.randint(0, 2048, (codebooks, frames), generator=generator)
+        request = READING_REQUEST.format(text=READING_SCRIPT[index % len(READING_SCRIPT)])
+        samples.append(sample_from_tokens(f"clip-{index:04d}", tokenizer, request, text.tolist(), codes, n_text=n_text, n_audio=n_audio))
+    return samples
+
+
+# --------------------------------------------------------------------------- speed (child)
+
+
+def measure_speed(folder: Path, cap_bytes: int, precision: str) -> dict[str, Any]:
+    import torch
+
+    from engine.bench.workload import driver_used_bytes
+    from engine.model.loading import load_model, use_expandable_cuda_segments
+    from engine.voices import plan
+    from engine.voices.adapter import DEFAULT_RANK, DEFAULT_TARGETS
+    from engine.voices.batches import collate
+    from engine.voices.trainer import PreparedData, TrainingOptions, VoiceTrainer, label_counts
+
+    torch.cuda.init()
+    use_expandable_cuda_segments()
+    total = torch.cuda.mem_get_info()[1]
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_bytes / total))
+    result: dict[str, Any] = {"cap_gb": cap_bytes / GB, "precision": precision}
+    device = torch.device("cuda")
+    free = plan.device_free_bytes(device)
+    budget = plan.budget_for(free, folder, precision=precision, rank=DEFAULT_RANK, targets=DEFAULT_TARGETS)
+    result["free_before_gb"] = free / GB
+    need = plan.memory_plan(folder, precision=precision, rank=DEFAULT_RANK, targets=DEFAULT_TARGETS,
+                            budget=budget or plan.TokenBudget(plan.MIN_BUDGET_POSITIONS, plan.MIN_BUDGET_POSITIONS))
+    result["planned_need_gb"] = need.total / GB
+    if budget is None:
+        result["refused"] = "the plan says this card cannot hold a training at the smallest batch"
+        return result
+    result["budget"] = {"positions": budget.positions, "audio_frames": budget.audio_frames}
+    started = time.perf_counter()
+    loaded = load_model(folder, device=device, precision=precision)
+    result["load_s"] = time.perf_counter() - started
+    tokenizer = loaded.processor.text
+    samples = synthetic_samples(tokenizer, 64, seed=1, codebooks=loaded.codebooks, n_text=loaded.interleaved_n_text,
+                                n_audio=loaded.interleaved_n_audio)
+    data = PreparedData(samples, [], sum(s.audio_frames for s in samples) / 12.5)
+    steps = WARMUP_STEPS + SPEED_STEPS
+    trainer = VoiceTrainer(loaded, data, TrainingOptions(precision=precision, budget=budget, steps=steps), budget, steps, base_model=None)
+    result["adapter_parameters"] = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    torch.cuda.reset_peak_memory_stats()
+    times, positions, frames, labels, flop = [], 0, 0, 0, 0.0
+    peak_driver = 0
+    try:
+        for step in range(steps):
+            batch = [samples[i] for i in trainer.plan[step]]
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            trainer.train_step()
+            torch.cuda.synchronize()
+            elapsed = time.perf_counter() - began
+            peak_driver = max(peak_driver, driver_used_bytes() - torch.cuda.memory_reserved() + torch.cuda.max_memory_reserved())
+            if step >= WARMUP_STEPS:
+                times.append(elapsed)
+                batch_positions = sum(s.positions for s in batch)
+                batch_frames = sum(s.audio_frames for s in batch)
+                batch_text = sum(label_counts(s)[0] for s in batch)
+                positions += batch_positions
+                frames += batch_frames
+                labels += batch_text
+                flop += plan.training_flop(batch_positions, batch_frames, batch_text)
+    except torch.OutOfMemoryError as error:
+        result["out_of_memory"] = f"at step {len(times) + 1}: {error}"[:300]
+    result["parts_after_oom_retries"] = trainer.parts
+    if times:
+        seconds = sum(times)
+        result.update(
+            step_s_median=statistics.median(times),
+            positions_per_s=positions / seconds,
+            audio_frames_per_s=frames / seconds,
+            speech_seconds_per_s=frames / 12.5 / seconds,
+            flop_per_step=flop / len(times),
+            achieved_tflops=flop / seconds / 1e12,
+            text_labels=labels,
+        )
+    result["peak_driver_gb"] = peak_driver / GB
+    result["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / GB
+    result["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / GB
+    result["within_cap_and_planned"] = "out_of_memory" not in result and result["peak_reserved_gb"] * GB <= cap_bytes
+    result["audio_tokenizer_ms_per_speech_s"] = _mimi_encode_ms(loaded)
+    return result
+
+
+def _mimi_encode_ms(loaded) -> float | None:
+    """The audio tokenizer encoding 10 s of audio on the GPU, per second of speech (the run's first stage)."""
+    import torch
+
+    try:
+        mimi = loaded.processor.mimi
+    except AttributeError:
+        return None
+    audio = 0.1 * torch.randn(1, 1, 240_000, device=loaded.device)
+    with torch.no_grad():
+        mimi.encode(audio)
+        torch.cuda.synchronize()
+        began = time.perf_counter()
+        mimi.encode(audio)
+        torch.cuda.synchronize()
+    loaded.processor._mimi = None
+    torch.cuda.empty_cache()
+    return (time.perf_counter() - began) * 1e3 / 10.0
+
+
+# --------------------------------------------------------------------------- learning (child)
+
+
+def learning_check(folder: Path, *, device: str = "cuda", steps: int = STUDENT_STEPS) -> dict[str, Any]:
+    """The teacher/student check (see the module docstring)."""
+    import torch
+
+    from engine.model.loading import load_model
+    from engine.model.lora import VoiceSwitcher, load_voice
+    from engine.voices.adapter import DEFAULT_TARGETS
+    from engine.voices.batches import TokenBudget
+    from engine.voices.reading_script import READING_SCRIPT
+    from engine.voices.trainer import PreparedData, TrainingOptions, VoiceTrainer
+
+    loaded = load_model(folder, device=device)
+    tokenizer, schedule = loaded.processor.text, (loaded.interleaved_n_text, loaded.interleaved_n_audio)
+    requests = [f"次の文を読み上げてください。\n{READING_SCRIPT[i * 5 % len(READING_SCRIPT)]}" for i in range(TRAIN_PROMPTS + HELD_OUT_PROMPTS)]
+    work = Path(tempfile.mkdtemp(prefix="voicechat-learning-"))
+    pristine = {name: p.detach().clone() for name, p in loaded.model.named_parameters() if p.dim() == 2}
+
+    # The teacher: a random LoRA whose size is chosen so that the base model agrees with it only in part.
+    switcher = VoiceSwitcher(loaded.model)
+    scale, teacher_voice, base_agreement = 0.25, None, None
+    probe = _answers(loaded, requests[:4], schedule)  # the base's own answers, to size the teacher on
+    for _ in range(8):
+        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, DEFAULT_TARGETS)
+        switcher.apply(load_voice(teacher_voice))
+        teacher_probe = _logits_on(loaded.model, _samples(tokenizer, requests[:4], probe, schedule))
+        switcher.apply(None)
+        base_probe = _logits_on(loaded.model, _samples(tokenizer, requests[:4], probe, schedule))
+        base_agreement = _agreement(base_probe, teacher_probe)
+        if base_agreement["codebook0_top1"] > TEACHER_BASE_AGREEMENT[1]:
+            scale *= 2.0
+        elif base_agreement["codebook0_top1"] < TEACHER_BASE_AGREEMENT[0]:
+            scale /= 2.0
+        else:
+            break
+    switcher.apply(load_voice(teacher_voice))
+    answers = _answers(loaded, requests, schedule)
+    samples = _samples(tokenizer, requests, answers, schedule)
+    train, held_out = samples[:TRAIN_PROMPTS], samples[TRAIN_PROMPTS:]
+    teacher_logits = _logits_on(loaded.model, held_out)
+    switcher.apply(None)
+    for name, p in loaded.model.named_parameters():  # the switch is exact: the base is back, bit for bit
+        if name in pristine:
+            assert torch.equal(p, pristine[name]), name
+    base_logits = _logits_on(loaded.model, held_out)
+    budget = TokenBudget(4096, 2048)
+    started = time.perf_counter()
+    options = TrainingOptions(steps=steps, learning_rate=STUDENT_LR, budget=budget, previews=False)
+    trainer = VoiceTrainer(loaded, PreparedData(train, held_out, 0.0), options, budget, steps, base_model=None)
+    losses = [trainer.train_step()["loss"] for _ in range(steps)]
+    train_s = time.perf_counter() - started
+    student_logits = _logits_on(loaded.model, held_out)  # peft put the student's adapter into the model's own layers
+    base = _agreement(base_logits, teacher_logits)
+    student = _agreement(student_logits, teacher_logits)
+    return {
+        "teacher": {"rank": TEACHER_RANK, "scale": scale, "targets": DEFAULT_TARGETS, "base_agreement_on_probe": base_agreement},
+        "prompts": {"train": TRAIN_PROMPTS, "held_out": HELD_OUT_PROMPTS, "answer_frames": ANSWER_FRAMES},
+        "student": {"steps": steps, "learning_rate": STUDENT_LR, "train_s": train_s, "loss_first": losses[0], "loss_last": losses[-1]},
+        "held_out_agreement_with_teacher": {"base": base, "student": student},
+        "target_halfway": {key: student[key] >= base[key] + 0.5 * (1 - base[key]) for key in base},
+        "teacher_forced": True,
+    }
+
+
+def _random_teacher(model, folder: Path, scale: float, targets: str) -> Path:
+    """A LoRA adapter in peft's format with random A and B, sized so that B @ A is `scale` times each weight's own
+    spread (a random direction per layer: a different model, as a trained voice is, of a chosen distance)."""
+    import re
+
+    import torch
+    from safetensors.torch import save_file
+    from torch import nn
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = re.compile(targets)
+    generator = torch.Generator().manual_seed(7)
+    tensors = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and pattern.fullmatch(name) and module.weight.numel():
+            rows, columns = module.weight.shape
+            spread = float(module.weight.float().std())
+            # Entries of B @ A have a spread of spread · scale: A's rows unit-norm, B's entries of spread · scale.
+            a = torch.randn(TEACHER_RANK, columns, generator=generator) / math.sqrt(columns)
+            b = torch.randn(rows, TEACHER_RANK, generator=generator) * spread * scale * math.sqrt(columns / TEACHER_RANK)
+            tensors[f"base_model.model.{name}.lora_A.weight"] = a.contiguous()
+            tensors[f"base_model.model.{name}.lora_B.weight"] = b.contiguous()
+    save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = {"peft_type": "LORA", "r": TEACHER_RANK, "lora_alpha": TEACHER_RANK, "target_modules": targets}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _answers(loaded, requests: list[str], schedule: tuple[int, int]) -> list[tuple[list[int], Any]]:
+    """Each request answered greedily by the model as it is (text ids, codes (codebooks, frames))."""
+    import torch
+
+    from engine.chat.decoding import SamplingSettings
+    from engine.chat.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
+    from engine.constants import END_OF_AUDIO
+    from engine.voices.preview import prompt_token_ids
+
+    answers = []
+    for request in requests:
+        backend = EagerBackend(loaded.model)
+        ids = torch.tensor(prompt_token_ids(loaded.processor.text, request), device=loaded.device)
+        backend.prefill(loaded.model.lfm.embed_tokens(ids)[None])
+        text, frames = [], []
+        for event in interleaved_decode(backend, Schedule(*schedule), SamplingSettings(greedy=True),
+                                        max_new_tokens=4 * ANSWER_FRAMES, max_frames=ANSWER_FRAMES):
+            if isinstance(event, GeneratedText) and event.token != 130:
+                text.append(event.token)
+            elif isinstance(event, GeneratedFrame) and event.values[0] != END_OF_AUDIO:
+                frames.append(event.codes)
+        answers.append((text, torch.stack(frames, dim=1) if frames else torch.zeros((loaded.codebooks, 0), dtype=torch.long)))
+    return answers
+
+
+def _samples(tokenizer, requests, answers, schedule) -> list:
+    from engine.voices.samples import sample_from_tokens
+
+    return [sample_from_tokens(f"prompt-{i:02d}", tokenizer, request, text, codes, n_text=schedule[0], n_audio=schedule[1])
+            for i, (request, (text, codes)) in enumerate(zip(requests, answers, strict=True))]
+
+
+def _logits_on(model, samples) -> list[tuple[Any, Any]]:
+    """Teacher-forced top-1 choices (text positions, the first codebook of audio frames) for each sample, from
+    liquid-audio's own `logits` (the loss's forward) of `model` (with whatever voice or adapter it carries)."""
+    import torch
+
+    from engine.voices.batches import collate
+
+    device = model.codebook_offsets.device
+    choices = []
+    with torch.no_grad():
+        for sample in samples:
+            text_logits, audio_logits, _, _ = model.logits(collate([sample]).to(device))
+            codebook0 = audio_logits.view(-1, model.codebooks, audio_logits.shape[-1])[:, 0]
+            choices.append((text_logits.argmax(-1).cpu(), codebook0.argmax(-1).cpu()))
+    return choices
+
+
+def _agreement(got, want) -> dict[str, float]:
+    import torch
+
+    text = torch.cat([g[0] == w[0] for g, w in zip(got, want, strict=True)]).float().mean().item()
+    codebook0 = torch.cat([g[1] == w[1] for g, w in zip(got, want, strict=True)]).float().mean().item()
+    return {"text_top1": text, "codebook0_top1": codebook0}
+
+
+# --------------------------------------------------------------------------- the section (parent)
+
+
+def estimate_minutes(speed_runs: list[dict[str, Any]], gpu_tflops: float = H100_BF16_TFLOPS) -> dict[str, Any]:
+    """Minutes to train SPEECH_MINUTES of speech for EPOCHS on each of ESTIMATE_CARDS (ESTIMATE): the arithmetic
+    of that much speech (engine/voices/plan.py `speech_work`, `training_flop`) over the card's bf16 tensor
+    throughput at the share of the lent GPU's that the run of the same card size and precision reached."""
+    from engine.voices import plan
+
+    positions, frames, text = plan.speech_work(SPEECH_MINUTES * 60, clips=int(SPEECH_MINUTES * 60 / 8), epochs=EPOCHS)
+    flop = plan.training_flop(positions, frames, text)
+    estimates: dict[str, Any] = {"speech_minutes": SPEECH_MINUTES, "epochs": EPOCHS, "flop": flop}
+    for card in ESTIMATE_CARDS:
+        tflops = plan.CARD_TENSOR_TFLOPS[card]
+        per_run = {}
+        for run in speed_runs:
+            if run.get("achieved_tflops"):
+                share = run["achieved_tflops"] / gpu_tflops
+                per_run[f"{run['card']} {run['precision']}"] = {"utilization": share, "minutes": flop / (tflops * 1e12 * share) / 60}
+        estimates[card] = {"tensor_tflops": tflops, "by_run": per_run}
+    return estimates
+
+
+def _child(args: list[str], timeout: float) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+        path = Path(out.name)
+    command = [sys.executable, "-m", "engine.bench.voice_training", "--child-out", str(path), *args]
+    try:
+        completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired as error:
+        return {"error": f"timed out after {timeout} s", "stderr_tail": (error.stderr or b"")[-3000:].decode(errors="replace") if isinstance(error.stderr, bytes) else str(error.stderr)[-3000:]}
+    if completed.returncode != 0 or not path.stat().st_size:
+        return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
+    return json.loads(path.read_text())
+
+
+def run_voice_training(out: Path, *, learning: bool = True) -> dict[str, Any]:
+    from engine.bench.small_cards import DESKTOP_GB, OUTSIDE_ALLOCATOR_GB, allocator_cap_bytes
+
+    work = Path(tempfile.mkdtemp(prefix="voicechat-voice-training-"))
+    folder = work / "LFM2.5-Audio-1.5B-JP"
+    section: dict[str, Any] = {
+        "method": {"desktop_gb": DESKTOP_GB, "outside_allocator_gb": OUTSIDE_ALLOCATOR_GB,
+                   "cap": "card GiB − desktop − outside-allocator memory (engine/bench/small_cards.py)",
+                   "steps_timed": SPEED_STEPS, "clip_seconds": CLIP_SECONDS},
+    }
+    started = time.perf_counter()
+    section["checkpoint"] = _child(["--write", str(folder)], timeout=900)
+    section["checkpoint"]["write_s"] = time.perf_counter() - started
+    runs = []
+    for label, gib, precision in SPEED_RUNS:
+        run = _child(["--speed", str(folder), "--cap-bytes", str(allocator_cap_bytes(gib)), "--precision", precision], timeout=600)
+        run.update(card=label, card_gib=gib, precision=precision)
+        runs.append(run)
+        print(json.dumps({k: run.get(k) for k in ("card", "precision", "step_s_median", "positions_per_s", "achieved_tflops",
+                                                   "peak_driver_gb", "within_cap_and_planned", "out_of_memory", "error")}), flush=True)
+    section["speed"] = runs
+    section["card_estimates"] = estimate_minutes(runs)
+    if learning:
+        section["learning"] = _child(["--learn", str(folder)], timeout=1200)
+        print(json.dumps(section["learning"].get("held_out_agreement_with_teacher", section["learning"])), flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "voice_training.json").write_text(json.dumps(section, indent=1))
+    return section
+
+
+def write_checkpoint(folder: Path) -> dict[str, Any]:
+    from engine.bench.small_cards import write_full_size_checkpoint
+    from engine.model.tiny_checkpoint import write_audio_tokenizer
+
+    written = write_full_size_checkpoint(folder)
+    write_audio_tokenizer(folder)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--child-out", type=Path)
+    parser.add_argument("--write", type=Path)
+    parser.add_argument("--speed", type=Path)
+    parser.add_argument("--learn", type=Path)
+    parser.add_argument("--cap-bytes", type=int)
+    parser.add_argument("--precision", choices=("bf16", "int8"), default="bf16")
+    parser.add_argument("--no-learning", action="store_true")
+    args = parser.parse_args(argv)
+    if args.child_out:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from engine.tools.reply import quiet_library_logs
+
+        quiet_library_logs()
+        if args.write:
+            result = write_checkpoint(args.write)
+        elif args.speed:
+            result = measure_speed(args.speed, args.cap_bytes, args.precision)
+        else:
+            result = learning_check(args.learn)
+        args.child_out.write_text(json.dumps(result))
+        return 0
+    run_voice_training(args.out, learning=not args.no_learning)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

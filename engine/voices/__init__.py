@@ -1,0 +1,10 @@
+"""A voice of the user's own (issue 43): the speech it is trained from and its training.
+
+The data side -- the reading script, the checks of each clip, importing a folder of recordings and the data folder
+the trainer reads (reading_script, clip_check, importing, dataset) -- is numpy, soxr and soundfile only: no torch and
+no Qt (the window's wizard imports these modules, and the window must not load torch). The training side -- samples,
+batches, the adapter, the trainer and one run (samples, batches, adapter, trainer, run, run_files, plan, preview,
+transcribe, voice_card) -- is torch, and runs in the training process (engine/tools/voice_train.py) or the engine
+thread.
+
+Empty on purpose: each module is imported by name."""

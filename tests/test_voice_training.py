@@ -1,0 +1,213 @@
+"""Training a voice on the CPU, end to end on the tiny model with Japanese speech from Open JTalk: the losses fall,
+a stopped run resumes to exactly the uninterrupted one, the published adapter is a voice the app switches in (in
+both precisions) and it changes the answer; everything that cannot be done is refused before anything changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from engine.errors import ModelFilesError, VoiceTrainingError
+from engine.model.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, VoiceSwitcher, load_voice
+from engine.voices.batches import TokenBudget, collate
+from engine.voices.run import RunRequest, train_voice
+from engine.voices.run_files import LOG_FILE, TrainingLog, checkpoint_path
+from engine.voices.trainer import TrainingOptions
+from engine.voices.voice_card import VOICE_CARD, VoiceCard
+from tests.voice_training_helpers import speech_clips
+
+STEPS = 8
+OPTIONS = TrainingOptions(steps=STEPS, rank=4, checkpoint_every=4, learning_rate=1e-3, budget=TokenBudget(400, 200))
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return speech_clips()
+
+
+def _train(clips, out: Path, model: Path, *, stop_after: int | None = None, resume: bool = False,
+           options: TrainingOptions = OPTIONS, replace: bool = False) -> tuple[TrainingLog, list[dict]]:
+    events: list[dict] = []
+    request = RunRequest(clips, out, model, None, options, torch.device("cpu"), resume=resume, replace=replace)
+    steps_seen = [0]
+
+    def on_event(event: dict) -> None:
+        events.append(event)
+        if event["event"] == "step":
+            steps_seen[0] = event["step"]
+
+    record = train_voice(request, on_event=on_event,
+                         should_stop=lambda: stop_after is not None and steps_seen[0] >= stop_after)
+    return record, events
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, clips, tiny_model_with_tokenizer_dir: Path) -> tuple[Path, TrainingLog, list[dict]]:
+    out = tmp_path_factory.mktemp("voices") / "straight"
+    record, events = _train(clips, out, tiny_model_with_tokenizer_dir)
+    return out, record, events
+
+
+def test_the_losses_fall_and_the_voice_is_published_with_its_card(trained) -> None:
+    out, record, events = trained
+    assert record.status == "done" and record.step == STEPS
+    losses = [entry["loss"] for entry in record.losses]
+    assert len(losses) == STEPS
+    assert sum(losses[-2:]) / 2 < 0.9 * sum(losses[:2]) / 2, losses
+    held_out = [entry["loss"] for entry in record.held_out]
+    assert [entry["step"] for entry in record.held_out] == [4, 8]
+    assert held_out[-1] < held_out[0], held_out
+    assert {event["event"] for event in events} >= {"encode", "start", "loaded", "step", "held_out", "preview", "checkpoint", "done"}
+    # Published: the adapter peft wrote, the card, the last preview, the log; no work folder left.
+    assert sorted(p.name for p in out.iterdir()) == sorted([ADAPTER_CONFIG, ADAPTER_WEIGHTS, VOICE_CARD, "preview.wav", LOG_FILE])
+    card = VoiceCard.read(out)
+    assert card is not None and card.steps == STEPS and card.rank == 4 and card.clips == 6
+    assert card.held_out_loss == pytest.approx(held_out[-1])
+    config = json.loads((out / ADAPTER_CONFIG).read_text())
+    assert config["r"] == 4 and config["peft_type"] == "LORA"
+    log = json.loads((out / LOG_FILE).read_text())
+    assert log["status"] == "done" and len(log["losses"]) == STEPS and log["tokens_per_second"] > 0
+
+
+def test_a_stopped_run_is_no_voice_and_resumes_to_exactly_the_uninterrupted_one(trained, clips, tmp_path, tiny_model_with_tokenizer_dir) -> None:
+    straight, _, _ = trained
+    out = tmp_path / "stopped"
+    record, events = _train(clips, out, tiny_model_with_tokenizer_dir, stop_after=5)
+    assert record.status == "cancelled" and record.step == 5
+    assert events[-1] == {"event": "cancelled", "step": 5}
+    assert not (out / ADAPTER_CONFIG).exists() and not (out / ADAPTER_WEIGHTS).exists()  # no half-trained voice
+    assert checkpoint_path(out).is_file()
+    assert json.loads((out / LOG_FILE).read_text())["status"] == "cancelled"
+    with pytest.raises(VoiceTrainingError, match="unfinished training"):
+        _train(clips, out, tiny_model_with_tokenizer_dir)  # a new run would drop it: refused unless asked
+
+    resumed, events = _train(clips, out, tiny_model_with_tokenizer_dir, resume=True)
+    assert resumed.status == "done" and [e["step"] for e in events if e["event"] == "step"] == [6, 7, 8]
+    expected, got = load_file(straight / ADAPTER_WEIGHTS), load_file(out / ADAPTER_WEIGHTS)
+    assert expected.keys() == got.keys() and len(got) > 20
+    for name in expected:
+        assert torch.equal(expected[name], got[name]), name
+
+
+def test_the_trained_voice_switches_in_both_precisions_and_changes_the_answer(trained, tiny_model_with_tokenizer_dir) -> None:
+    from engine.chat.session import ChatSession
+    from engine.protocol import SamplingSettings
+    from tests.voice_training_helpers import speech
+
+    out, _, _ = trained
+    question = speech("今日の予定を教えてください。", 16_000)
+    for precision in ("bf16", "int8"):
+        answers = {}
+        for voice in (None, str(out)):
+            session = ChatSession.open(str(tiny_model_with_tokenizer_dir), lora=voice, device="cpu", precision=precision)
+            assert session.voice_problem is None
+            done = [o for o in session.respond(question, SamplingSettings(greedy=True), max_answer_seconds=1.0) if hasattr(o, "stats")]
+            answers[voice] = done[-1].stats.token_ids
+            session.close()
+        assert answers[None] != answers[str(out)], precision
+
+
+def test_the_voice_merges_exactly_what_peft_computes(trained, tiny_loaded) -> None:
+    """The switch merges the published adapter as peft's own merge does (the same weights to float32 rounding)."""
+    import copy
+
+    from peft import PeftModel
+
+    out, _, _ = trained
+    model = copy.deepcopy(tiny_loaded.model)
+    merged = PeftModel.from_pretrained(copy.deepcopy(tiny_loaded.model), str(out)).merge_and_unload()
+    VoiceSwitcher(model).apply(load_voice(out))
+    for (name, got), (_, want) in zip(model.named_parameters(), merged.named_parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=name)
+
+
+def test_int8_base_trains_with_the_engines_own_weights(clips, tmp_path, tiny_model_with_tokenizer_dir) -> None:
+    options = TrainingOptions(steps=4, rank=4, checkpoint_every=4, learning_rate=1e-3, budget=TokenBudget(400, 200),
+                              precision="int8", previews=False)
+    record, _ = _train(clips, tmp_path / "int8", tiny_model_with_tokenizer_dir, options=options)
+    assert record.status == "done" and record.precision == "int8"
+    losses = [entry["loss"] for entry in record.losses]
+    assert losses[-1] < losses[0], losses
+    assert VoiceCard.read(tmp_path / "int8").precision == "int8"
+    load_voice(tmp_path / "int8")
+
+
+def test_a_batch_split_in_parts_gives_the_whole_batchs_gradients(clips, tiny_model_with_tokenizer_dir) -> None:
+    """What happens after running out of GPU memory: the same loss and gradients from smaller parts."""
+    from engine.model.loading import load_model
+    from engine.voices import adapter
+    from engine.voices.trainer import PreparedData, VoiceTrainer, prepare_samples
+
+    data = prepare_samples(clips, tiny_model_with_tokenizer_dir, Path(tiny_model_with_tokenizer_dir).parent / "cache-check",
+                           device=torch.device("cpu"), interleave=(6, 9), codebooks=8, on_event=lambda e: None, should_stop=lambda: False)
+    data = PreparedData(data.train[:4], [], data.seconds)
+    trainer = VoiceTrainer(load_model(tiny_model_with_tokenizer_dir, device="cpu"), data, OPTIONS, TokenBudget(10_000, 10_000), 1,
+                           base_model=None)
+    for parameter in adapter.trainable_parameters(trainer.model):
+        torch.nn.init.normal_(parameter, std=0.02)  # B starts at zero: give every weight a gradient
+    results = []
+    for parts in (1, 3):
+        trainer.parts = parts
+        losses = trainer._run_batch(data.train, train=True)
+        results.append((losses, [p.grad.clone() for p in adapter.trainable_parameters(trainer.model)]))
+        trainer.optimizer.zero_grad(set_to_none=True)
+    (whole, whole_grads), (split, split_grads) = results
+    assert whole == pytest.approx(split, rel=1e-5)
+    for a, b in zip(whole_grads, split_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    one_forward = trainer.model(collate(data.train))
+    assert whole["loss"] == pytest.approx(float(one_forward.loss.detach()), rel=1e-5)
+
+
+@pytest.mark.parametrize("case", ["voice there", "nothing to resume", "no audio tokenizer", "broken model", "no clips"])
+def test_what_cannot_be_done_is_refused_before_anything_changes(case, clips, tmp_path, trained, tiny_model_dir, tiny_model_with_tokenizer_dir) -> None:
+    straight, _, _ = trained
+    model, out, kwargs = tiny_model_with_tokenizer_dir, tmp_path / "out", {}
+    if case == "voice there":
+        out = straight
+    elif case == "nothing to resume":
+        kwargs = {"resume": True}
+    elif case == "no audio tokenizer":
+        model = tiny_model_dir
+    elif case == "broken model":
+        model = tmp_path / "not-a-model"
+        model.mkdir()
+    before = {p.name: p.read_bytes() for p in straight.iterdir()}
+    error = ModelFilesError if case == "broken model" else VoiceTrainingError
+    with pytest.raises(error) as raised:
+        _train([] if case == "no clips" else clips, out, model, **kwargs)
+    message = raised.value.message
+    assert {"voice there": "already holds a voice", "nothing to resume": "no unfinished training",
+            "no audio tokenizer": "no audio tokenizer", "broken model": "cannot be used", "no clips": "no clips"}[case] in message
+    assert {p.name: p.read_bytes() for p in straight.iterdir()} == before
+    if case != "voice there":
+        assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_replaced_voice_stays_until_the_new_one_is_finished(clips, tmp_path, tiny_model_with_tokenizer_dir) -> None:
+    out = tmp_path / "voice"
+    options = TrainingOptions(steps=2, rank=4, checkpoint_every=1, budget=TokenBudget(400, 200), previews=False)
+    _train(clips, out, tiny_model_with_tokenizer_dir, options=options)
+    first = (out / ADAPTER_WEIGHTS).read_bytes()
+    other_seed = TrainingOptions(steps=2, rank=4, checkpoint_every=1, budget=TokenBudget(400, 200), previews=False, seed=1)
+    record, _ = _train(clips, out, tiny_model_with_tokenizer_dir, options=other_seed, replace=True, stop_after=1)
+    assert record.status == "cancelled"
+    assert (out / ADAPTER_WEIGHTS).read_bytes() == first and (out / ADAPTER_CONFIG).is_file()  # still the old voice
+    load_voice(out)
+    _train(clips, out, tiny_model_with_tokenizer_dir, options=options, resume=True)
+    assert (out / ADAPTER_WEIGHTS).read_bytes() != first
+    load_voice(out)
+
+
+def test_a_damaged_checkpoint_is_named_and_kept(clips, tmp_path, tiny_model_with_tokenizer_dir) -> None:
+    out = tmp_path / "voice"
+    options = TrainingOptions(steps=3, rank=4, checkpoint_every=1, budget=TokenBudget(400, 200), previews=False)
+    _train(clips, out, tiny_model_with_tokenizer_dir, options=options, stop_after=1)
+    checkpoint_path(out).write_bytes(checkpoint_path(out).read_bytes()[:100])
+    with pytest.raises(VoiceTrainingError, match="damaged"):
+        _train(clips, out, tiny_model_with_tokenizer_dir, resume=True)
+    assert checkpoint_path(out).stat().st_size == 100
