@@ -221,7 +221,7 @@ class ChatSession:
         self.backend = backend
         self.decoder = decoder
         self.context_capacity = context_tokens
-        self.voices = VoiceSwitcher(loaded.model, model_id=model_id, checkpoint=loaded.weights)
+        self.voices = VoiceSwitcher(loaded.model, model_id=model_id, checkpoint=loaded.weights, reader=loaded.reader)
         self.schedule = Schedule(loaded.interleaved_n_text, loaded.interleaved_n_audio)
         self.system_prompt = DEFAULT_SYSTEM_PROMPT
         self.conversation = self._new_conversation()
