@@ -93,6 +93,28 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
     return graph, result
 
 
+def capture_concurrently(step: Callable[[], T], *, stream: torch.cuda.Stream, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
+    """`capture` for a thread other than the one that runs the turns (engine/realtime/lazy_capture.py): on
+    `stream` (idle, a non-blocking pool stream, which the legacy default stream never waits on), in CUDA's
+    thread-local capture mode, so that the other thread's calls meanwhile (allocations, synchronizations,
+    copies) neither break the capture nor are refused; and without `torch.cuda.graph`'s device-wide
+    synchronize and emptying of the allocator's caches, which would make the capture wait for the other
+    thread's work and take memory from under it. The capture records and runs nothing."""
+    graph = torch.cuda.CUDAGraph()
+    stream.synchronize()
+    with torch.cuda.stream(stream):
+        collecting = gc.isenabled()
+        gc.disable()
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            result = step()
+        finally:
+            graph.capture_end()
+            if collecting:
+                gc.enable()
+    return graph, result
+
+
 def per_call_us(device: torch.device, run: Callable[[], object], *, calls: int = 20, replays: int = 5,
                 side: torch.cuda.Stream | None = None) -> float:
     """Device time per call of `run`, in µs: `calls` calls warmed up (on `side`), captured back to back in
