@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import threading
 import time
 from pathlib import Path
@@ -26,41 +25,15 @@ from engine.model.loading import load_model
 from engine.model.lora import VoiceSwitcher, load_voice
 from engine.model.quantized import QuantizedLinear, quantize_model, quantize_rows
 from engine.model.row_reads import ByteRange, RowReader, TruncatedFile
+from voice_kinds import KINDS, make_voice
 
 EXAMPLES = int(os.environ.get("VOICE_SWITCH_EXAMPLES", "6"))
-# The voices, by the layers they adapt (suffixes of module names, or None: every linear layer there is).
-KINDS: dict[str, tuple[str, ...] | None] = {
-    "qv": ("q_proj", "v_proj"),
-    "attention_mlp": ("q_proj", "k_proj", "v_proj", "out_proj", "w1", "w2", "w3"),
-    "all_linear": None,  # the tied codebook heads (depth_embeddings.N.to_logits) too, as community voices have them
-    "tied_heads": ("to_logits",),  # only the heads tied to their codebook's embedding (stored once in the checkpoint)
-    "partial": ("lfm.layers.1.self_attn.q_proj", "depthformer.layers.0.operator.qkv_proj", "depth_linear"),
-}
-
-
-def _linear_names(model: torch.nn.Module) -> list[str]:
-    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m.weight.numel()]
-
-
-def _make_voice(model: torch.nn.Module, folder: Path, kind: str, seed: int) -> None:
-    """A real peft adapter (random A and B) on the layers of `kind`, saved as save_pretrained writes it."""
-    from peft import LoraConfig, get_peft_model
-
-    suffixes = KINDS[kind]
-    names = [n for n in _linear_names(model) if suffixes is None or n.rsplit(".", 1)[-1] in suffixes or n in suffixes]
-    torch.manual_seed(seed)
-    extra = {"rank_pattern": {"depth_linear": 2}, "alpha_pattern": {"depth_linear": 3}} if kind == "partial" else {}
-    config = LoraConfig(r=4, lora_alpha=8, target_modules="^(" + "|".join(re.escape(n) for n in names) + ")$",
-                        init_lora_weights=False, **extra)
-    get_peft_model(copy.deepcopy(model), config).save_pretrained(str(folder))
-
-
 @pytest.fixture(scope="module")
 def voices(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     folder = tmp_path_factory.mktemp("voices")
     model = load_model(tiny_model_dir, device="cpu").model
     for seed, kind in enumerate(KINDS, start=1):
-        _make_voice(model, folder / kind, kind, seed)
+        make_voice(model, folder / kind, kind, seed)
     return {kind: load_voice(folder / kind) for kind in KINDS}
 
 
@@ -162,7 +135,7 @@ def test_a_voice_that_cannot_be_merged_changes_nothing(tiny_model_dir: Path, voi
 def test_memory_stays_flat_over_many_switches(tiny_model_dir: Path, voices) -> None:
     """Twenty switches in int8: the float32 storages alive after each are the adapter's at most (none after going
     back to the plain voice), and the host memory the switcher keeps (the reader's slots) does not grow."""
-    from tests.test_small_card_memory import LiveStorages
+    from test_small_card_memory import LiveStorages
 
     loaded = _load(tiny_model_dir, "int8")
     switcher = VoiceSwitcher(loaded.model, checkpoint=loaded.weights, reader=loaded.reader)
