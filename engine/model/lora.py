@@ -215,7 +215,7 @@ def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, defa
 
 # Rows merged at once, at most (and at most a reader slot's bytes of pristine rows): the merge's float32
 # temporaries on the GPU stay a few tens of MB whatever the matrix.
-MERGE_CHUNK_ELEMENTS = 1 << 22
+MERGE_CHUNK_ELEMENTS = 1 << 23
 
 
 @dataclass
