@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,18 +148,33 @@ def _load_parts(
     """The model, its checkpoint and the processor with its detokenizer; every failure as the error the user sees."""
     from liquid_audio import LFM2AudioProcessor
 
-    try:
-        model, weights = load_weights(folder, device=device, dtype=dtype, precision=precision, reader=reader)
+    # The tokenizer and the log-mel preprocessor (Python and tokenizers' own code) are built on a helper thread while
+    # the weights are read (reader threads and DMA: this thread mostly waits).
+    built: dict[str, object] = {}
+
+    def build_processor() -> None:
         try:
-            processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as error:
-            raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error
-        if processor.detokenizer_path is not None:
+            built["processor"] = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
+        except BaseException as error:  # noqa: BLE001 - raised on the loading thread below
+            built["error"] = error
+
+    helper = threading.Thread(target=build_processor, name="processor", daemon=True)
+    helper.start()
+    try:
+        try:
+            model, weights = load_weights(folder, device=device, dtype=dtype, precision=precision, reader=reader)
+        finally:
+            helper.join()
+        error = built.get("error")
+        if isinstance(error, torch.OutOfMemoryError):
+            raise error
+        if error is not None:
+            raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error  # type: ignore[arg-type]
+        processor = built["processor"]
+        if processor.detokenizer_path is not None:  # type: ignore[attr-defined]
             # Built now (not lazily mid-conversation), in the precision's dtypes (`detokenizer_dtype`).
-            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device, precision=precision,
-                                                            reader=reader)
+            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device,  # type: ignore[attr-defined]
+                                                            precision=precision, reader=reader)
     except torch.OutOfMemoryError as error:
         _free_cuda_memory()
         raise GpuMemoryError.of(

@@ -78,19 +78,33 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
     Python's cyclic garbage collector is off during the capture: a collection there could free an old
     graph (an earlier session's, caught in a reference cycle), and destroying a graph while a stream
     captures is refused ("operation not permitted when stream is capturing"), and H200 run 64 lost a
-    start-up timing's capture right after ten such refusals. `torch.cuda.graph` collects once before it
-    begins. (Two GPU tests that made a graph garbage mid-capture did not break the capture without this
-    either, runs 65-66, so no test stands for it: the cause is inferred from run 64's log.)"""
+    start-up timing's capture right after ten such refusals. (Two GPU tests that made a graph garbage
+    mid-capture did not break the capture without this either, runs 65-66, so no test stands for it: the
+    cause is inferred from run 64's log.)
+
+    What `torch.cuda.graph` does, less emptying the allocator's caches (device and pinned host) before
+    every capture: with expandable segments that unmapped the pages of each warm-up's temporaries only for
+    the next warm-up to map them again, some 60 times in a start-up; ChatSession.open empties the cache once,
+    when it is ready. The capture runs on one stream of its own, after everything queued before it."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    torch.cuda.synchronize()
+    with torch.cuda.stream(_capture_stream(torch.cuda.current_device())):
         collecting = gc.isenabled()
         gc.disable()
+        graph.capture_begin(pool=pool)
         try:
             result = step()
         finally:
+            graph.capture_end()
             if collecting:
                 gc.enable()
     return graph, result
+
+
+@functools.cache
+def _capture_stream(index: int) -> torch.cuda.Stream:
+    """The stream every capture on the engine's thread records on (one: cuBLAS keeps a workspace per stream)."""
+    return torch.cuda.Stream(index)
 
 
 def capture_concurrently(step: Callable[[], T], *, stream: torch.cuda.Stream, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
