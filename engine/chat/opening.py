@@ -35,6 +35,7 @@ from engine.model.quantized import Precision
 from engine.model.store import check_model_folder, resolve_model
 from engine.model.tiny_checkpoint import write_tiny_checkpoint
 from engine.protocol import Progress
+from engine.realtime import graphs
 from engine.realtime.encoder_graphs import EncoderGraphs
 from engine.realtime.kernels import compile_in_background
 
@@ -175,7 +176,7 @@ def open_session(
         session.warm_up()
         # Capture and warm-up leave blocks in the caching allocator that no turn reuses (eager runs at
         # every captured shape); handing them back keeps the reserved VRAM near what turns need.
-        torch.cuda.empty_cache()
+        graphs.empty_cache()
         session.note_ready_memory()
     session._prefill_ahead()  # the system prompt (on a GPU the warm-up's reset has done it)
     clock.mark("ready")
@@ -196,7 +197,7 @@ def _encoder_graphs_or_none(loaded: LoadedModel, *, pool: object | None = None, 
             pool=pool, defer=defer,
         )
     except Exception as error:  # an optional speed-up: whatever went wrong, encode eagerly as before
-        torch.cuda.empty_cache()
+        graphs.empty_cache()
         log.warning("audio encoder graphs not captured, encoding eagerly: %s", error)
         return None
 
@@ -223,7 +224,7 @@ def _graphed_backend_or_fallback(
         return GraphedBackend(loaded, context_tokens=context_tokens), None
     except torch.OutOfMemoryError as error:
         # Not a silent fallback: eager steps are ~50x slower than real time. The user is told what is needed.
-        torch.cuda.empty_cache()
+        graphs.empty_cache()
         need = model_need(loaded.folder, context_tokens=context_tokens)
         raise GpuMemoryError.of(
             "The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, "

@@ -43,6 +43,7 @@ from engine.chat.precision_check import (
     record_reference,
 )
 from engine.protocol import EngineInfo, Progress, SamplingSettings
+from engine.realtime import graphs
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
 from engine.realtime.lazy_capture import LazyCapture
 from engine.validation import check_system_prompt, check_system_prompt_fits
@@ -409,7 +410,7 @@ class ChatSession:
             self._weights_version += 1
             self.voices.apply(voice)
             if self.loaded.device.type == "cuda":
-                torch.cuda.empty_cache()  # the merge's chunks: the card holds what it held before the switch
+                graphs.empty_cache()  # the merge's chunks: the card holds what it held before the switch
             refresh = getattr(self.backend, "refresh_weights", None)
             if refresh is not None:
                 refresh()
@@ -479,7 +480,7 @@ class ChatSession:
 
         def done() -> None:  # under the device lock: the warm-ups' blocks back, the new graphs' pool counted as the session's
             if self.loaded.device.type == "cuda":
-                torch.cuda.empty_cache()
+                graphs.empty_cache()
             self.note_ready_memory()
 
         self.lazy_capture = LazyCapture(jobs, device=self.loaded.device, device_lock=self._device,
@@ -591,7 +592,7 @@ class ChatSession:
         if self.loaded.device.type != "cuda" or self._ready_reserved is None:
             return
         if torch.cuda.memory_reserved(self.loaded.device) > self._ready_reserved + RELEASE_CACHED_ABOVE_BYTES:
-            torch.cuda.empty_cache()
+            graphs.empty_cache()  # (not while a lazy capture captures: then after a later turn)
 
     def _encode(self, wave_16k: np.ndarray) -> Turn:
         """The take (its features, and rows if the encoder graphs made them) in the conversation, and the

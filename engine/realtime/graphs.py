@@ -19,12 +19,30 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+# Held by every capture on the engine's thread, and by a lazy capture's whole warm-up and capture on its own thread
+# (engine/realtime/lazy_capture.py): a capture in CUDA's global mode must not see another thread's allocations, and
+# PyTorch refuses to empty its allocator's cache while any thread captures (an internal assert, not an error).
+CAPTURE_LOCK = threading.Lock()
+
+
+def empty_cache() -> bool:
+    """`torch.cuda.empty_cache()`, unless a capture is under way on another thread (then nothing: memory hygiene can
+    wait for the next call); whether it ran."""
+    if not CAPTURE_LOCK.acquire(blocking=False):
+        return False
+    try:
+        torch.cuda.empty_cache()
+    finally:
+        CAPTURE_LOCK.release()
+    return True
 
 
 def side_stream(device: torch.device | str) -> torch.cuda.Stream:
@@ -87,17 +105,18 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
     the next warm-up to map them again, some 60 times in a start-up; ChatSession.open empties the cache once,
     when it is ready. The capture runs on one stream of its own, after everything queued before it."""
     graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
-    with torch.cuda.stream(_capture_stream(torch.cuda.current_device())):
-        collecting = gc.isenabled()
-        gc.disable()
-        graph.capture_begin(pool=pool)
-        try:
-            result = step()
-        finally:
-            graph.capture_end()
-            if collecting:
-                gc.enable()
+    with CAPTURE_LOCK:
+        torch.cuda.synchronize()
+        with torch.cuda.stream(_capture_stream(torch.cuda.current_device())):
+            collecting = gc.isenabled()
+            gc.disable()
+            graph.capture_begin(pool=pool)
+            try:
+                result = step()
+            finally:
+                graph.capture_end()
+                if collecting:
+                    gc.enable()
     return graph, result
 
 
@@ -113,7 +132,8 @@ def capture_concurrently(step: Callable[[], T], *, stream: torch.cuda.Stream, po
     thread-local capture mode, so that the other thread's calls meanwhile (allocations, synchronizations,
     copies) neither break the capture nor are refused; and without `torch.cuda.graph`'s device-wide
     synchronize and emptying of the allocator's caches, which would make the capture wait for the other
-    thread's work and take memory from under it. The capture records and runs nothing."""
+    thread's work and take memory from under it. The capture records and runs nothing. The caller holds
+    CAPTURE_LOCK (the lazy capture does, for the job's warm-up and capture)."""
     graph = torch.cuda.CUDAGraph()
     stream.synchronize()
     with torch.cuda.stream(stream):

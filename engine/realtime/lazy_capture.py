@@ -10,7 +10,9 @@ A capture job comes in two parts:
   check its reference) and the capture itself, on this thread's stream in CUDA's thread-local capture mode
   (`graphs.capture_concurrently`). It may run beside a turn: it writes nothing a turn reads, and a capture
   records without running. A turn that starts meanwhile is not held up; it shares the CPU and the GPU with
-  the one step in progress at most, since no step starts while a turn holds the device.
+  the one step in progress at most, since no step starts while a turn holds the device. It holds
+  `graphs.CAPTURE_LOCK`: the engine's thread neither captures (another session opening) nor empties the
+  allocator's cache (`graphs.empty_cache` skips it) meanwhile.
 - `commit(prepared, stream)`, under the session's device lock (held by every turn and every change of the
   session's state from start to end): the check, which replays the new graphs on the buffers turns use,
   and publishing the graphs. It runs between turns, after the engine's queued work, and the lock is handed
@@ -29,6 +31,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
+
+from engine.realtime import graphs
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +128,8 @@ class LazyCapture:
                 return False
             version = self._weights_version()
             try:
-                prepared = job.prepare(stream)
+                with graphs.CAPTURE_LOCK:  # no capture on the engine's thread, nor an emptied cache, meanwhile
+                    prepared = job.prepare(stream)
             except Exception as error:  # noqa: BLE001 - this job's graphs stay eager; the next may still work
                 self._give_up(job, f"{type(error).__name__}: {error}")
                 return True
