@@ -131,8 +131,9 @@ def test_a_failed_capture_leaves_its_rung_eager_and_the_others_in_use(tiny_model
     monkeypatch.setattr(EncoderGraphs, "_prepare", failing)
     session.start_lazy_capture()
     assert session.wait_for_graphs(120)
-    assert sorted(session.encoder_graphs.rungs) == [401]
+    assert sorted(session.encoder_graphs.rungs) == [401] and session.encoder_graphs.pending == []
     assert session.lazy_capture.problems == ["encoder rung of 201 mel frames: RuntimeError: no graph today"]
+    assert session.encoder_graphs.problems == ["201 frames: RuntimeError: no graph today"]
     _, stats, _ = _turn(session, 1.3)  # a 1.3 s take fits the 4 s rung
     assert stats.frames > 0
     session.close()

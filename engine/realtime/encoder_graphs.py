@@ -108,12 +108,20 @@ class RungJob:
     def commit(self, prepared: _Prepared, stream: torch.cuda.Stream | None) -> str | None:
         graphs = self.graphs
         started = time.perf_counter()
-        problem = graphs._commit(prepared, stream)
-        graphs.pending.remove(self.frames)
-        graphs.capture_seconds[self.frames] = time.perf_counter() - started
-        if problem:
-            graphs.problems.append(f"{self.frames} frames: {problem}")
+        try:
+            problem = graphs._commit(prepared, stream)
+        finally:
+            graphs.capture_seconds[self.frames] = time.perf_counter() - started
+        if not problem:
+            graphs.pending.remove(self.frames)
         return problem
+
+    def abandon(self, problem: str) -> None:
+        """The rung stays eager (its capture failed, or its check): no longer pending, and the problem noted."""
+        graphs = self.graphs
+        if self.frames in graphs.pending:
+            graphs.pending.remove(self.frames)
+        graphs.problems.append(f"{self.frames} frames: {problem}")
 
 
 class EncoderGraphs:

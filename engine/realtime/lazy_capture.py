@@ -51,6 +51,9 @@ class CaptureJob(Protocol):
     def commit(self, prepared: Any, stream: torch.cuda.Stream | None) -> str | None:
         """Check and publish (the engine is idle); None when the graphs are in use, else why not."""
 
+    def abandon(self, problem: str) -> None:
+        """The job is given up (its graphs stay eager): `problem` says why."""
+
 
 class LazyCapture:
     """Runs capture jobs in order on a daemon thread: each prepared while no turn runs (or beside one that
@@ -156,4 +159,5 @@ class LazyCapture:
 
     def _give_up(self, job: CaptureJob, problem: str) -> None:
         self.problems.append(f"{job.name}: {problem}")
+        job.abandon(problem)
         log.warning("graphs for %s not captured (%s); it runs eagerly", job.name, problem)
