@@ -190,3 +190,28 @@ def test_a_truncated_file_is_an_error_and_no_reader_thread_is_left_behind(tmp_pa
     reader.close()
     time.sleep(0.05)
     assert not [t for t in threading.enumerate() if t.name.startswith("row-reads")]
+
+
+def test_a_voice_read_a_moment_ago_is_reused_and_one_trained_again_is_read_again(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The switcher keeps the last voices it read (their adapters are what it costs, counted in host_bytes); a voice
+    written into the same folder again (a training run that finished) is read again and merged as itself."""
+    loaded = _load(tiny_model_dir, "int8")
+    switcher = VoiceSwitcher(loaded.model, checkpoint=loaded.weights, reader=loaded.reader)
+    base = load_model(tiny_model_dir, device="cpu").model
+    make_voice(base, tmp_path / "mine", "attention_mlp", seed=5)
+    first = switcher.load(tmp_path / "mine")
+    assert switcher.load(tmp_path / "mine") is first
+    adapter_bytes = sum(d.a.nbytes + d.b.nbytes for d in first.deltas)
+    assert switcher.host_bytes == loaded.reader.host_bytes + adapter_bytes
+    switcher.apply(first)
+    make_voice(base, tmp_path / "mine", "attention_mlp", seed=6)  # trained again, same shapes and size
+    again = switcher.load(tmp_path / "mine")
+    assert again is not first and not torch.equal(again.deltas[0].a, first.deltas[0].a)
+    switcher.apply(again)
+    fresh = copy.deepcopy(_load(tiny_model_dir, "int8").model)
+    VoiceSwitcher(fresh, checkpoint=loaded.weights).apply(load_voice(tmp_path / "mine"))
+    assert _differences(loaded.model, _state(fresh)) == []
+    for seed, kind in enumerate(("qv", "partial", "tied_heads"), start=7):  # more voices than it keeps
+        make_voice(base, tmp_path / kind, kind, seed)
+        switcher.load(tmp_path / kind)
+    assert len(switcher._recent) == 3 and all(v is not again for v in switcher._recent.values())

@@ -33,7 +33,7 @@ from engine.chat.generation import (
 )
 from engine.chat.opening import _encoder_graphs_or_none, demo_model_folder, ensure_demo_model, fit_depthformer_to_decoder
 from engine.model.loading import LoadedModel
-from engine.model.lora import VoiceSwitcher, load_voice
+from engine.model.lora import VoiceSwitcher
 from engine.model.quantized import Precision
 from engine.chat.precision_check import (
     PRECISION_CHECK_QUESTION,
@@ -406,7 +406,7 @@ class ChatSession:
     def switch_voice(self, lora: str | None) -> None:
         """Merge another voice in place; on LoraError the previous voice stays."""
         with self._exclusive("switch_voice"):
-            voice = load_voice(lora) if lora else None
+            voice = self.voices.load(lora) if lora else None
             self._weights_version += 1
             self.voices.apply(voice)
             if self.loaded.device.type == "cuda":

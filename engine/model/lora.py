@@ -115,6 +115,7 @@ def load_voice(folder: str | Path) -> LoraVoice:
         raise LoraError.of("{file} is unreadable ({error}).", file=weights_path, error=error) from error
 
     pairs: dict[str, dict[str, torch.Tensor]] = {}
+    peaks: dict[int, float] = {}  # largest |value| of each tensor (one pass: NaN and infinity show in it)
     for key, tensor in tensors.items():
         match = _KEY.match(key)
         if match is None:
@@ -124,7 +125,9 @@ def load_voice(folder: str | Path) -> LoraVoice:
                 "{voice}: {key} is not a matrix of numbers ({shape}, {dtype}).",
                 voice=folder.name, key=key, shape=tuple(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."),
             )
-        if not bool(torch.isfinite(tensor).all()):
+        low, high = torch.aminmax(tensor) if tensor.numel() else (torch.zeros(()), torch.zeros(()))
+        peaks[id(tensor)] = max(-float(low), float(high))
+        if not math.isfinite(float(low)) or not math.isfinite(float(high)):
             raise LoraError.of("{voice}: {key} holds NaN or infinite values; the voice is damaged.", voice=folder.name, key=key)
         pairs.setdefault(match["module"], {})[match["which"]] = tensor
     if not pairs:
@@ -147,7 +150,7 @@ def load_voice(folder: str | Path) -> LoraVoice:
         scale = alpha / math.sqrt(r) if use_rslora else alpha / r
         # An upper bound of the largest change to one weight: a trained voice changes weights by far
         # less than 1; this refuses an alpha or weights that would wreck (or overflow) the model.
-        bound = abs(scale) * float(pair["A"].abs().max()) * float(pair["B"].abs().max()) * r
+        bound = abs(scale) * peaks[id(pair["A"])] * peaks[id(pair["B"])] * r
         if not bound <= MAX_WEIGHT_CHANGE:
             raise LoraError.of(
                 "{voice} would change {module} by up to {bound}, far beyond what a trained voice does; "
@@ -213,6 +216,8 @@ def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, defa
     return default
 
 
+# Voices kept after reading (their adapters in host memory: ~40 MB for a rank-16 all-linear voice of the full-size model).
+RECENT_VOICES = 3
 # Rows merged at once, at most (and at most a reader slot's bytes of pristine rows): the merge's float32
 # temporaries on the GPU stay a few tens of MB whatever the matrix.
 MERGE_CHUNK_ELEMENTS = 1 << 23
@@ -254,6 +259,23 @@ class VoiceSwitcher:
         self.pristine = PristineRows(model, checkpoint, reader)
         self._merged: dict[str, nn.Module] = {}  # weights that differ from the pristine ones, by name, with their writer
         self.last_switch: dict[str, float] = {}  # the last switch's figures (bytes, chunks, seconds)
+        self._recent: dict[tuple, LoraVoice] = {}  # the last RECENT_VOICES voices read, by folder and files' state
+
+    def load(self, folder: str | Path) -> LoraVoice:
+        """`load_voice(folder)`, or the voice read from it before while its files are as they were then (size,
+        modification and change times, inode): going back to a voice used a moment ago skips reading and checking it
+        again. A voice trained into the same folder again is read again."""
+        folder = Path(folder)
+        try:
+            states = [f.stat() for f in (folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS)]
+            key = (str(folder.resolve()), *((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for st in states))
+        except OSError:
+            return load_voice(folder)  # a missing file: load_voice names it
+        voice = self._recent.pop(key, None) or load_voice(folder)
+        self._recent[key] = voice  # the most recent last
+        while len(self._recent) > RECENT_VOICES:
+            del self._recent[next(iter(self._recent))]
+        return voice
 
     @property
     def voice_name(self) -> str | None:
@@ -261,9 +283,12 @@ class VoiceSwitcher:
 
     @property
     def host_bytes(self) -> int:
-        """Host memory kept for switches: host copies of weights (a model built in memory) and the reader's slots."""
+        """Host memory kept for switches: host copies of weights (a model built in memory), the reader's slots, and the
+        recent voices' adapters."""
         reader = self.pristine.reader
-        return self.pristine.host_bytes + (reader.host_bytes if reader is not None else 0)
+        adapters = {id(d.a): d.a.nbytes for v in self._recent.values() for d in v.deltas} | {
+            id(d.b): d.b.nbytes for v in self._recent.values() for d in v.deltas}
+        return self.pristine.host_bytes + (reader.host_bytes if reader is not None else 0) + sum(adapters.values())
 
     def _check(self, voice: LoraVoice) -> list[_Target]:
         """Everything about `voice` that can fail, checked before a weight is written."""
