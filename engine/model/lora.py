@@ -354,7 +354,8 @@ class VoiceSwitcher:
     def _merge(self, planned: list[_Target]) -> None:
         started = time.perf_counter()
         device = next(self.model.parameters()).device
-        restored = [(name, module) for name, module in self._merged.items() if name not in {t.name for t in planned}]
+        writing = {target.name for target in planned}
+        restored = [(name, module) for name, module in self._merged.items() if name not in writing]
         for target in planned:
             self.pristine.remember(target.name)
             self._merged[target.name] = target.module  # before its first write: a failure half-way restores it

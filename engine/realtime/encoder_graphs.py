@@ -6,9 +6,10 @@ kernels, an STFT among them), the conformer (~600), and the audio adapter (Layer
 before the rows are laid out. Run that way, every turn's first audio waited on the host: on the H200
 8-17 ms from the end of the take to its rows, for ~1-3 ms of GPU work (bench run 24).
 
-Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs, captured at
-start-up: `features` (the take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel
-frames → conformer → adapter rows). Padding changes no valid value: the preprocessor masks samples and
+Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs: `features` (the
+take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel frames → conformer → adapter
+rows). The app's session captures them behind "ready" (`defer`, `jobs`: engine/realtime/lazy_capture.py), the
+longest first; until a rung is in, a take of its length goes the eager way. Padding changes no valid value: the preprocessor masks samples and
 frames past the take's length (its STFT pads with zeros, as the padding does), and the conformer masks
 padded frames (liquid-audio itself pads takes of different lengths into one batch); the adapter works row
 by row. `encode_wave` replays both graphs with no host-device sync; `encode_mel` replays only `encode`,

@@ -105,6 +105,8 @@ class LazyCapture:
         return not self._stop.is_set()
 
     def _run(self) -> None:
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)  # this thread's own allocations and kernels: the session's GPU
         stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         try:
             with torch.inference_mode():
