@@ -544,7 +544,6 @@ def _fresh_tiny(folder: Path, precision: str):
 
 
 @PRECISIONS
-@torch.inference_mode()
 def test_voice_switches_on_the_gpu_give_the_fresh_merge_and_keep_memory_flat(tiny_model_dir: Path, tmp_path: Path, precision: str) -> None:
     """Through the pinned ring and the copy stream: after any switch the weights are bitwise those of a fresh merge of
     that voice into a freshly loaded model (tied heads, all-linear and partial voices, int8 and bf16), the allocator
@@ -553,10 +552,9 @@ def test_voice_switches_on_the_gpu_give_the_fresh_merge_and_keep_memory_flat(tin
     from engine.model.lora import VoiceSwitcher, load_voice
     from voice_kinds import KINDS, make_voice
 
-    with torch.inference_mode(False):
-        base = load_model(tiny_model_dir, device="cpu").model
-        for seed, kind in enumerate(KINDS, start=1):
-            make_voice(base, tmp_path / kind, kind, seed)
+    base = load_model(tiny_model_dir, device="cpu").model
+    for seed, kind in enumerate(KINDS, start=1):
+        make_voice(base, tmp_path / kind, kind, seed)
     voices = {kind: load_voice(tmp_path / kind) for kind in KINDS}
     fresh: dict[str | None, dict[str, torch.Tensor]] = {}
     for kind in (None, *KINDS):
@@ -587,7 +585,6 @@ def test_voice_switches_on_the_gpu_give_the_fresh_merge_and_keep_memory_flat(tin
 
 
 @PRECISIONS
-@torch.inference_mode()
 def test_the_loader_puts_every_byte_of_the_checkpoint_in_place_through_the_pinned_ring(tiny_model_dir: Path, precision: str) -> None:
     """The weights as the files hold them, read by several threads through pinned slots onto the GPU: bf16
     parameters equal liquid-audio's own loading; int8 matrices equal the checkpoint's rows quantized on the GPU."""
