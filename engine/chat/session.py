@@ -478,13 +478,13 @@ class ChatSession:
         if not jobs or self.lazy_capture is not None:
             return
 
-        def done() -> None:  # under the device lock: the warm-ups' blocks back, the new graphs' pool counted as the session's
+        def committed() -> None:  # under the device lock: the warm-up's blocks back, the new graphs' pool counted as the session's
             if self.loaded.device.type == "cuda":
                 graphs.empty_cache()
             self.note_ready_memory()
 
         self.lazy_capture = LazyCapture(jobs, device=self.loaded.device, device_lock=self._device,
-                                        weights_version=lambda: self._weights_version, on_done=done)
+                                        weights_version=lambda: self._weights_version, after_commit=committed, on_done=committed)
         self.lazy_capture.start()
 
     def wait_for_graphs(self, timeout: float | None = None) -> bool:

@@ -66,12 +66,16 @@ class LazyCapture:
         device: torch.device,
         device_lock: threading.Lock,
         weights_version: Callable[[], int] = lambda: 0,
+        after_commit: Callable[[], None] | None = None,
         on_done: Callable[[], None] | None = None,
     ) -> None:
+        """`after_commit`: called under `device_lock` after each commit (no turn runs: the session empties the
+        allocator's cache of the job's warm-up there); `on_done`: under it too, once every job is through."""
         self.jobs = list(jobs)
         self.device = device
         self._device_lock = device_lock
         self._weights_version = weights_version
+        self._after_commit = after_commit
         self._on_done = on_done
         self._stop = threading.Event()
         self.done = threading.Event()
@@ -152,6 +156,8 @@ class LazyCapture:
                 finally:
                     if stream is not None:
                         stream.synchronize()  # the check's replays are done before a turn can start
+                if self._after_commit is not None:
+                    self._after_commit()
             self.seconds[job.name] = time.perf_counter() - started
             if problem:
                 self._give_up(job, problem)
