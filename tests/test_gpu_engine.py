@@ -556,14 +556,18 @@ def test_voice_switches_on_the_gpu_give_the_fresh_merge_and_keep_memory_flat(tin
     for seed, kind in enumerate(KINDS, start=1):
         make_voice(base, tmp_path / kind, kind, seed)
     voices = {kind: load_voice(tmp_path / kind) for kind in KINDS}
+    import copy
+
     fresh: dict[str | None, dict[str, torch.Tensor]] = {}
+    pristine = _fresh_tiny(tiny_model_dir, precision)
     for kind in (None, *KINDS):
-        loaded = _fresh_tiny(tiny_model_dir, precision)
+        model = copy.deepcopy(pristine.model)  # a freshly loaded model's weights (ties kept)
         if kind:
-            VoiceSwitcher(loaded.model, checkpoint=loaded.weights, reader=loaded.reader).apply(voices[kind])
-        fresh[kind] = {name: t.clone() for name, t in loaded.model.state_dict().items()}
-        loaded.reader.close()
-        del loaded
+            VoiceSwitcher(model, checkpoint=pristine.weights, reader=pristine.reader).apply(voices[kind])
+        fresh[kind] = {name: t.clone() for name, t in model.state_dict().items()}
+        del model
+    pristine.reader.close()
+    del pristine
     torch.cuda.empty_cache()
     loaded = _fresh_tiny(tiny_model_dir, precision)
     switcher = VoiceSwitcher(loaded.model, checkpoint=loaded.weights, reader=loaded.reader)
