@@ -77,6 +77,7 @@ class RowReader:
         self._files = threading.local()  # each reader thread's open files, by path
         self._copy_stream: torch.cuda.Stream | None = None
         self._lock = threading.Lock()  # one stream at a time
+        self.thread_name = f"row-reads-{id(self):x}"  # its threads' names start with this
 
     @property
     def host_bytes(self) -> int:
@@ -90,7 +91,7 @@ class RowReader:
         if self._on_cuda:
             self._copied = [torch.cuda.Event() for _ in self._slots]
             self._copy_stream = torch.cuda.Stream(self.device)
-        self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix="row-reads")
+        self._pool = ThreadPoolExecutor(max_workers=self._threads, thread_name_prefix=self.thread_name)
 
     def close(self) -> None:
         """Free the slots and stop the threads (a later stream starts them again)."""
