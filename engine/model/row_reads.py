@@ -18,7 +18,7 @@ synchronously, chunk after chunk: ~8-10 GB/s of the voice's bytes, 0.35-0.87 s a
 On the CPU the same stream runs without streams or events (tests, the CPU app): the reads land in the
 destination, or in a host slot the consumer reads before it is refilled.
 
-Host memory held: the pinned ring (`SLOTS` × `SLOT_BYTES`, 128 MB), for as long as the `RowReader`
+Host memory held: the pinned ring (`SLOTS` × `SLOT_BYTES`, 128 MB; each slot made on its first use), for as long as the `RowReader`
 lives; device memory: at most `DEVICE_SLOTS` slots, during a stream only.
 """
 
@@ -71,7 +71,7 @@ class RowReader:
         self._slot_count = slots
         self._threads = threads or reader_threads()
         self._on_cuda = self.device.type == "cuda"
-        self._slots: list[torch.Tensor] = []  # pinned on CUDA; made on the first stream
+        self._slots: list[torch.Tensor | None] = []  # pinned on CUDA; each made when first used
         self._copied: list[Any] = []  # per host slot: its last copy to the device (CUDA events)
         self._pool: ThreadPoolExecutor | None = None
         self._files = threading.local()  # each reader thread's open files, by path
@@ -82,12 +82,19 @@ class RowReader:
     @property
     def host_bytes(self) -> int:
         """Host memory this reader holds (its slots; pinned on CUDA)."""
-        return sum(slot.numel() for slot in self._slots)
+        return sum(slot.numel() for slot in self._slots if slot is not None)
+
+    def _slot(self, index: int) -> torch.Tensor:
+        """Host slot `index`, made on its first use (a stream whose reads all land in place, on the CPU, needs none)."""
+        slot = self._slots[index]
+        if slot is None:
+            slot = self._slots[index] = torch.empty(self.slot_bytes, dtype=torch.uint8, pin_memory=self._on_cuda)
+        return slot
 
     def _start(self) -> None:
-        if self._slots:
+        if self._pool is not None:
             return
-        self._slots = [torch.empty(self.slot_bytes, dtype=torch.uint8, pin_memory=self._on_cuda) for _ in range(self._slot_count)]
+        self._slots = [None] * self._slot_count
         if self._on_cuda:
             self._copied = [torch.cuda.Event() for _ in self._slots]
             self._copy_stream = torch.cuda.Stream(self.device)
@@ -118,7 +125,7 @@ class RowReader:
     def _read(self, read: ByteRange, slot: int, into_destination: bool) -> None:
         if self._on_cuda:
             self._copied[slot].synchronize()  # the slot's previous bytes are on the device
-        target = read.destination if into_destination else self._slots[slot][: read.nbytes]
+        target = read.destination if into_destination else self._slot(slot)[: read.nbytes]
         view = memoryview(target.numpy()).cast("B")
         handle = self._file(read.path)
         handle.seek(read.offset)
@@ -173,7 +180,7 @@ class RowReader:
                 futures.pop(i).result()
                 slot = i % slots
                 if current is None:  # CPU: the bytes are where the consumer reads them
-                    yield read.destination if direct[i] else self._slots[slot][: read.nbytes]
+                    yield read.destination if direct[i] else self._slot(slot)[: read.nbytes]
                     submit(i + slots)  # the consumer is done with the slot
                     continue
                 if read.destination is not None:
@@ -185,7 +192,7 @@ class RowReader:
                     target = device_slots[used][: read.nbytes]
                     copy.wait_event(consumed[used])  # the consumer's work on this device slot's last bytes
                 with torch.cuda.stream(copy):
-                    target.copy_(self._slots[slot][: read.nbytes], non_blocking=True)
+                    target.copy_(self._slot(slot)[: read.nbytes], non_blocking=True)
                     self._copied[slot].record(copy)
                 current.wait_event(self._copied[slot])
                 submit(i + slots)  # its reader first waits for this copy
