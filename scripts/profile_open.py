@@ -1,11 +1,13 @@
-"""GPU probe (issue 25): where a second launch's `ChatSession.open` spends its time.
+"""GPU probe (issues 25 and 45): where a launch's `ChatSession.open` spends its time.
 
 Writes the full-size random checkpoint (as small_cards does), opens it once in a fresh process (the first
-launch fills the compile caches, in a folder of their own as small_cards' launches have), then opens it again
-in a fresh process under cProfile. Writes OUT/open_second.prof and OUT/open_second.txt (the 45 functions
-with the most cumulative time, then with the most own time), and OUT/open_phases.json (each launch's
-progress stages, seconds from the call).
-Run on the GPU machine: `python3 scripts/profile_open.py OUT`.
+launch fills the compile caches, in a folder of their own as small_cards' launches have), then again in a fresh
+process without the profiler (the second launch as users get it), then once more under cProfile. Writes
+OUT/open_third.prof and OUT/open_third.txt (the 45 functions with the most cumulative time, then with the most
+own time), and OUT/open_phases.json: per launch its progress stages and the session's own stages (seconds from
+the call: checked, loaded, step_graphs, decoder_graphs, encoder_buffers, ready), the step graphs' set-up split
+(sampling, backbone, depthformer), and when the encoder's rungs captured behind "ready" were all in.
+Run on the GPU machine: `python3 scripts/profile_open.py OUT [--precision int8]`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 
 
-def open_once(folder: Path) -> list[tuple[str, float]]:
+def open_once(folder: Path, precision: str) -> dict:
     import torch
 
     from engine.chat.session import ChatSession
@@ -37,29 +39,39 @@ def open_once(folder: Path) -> list[tuple[str, float]]:
         if not stages or stages[-1][0] != stage:
             stages.append((stage, time.perf_counter() - started))
 
-    session = ChatSession.open(str(folder), context_tokens=4096, progress=progress)
+    session = ChatSession.open(str(folder), context_tokens=4096, progress=progress, precision=precision)
     stages.append(("opened", time.perf_counter() - started))
+    session.wait_for_graphs(300)
+    capture = session.lazy_capture
+    result = {
+        "progress": stages,
+        "session_stages": session.startup,
+        "step_graphs_setup": getattr(session.backend, "setup_timings", None),
+        "rungs_all_in_after_ready_s": capture.finished_after_s if capture is not None else None,
+        "lazy_capture_problems": capture.problems if capture is not None else [],
+    }
     session.close()
-    return stages
+    return result
 
 
 def main() -> None:
     if sys.argv[1] == "--child":
-        folder, out, profile = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1"
+        folder, out, profile, precision = Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
-        stages = open_once(folder)
+        result = open_once(folder, precision)
         if profiler:
             profiler.disable()
-            profiler.dump_stats(out / "open_second.prof")
+            profiler.dump_stats(out / "open_third.prof")
             text = io.StringIO()
             for key in ("cumulative", "tottime"):
                 pstats.Stats(profiler, stream=text).sort_stats(key).print_stats(45)
-            (out / "open_second.txt").write_text(text.getvalue())
-        print(json.dumps(stages))
+            (out / "open_third.txt").write_text(text.getvalue())
+        print(json.dumps(result))
         return
     out = Path(sys.argv[1])
+    precision = sys.argv[sys.argv.index("--precision") + 1] if "--precision" in sys.argv else "bf16"
     out.mkdir(parents=True, exist_ok=True)
     from engine.bench.small_cards import cache_environment, data_home
 
@@ -69,8 +81,8 @@ def main() -> None:
                     f"write_full_size_checkpoint(Path({str(folder)!r}))"], check=True)
     env = {**os.environ, **cache_environment(data_home(work, "open", "first"))}
     phases = {}
-    for name, profile in (("first", "0"), ("second", "1")):
-        done = subprocess.run([sys.executable, __file__, "--child", str(folder), str(out), profile], env=env, check=True,
+    for name, profile in (("first", "0"), ("second", "0"), ("third, profiled", "1")):
+        done = subprocess.run([sys.executable, __file__, "--child", str(folder), str(out), profile, precision], env=env, check=True,
                               capture_output=True, text=True)
         phases[name] = json.loads(done.stdout.strip().splitlines()[-1])
         print(name, phases[name], flush=True)

@@ -209,3 +209,42 @@ def test_the_int8_estimate_counts_the_dequantization_as_arithmetic_that_overlaps
     text = "\n".join(_card_lines("t", estimate))
     assert "RTF (all H200 excess as per-kernel cost)" in text and f"| {estimate['cards']['RTX 4060']['conservative']['rtf']:.3f} |" in text
     assert "RTF (all H200 excess" not in "\n".join(_card_lines("t", plain))
+
+
+def test_voice_switches_and_open_to_ready_are_summed_up_per_precision_kind_and_launch() -> None:
+    """Run 95's small_cards launches (before issue 45): the section's summaries give each precision's switches per voice
+    kind and each launch's open-to-ready, the verdicts flag the issue's limits (0.25 s a switch, 3 s / 8 s to ready)
+    that those numbers missed, and the report shows both tables."""
+    import statistics
+
+    from engine.bench.report import small_cards_lines
+    from engine.bench.run import _attach_app_startup
+    from engine.bench.small_cards import _verdicts, open_to_ready, summarize_switches, voice_switch_summary
+
+    root = Path(__file__).resolve().parents[1] / "bench" / "results" / "run-95-final"
+    small = json.loads((root / "small" / "small_cards.json").read_text())
+    runs = small["runs"]
+    for run in runs:
+        run["voice_switches"] = summarize_switches(run["voices"])
+    switches = voice_switch_summary(runs)
+    assert set(switches) == {"bf16", "int8"} and set(switches["bf16"]) == {"attention_mlp", "all_linear", "none"}
+    bf16_all_linear = [s["switch_s"] for r in runs if r["precision"] == "bf16" for s in r["voices"] if s["voice"] == "all_linear"]
+    assert len(bf16_all_linear) == 6 and switches["bf16"]["all_linear"]["median_s"] == statistics.median(bf16_all_linear)
+    assert switches["int8"]["all_linear"]["max_s"] == max(s["switch_s"] for s in runs[3]["voices"] if s["voice"] == "all_linear")
+    assert switches["int8"]["none"]["switches"] == 3 and switches["int8"]["none"]["driver_used_gb_after_max"] < 3.3
+    ready = open_to_ready(runs)
+    assert set(ready) == {"bf16 first", "bf16 second", "int8 first"}
+    assert ready["bf16 first"]["most_s"] == max(runs[0]["open_s"], runs[2]["open_s"]) and ready["bf16 first"]["within_limit"]
+    assert not ready["bf16 second"]["within_limit"] and ready["bf16 second"]["limit_s"] == 3.0
+    verdicts = [_verdicts(run) for run in runs]
+    assert all(v["voice_switch_median_at_most_0.25_s"] is False for v in verdicts)  # 0.25-0.98 s then
+    assert [v.get("ready_within_3_s") for v in verdicts] == [None, False, None, None]
+    assert verdicts[0]["ready_within_8_s"] and not verdicts[3]["ready_within_8_s"] and verdicts[0]["every_voice_switched"]
+    assert not any(v["encoder_rungs_all_captured_behind_ready"] for v in verdicts)  # all captured before ready then
+    small.update(voice_switches=switches, open_to_ready=ready)
+    text = "\n".join(small_cards_lines(small))
+    assert "| bf16 second | 4.21 | 3 | NO | n/a |" in text
+    assert f"| int8 | all_linear | 2 | {switches['int8']['all_linear']['median_s']:.3f} |" in text
+    results = {"small_cards": small, "engine_startup": {}}
+    _attach_app_startup(results)
+    assert results["engine_startup"]["app_open_to_ready"] is ready

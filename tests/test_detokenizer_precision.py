@@ -39,10 +39,10 @@ def test_the_detokenizer_loads_with_a_bf16_transformer_in_int8_and_float32_in_bf
     filled: dict[str, tuple[torch.dtype, int]] = {}
     original = CheckpointTensors.read_into
 
-    def spy(self, name, target, staging):  # noqa: ANN001
+    def spy(self, name, target, *planned):  # noqa: ANN001
         if self.path.parent.name == "audio_detokenizer":
             filled[name] = (target.dtype, target.data_ptr())
-        return original(self, name, target, staging)
+        return original(self, name, target, *planned)
 
     monkeypatch.setattr(CheckpointTensors, "read_into", spy)
     int8 = load_model(tiny_model_dir, device="cpu", precision="int8").processor.audio_detokenizer

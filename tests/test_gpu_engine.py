@@ -393,23 +393,32 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
 
 @torch.inference_mode(False)
 def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isolated_user_dirs) -> None:
-    """The product's own path: ChatSession.open on CUDA (step, prefill, decoder and encoder graphs, then
-    the warm-up turn), and turns of many take lengths in a small context, so that trims, rebuilds from
-    position 0 and prefills near the end of the context (eager tails) all run on the GPU."""
+    """The product's own path: ChatSession.open on CUDA (step, prefill and decoder graphs, then the warm-up turn;
+    the encoder's rungs behind "ready", on their own thread, beside the first turns), and turns of many take lengths
+    in a small context, so that trims, rebuilds from position 0 and prefills near the end of the context (eager
+    tails) all run on the GPU, while the rungs are captured and after."""
     import numpy as np
 
     from engine.protocol import SamplingSettings
     from engine.realtime.backend import PREFILL_BUCKETS
+    from engine.realtime.encoder_graphs import ladder
     from engine.chat.session import AudioPieceOut, ChatSession, ContextTrimmedInfo, TurnDone
 
     session = ChatSession.open(None, demo=True, context_tokens=320)
     backend = session.backend
     assert session.info.fallback_reason is None and session.info.graphs_ready
     assert set(backend.graphs) == {"decode", "text_head", "audio_head", *(f"prefill_{r}" for r in PREFILL_BUCKETS if r <= 320)}
-    assert session.encoder_graphs is not None and session.encoder_graphs.problems == []
+    assert session.encoder_graphs is not None and session.lazy_capture is not None
+    assert {"loaded", "step_graphs", "decoder_graphs", "ready"} <= set(session.startup)
     rng = np.random.default_rng(0)
     trims = 0
-    for i, seconds in enumerate([0.7, 3.3, 9.1, 1.2, 7.6, 2.2, 5.5, 0.9]):
+    captured_during_turns = []
+    for i, seconds in enumerate([0.7, 3.3, 9.1, 1.2, 7.6, 2.2, 5.5, 0.9, 4.4, 6.1]):
+        if i == 6:  # the second half: every rung in use
+            assert session.wait_for_graphs(300)
+            assert session.encoder_graphs.problems == [] and session.lazy_capture.problems == []
+            assert sorted(session.encoder_graphs.rungs) == ladder(6001) and session.encoder_graphs.pending == []
+        captured_during_turns.append(len(session.encoder_graphs.rungs))
         wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
         outputs = list(session.respond(wave, SamplingSettings(greedy=i % 2 == 0), max_answer_seconds=1.5))
         (done,) = [o for o in outputs if isinstance(o, TurnDone)]
@@ -426,4 +435,182 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
                 got = session.embed_from(0)
             assert got.shape == expected.shape and _rel(got, expected) < 2e-2
     assert trims >= 3
+    assert captured_during_turns[-1] == len(ladder(6001))
+    # A rung captured behind "ready": its replay is its eager steps, bit for bit.
+    encoder = session.encoder_graphs
+    with torch.inference_mode():
+        mel, _ = encoder.encode_wave((0.1 * rng.standard_normal(int(3.3 * 16000))).astype(np.float32))
+        rung = encoder.rung_for(mel.shape[1])
+        assert set(rung.graphs) == {"features", "encode"}
+        replayed = rung.mel.clone(), rung.rows.clone()
+        encoder._features(rung)
+        encoder._encode(rung)
+    assert torch.equal(rung.mel, replayed[0]) and torch.equal(rung.rows, replayed[1])
     session.close()
+    assert not session.lazy_capture._thread.is_alive()
+
+
+@torch.inference_mode(False)
+def test_a_slow_capture_behind_ready_never_makes_a_turn_late(isolated_user_dirs, monkeypatch) -> None:
+    """The first captures behind "ready" are slowed to a second each (the capture itself, on the capture thread):
+    turns taken right after the session opened are answered meanwhile (the eager encoder) in real time, their
+    first audio far sooner than one slowed capture; then every rung comes in and is checked."""
+    import time
+
+    import numpy as np
+
+    from engine.chat.session import ChatSession, TurnDone
+    from engine.protocol import SamplingSettings
+    from engine.realtime import graphs
+    from engine.realtime.encoder_graphs import ladder
+
+    original = graphs.capture_concurrently
+    slowed: list[float] = []
+
+    def slow(step, *, stream, pool=None):  # noqa: ANN001
+        if len(slowed) < 3:
+            slowed.append(1.0)
+            time.sleep(1.0)
+        return original(step, stream=stream, pool=pool)
+
+    monkeypatch.setattr(graphs, "capture_concurrently", slow)
+    session = ChatSession.open(None, demo=True, context_tokens=512)
+    rng = np.random.default_rng(1)
+    during = []
+    for seconds in (2.7, 1.1, 4.9):
+        pending = len(session.encoder_graphs.pending)
+        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        started = time.perf_counter()
+        outputs = list(session.respond(wave, SamplingSettings(greedy=True), max_answer_seconds=1.0))
+        (done,) = [o for o in outputs if isinstance(o, TurnDone)]
+        during.append((pending, done.stats.first_pcm_s, time.perf_counter() - started, done.stats.frames))
+    assert all(pending > 0 for pending, *_ in during), during  # the captures were still going on
+    assert all(first < 0.5 and frames > 0 for _, first, _, frames in during), during  # not one slowed capture's wait
+    assert session.wait_for_graphs(300) and slowed == [1.0, 1.0, 1.0]
+    assert session.encoder_graphs.problems == [] and sorted(session.encoder_graphs.rungs) == ladder(6001)
+    session.close()
+
+
+@torch.inference_mode()
+def test_encoder_rungs_captured_on_another_thread_beside_eager_work_match_the_eager_encoder(full_size) -> None:
+    """At full size: the ladder's rungs captured by the lazy capture's thread (thread-local capture mode) while this
+    thread keeps the GPU busy with liquid-audio's eager encoder (allocations, synchronizations): every rung passes
+    its check, and for takes between the rungs a replay gives liquid-audio's own features and `_prefill` rows."""
+    import threading
+
+    import numpy as np
+
+    from engine.chat.conversation import Conversation
+    from engine.chat.session import _lone_take
+    from engine.realtime.encoder_graphs import EncoderGraphs, ladder
+    from engine.realtime.lazy_capture import LazyCapture
+
+    model = full_size.model
+    pool = torch.cuda.graph_pool_handle()
+    graphs = EncoderGraphs(model, full_size.processor.audio, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device,
+                           pool=pool, defer=True)
+    assert graphs.rungs == {} and graphs.pending == sorted(ladder(3001), reverse=True)
+    capture = LazyCapture(graphs.jobs(), device=full_size.device, device_lock=threading.Lock())
+    capture.start()
+    rng = np.random.default_rng(3)
+    busy = 0
+    while not capture.done.is_set() and busy < 200:  # eager encodings on this thread meanwhile
+        wave = torch.from_numpy((0.1 * rng.standard_normal(int(rng.uniform(0.5, 20) * 16000))).astype(np.float32))[None].cuda()
+        mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
+        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
+        take = conversation.add_audio_turn("user", mel[0].float()).pieces[1]
+        model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())
+        torch.cuda.synchronize()
+        busy += 1
+    assert capture.wait(300) and capture.problems == [] and graphs.problems == [], (capture.problems, graphs.problems)
+    assert busy > 0 and sorted(graphs.rungs) == ladder(3001)
+    for seconds in (0.43, 3.97, 11.3, 27.3):
+        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
+        device_wave = torch.from_numpy(wave)[None].cuda()
+        expected_mel, _ = full_size.processor.audio(device_wave, torch.tensor([wave.shape[0]], device="cuda"))
+        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
+        take = conversation.add_audio_turn("user", expected_mel[0].float()).pieces[1]
+        expected_rows = model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())[0]
+        mel, rows = graphs.encode_wave(wave)
+        assert mel.shape == take.mel.shape and rows.shape == expected_rows.shape
+        assert _rel(mel, take.mel) < 1e-4, seconds
+        assert _rel(rows, expected_rows) < 2e-2, seconds
+
+
+def _fresh_tiny(folder: Path, precision: str):
+    from engine.model.loading import load_model
+
+    return load_model(folder, device="cuda", precision=precision)
+
+
+@PRECISIONS
+def test_voice_switches_on_the_gpu_give_the_fresh_merge_and_keep_memory_flat(tiny_model_dir: Path, tmp_path: Path, precision: str) -> None:
+    """Through the pinned ring and the copy stream: after any switch the weights are bitwise those of a fresh merge of
+    that voice into a freshly loaded model (tied heads, all-linear and partial voices, int8 and bf16), the allocator
+    holds what it held before the switch, and after twenty switches the driver's count is where it was."""
+    from engine.model.loading import load_model
+    from engine.model.lora import VoiceSwitcher, load_voice
+    from voice_kinds import KINDS, make_voice
+
+    base = load_model(tiny_model_dir, device="cpu").model
+    for seed, kind in enumerate(KINDS, start=1):
+        make_voice(base, tmp_path / kind, kind, seed)
+    voices = {kind: load_voice(tmp_path / kind) for kind in KINDS}
+    import copy
+
+    fresh: dict[str | None, dict[str, torch.Tensor]] = {}
+    pristine = _fresh_tiny(tiny_model_dir, precision)
+    for kind in (None, *KINDS):
+        model = copy.deepcopy(pristine.model)  # a freshly loaded model's weights (ties kept)
+        if kind:
+            VoiceSwitcher(model, checkpoint=pristine.weights, reader=pristine.reader).apply(voices[kind])
+        fresh[kind] = {name: t.clone() for name, t in model.state_dict().items()}
+        del model
+    pristine.reader.close()
+    del pristine
+    torch.cuda.empty_cache()
+    loaded = _fresh_tiny(tiny_model_dir, precision)
+    switcher = VoiceSwitcher(loaded.model, checkpoint=loaded.weights, reader=loaded.reader)
+    allocated = torch.cuda.memory_allocated()
+    order = ["all_linear", None, "qv", "tied_heads", "attention_mlp", "partial", "all_linear", None, "qv", "attention_mlp"] * 2
+    driver = []
+    for kind in order:
+        switcher.apply(voices[kind] if kind else None)
+        torch.cuda.synchronize()
+        state = loaded.model.state_dict()
+        assert [n for n, t in fresh[kind].items() if not torch.equal(state[n], t)] == [], (precision, kind)
+        assert torch.cuda.memory_allocated() == allocated, kind
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        driver.append(total - free)
+        assert switcher.last_switch["chunks"] > 0
+    assert max(driver) - driver[0] < 8 << 20, [d / 1e6 for d in driver]
+    assert switcher.host_bytes == loaded.reader.host_bytes  # the ring, nothing else: read back from the checkpoint
+
+
+@PRECISIONS
+def test_the_loader_puts_every_byte_of_the_checkpoint_in_place_through_the_pinned_ring(tiny_model_dir: Path, precision: str) -> None:
+    """The weights as the files hold them, read by several threads through pinned slots onto the GPU: bf16
+    parameters equal liquid-audio's own loading; int8 matrices equal the checkpoint's rows quantized on the GPU."""
+    from liquid_audio import LFM2AudioModel
+
+    from engine.model.checkpoint import CheckpointTensors
+    from engine.model.loading import UNUSED_AUDIO_HEAD
+    from engine.model.quantized import QuantizedEmbedding, QuantizedLinear, quantize_rows
+
+    loaded = _fresh_tiny(tiny_model_dir, precision)
+    reference = LFM2AudioModel.from_pretrained(tiny_model_dir, dtype=torch.bfloat16, device="cuda")
+    checkpoint = CheckpointTensors(tiny_model_dir / "model.safetensors")
+    ours = dict(loaded.model.named_parameters())
+    int8 = {name for name, m in loaded.model.named_modules() if isinstance(m, (QuantizedLinear, QuantizedEmbedding))}
+    for name, tensor in reference.named_parameters():
+        if name == UNUSED_AUDIO_HEAD or name.rsplit(".", 1)[0] in int8:
+            continue
+        assert torch.equal(ours[name], tensor), name
+    assert bool(int8) == (precision == "int8")
+    for name in sorted(int8):
+        module = loaded.model.get_submodule(name)
+        stored = f"{name}.weight" if f"{name}.weight" in checkpoint else name.replace("to_logits", "embedding") + ".weight"
+        values, scales = torch.empty_like(module.values), torch.empty_like(module.scales)
+        quantize_rows(checkpoint.tensor(stored).cuda(), values, scales)
+        assert torch.equal(module.values, values) and torch.equal(module.scales, scales), name

@@ -212,15 +212,15 @@ def test_memory_need_counts_weights_as_loaded(tiny_model_dir: Path, tiny_loaded)
 def test_too_small_a_card_is_told_before_loading(tiny_model_dir: Path, monkeypatch) -> None:
     from engine.chat.session import ChatSession
 
-    monkeypatch.setattr("engine.chat.session.default_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr("engine.chat.opening.default_device", lambda: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (int(1.0e9), int(6.4e9)))
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: 1.0)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(total_memory=int(6.4e9)))
-    monkeypatch.setattr("engine.chat.session.use_expandable_cuda_segments", lambda: False)
-    monkeypatch.setattr("engine.chat.session.compile_in_background", lambda device: None)
+    monkeypatch.setattr("engine.chat.opening.use_expandable_cuda_segments", lambda: False)
+    monkeypatch.setattr("engine.chat.opening.compile_in_background", lambda device: None)
     loads = []
-    monkeypatch.setattr("engine.chat.session.load_model", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr("engine.chat.opening.load_model", lambda *a, **k: loads.append(a))
     with pytest.raises(GpuMemoryError) as raised:
         ChatSession.open(str(tiny_model_dir), device="cuda")
     assert not loads  # told before a byte was loaded

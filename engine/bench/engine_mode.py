@@ -52,6 +52,7 @@ class EngineBench:
             "startup_s": time.perf_counter() - started,
             "step_and_prefill_graphs_s": backend_s,
             "step_graphs_setup_s": self.backend.setup_seconds,  # of which: buffers, NVRTC kernels, their checks
+            "step_graphs_setup_timings_s": self.backend.setup_timings,  # the backbone's and the depthformer's share
             "step_graphs_capture_s": self.backend.capture_seconds,  # of which: warm-up runs and captures
             "decoder_graph_s": self.capture_s - backend_s,
             "encoder_graphs_s": self.encoder_capture_s,

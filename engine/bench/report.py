@@ -147,6 +147,13 @@ def markdown(results: dict[str, Any]) -> str:
             f"{startup['memory_gb_after_empty_cache']['reserved']:.2f} GB |",
             "",
         ]
+        app = startup.get("app_open_to_ready") or {}
+        if app:
+            lines += ["The app's own open path (small_cards, ChatSession.open to ready): " + "; ".join(
+                f"{key} {entry['most_s']:.2f} s" for key, entry in app.items()) + ".", ""]
+    small = results.get("small_cards")
+    if isinstance(small, dict) and small.get("runs"):
+        lines += small_cards_lines(small)
     int8 = results.get("int8")
     if int8:
         lines += _int8_lines(int8, results.get("stage_bytes", {}))
@@ -155,6 +162,31 @@ def markdown(results: dict[str, Any]) -> str:
         lines += _card_lines(f"## Other GPUs: {estimate['label']}", estimate)
     lines += ["## Notes", "", *results.get("notes", [])]
     return "\n".join(lines) + "\n"
+
+
+def small_cards_lines(small: dict[str, Any]) -> list[str]:
+    """small_cards' launches through the app's own open path: open to ready per precision and launch, and the voice
+    switches per precision and kind (median and most seconds, the driver's count and the process's resident host
+    memory after them)."""
+    lines = ["## The app's own start-up and voice switches (small_cards)", ""]
+    ready = small.get("open_to_ready") or {}
+    if ready:
+        lines += ["| precision, launch | open → ready s (most) | limit s | within | encoder rungs all in after ready s |", "|---|---|---|---|---|"]
+        for key, entry in ready.items():
+            behind = entry.get("rungs_all_in_after_ready_s")
+            lines.append(f"| {key} | {entry['most_s']:.2f} | {entry['limit_s']:g} | {'yes' if entry['within_limit'] else 'NO'} | "
+                         f"{'n/a' if behind is None else f'{behind:.2f}'} |")
+        lines.append("")
+    switches = small.get("voice_switches") or {}
+    if switches:
+        lines += ["| precision | voice | switches | median s | most s | driver GB after (most) | process resident GB (most) |",
+                  "|---|---|---|---|---|---|---|"]
+        for precision, kinds in switches.items():
+            for kind, entry in kinds.items():
+                lines.append(f"| {precision} | {kind} | {entry['switches']} | {entry['median_s']:.3f} | {entry['max_s']:.3f} | "
+                             f"{entry['driver_used_gb_after_max']:.3f} | {entry['process_resident_gb_max']:.2f} |")
+        lines.append("")
+    return lines
 
 
 def _card_lines(title: str, estimate: dict[str, Any]) -> list[str]:

@@ -99,6 +99,16 @@ def _attach_card_memory(results: dict[str, Any]) -> None:
             target["memory_gb"] = small[key]
 
 
+def _attach_app_startup(results: dict[str, Any]) -> None:
+    """The app's own open-to-ready (first and second launch) and voice switches, as small_cards measured them through
+    ChatSession.open, beside the engine's start-up (which the bench builds its own way)."""
+    small = results.get("small_cards") or {}
+    startup = results.get("engine_startup")
+    if startup is not None and small.get("open_to_ready"):
+        startup["app_open_to_ready"] = small["open_to_ready"]
+        startup["app_voice_switches"] = small.get("voice_switches", {})
+
+
 def run_bench(args: argparse.Namespace) -> int:
     from engine.bench.random_model import random_full_size_model
     from engine.tools.reply import quiet_library_logs
@@ -233,6 +243,7 @@ def run_bench(args: argparse.Namespace) -> int:
             results[name] = {"error": f"{type(error).__name__}: {error}"}
         write_results(results, out)
     _attach_card_memory(results)
+    _attach_app_startup(results)
     recipe_error = next(
         (d.get("backbone_capture_error") for m in results["modes"].values() for d in m.values() if d.get("backbone_capture_error")), None
     )

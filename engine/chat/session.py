@@ -14,19 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from liquid_audio.utils import LFMModality, mel2emb_len
 
-from engine import paths
-from engine.chat.audio_decoding import PipelinedDecoder, make_audio_decoder
+from engine.chat.audio_decoding import PipelinedDecoder
 from engine.chat.conversation import AudioInPiece, AudioOutPiece, Conversation, PrefillInputs, SpanLayout, TextPiece, Turn
-from engine.errors import AudioInputError, GpuMemoryError, LoraError, Message, ModelNotFoundError
+from engine.errors import AudioInputError, GpuMemoryError, LoraError
 from engine.chat.generation import (
-    EagerBackend,
     GeneratedFrame,
     GeneratedText,
     Schedule,
@@ -34,9 +31,9 @@ from engine.chat.generation import (
     TurnEnd,
     interleaved_decode,
 )
-from engine.model.loading import LoadedModel, default_device, load_model, use_expandable_cuda_segments
-from engine.model.lora import VoiceSwitcher, load_voice
-from engine.model.memory import check_room, free_bytes, model_need
+from engine.chat.opening import _encoder_graphs_or_none, demo_model_folder, ensure_demo_model, fit_depthformer_to_decoder
+from engine.model.loading import LoadedModel
+from engine.model.lora import VoiceSwitcher
 from engine.model.quantized import Precision
 from engine.chat.precision_check import (
     PRECISION_CHECK_QUESTION,
@@ -45,11 +42,10 @@ from engine.chat.precision_check import (
     compare_with_reference,
     record_reference,
 )
-from engine.model.store import check_model_folder, resolve_model
 from engine.protocol import EngineInfo, Progress, SamplingSettings
-from engine.realtime.kernels import compile_in_background
+from engine.realtime import graphs
 from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, EncoderGraphs
-from engine.model.tiny_checkpoint import write_tiny_checkpoint
+from engine.realtime.lazy_capture import LazyCapture
 from engine.validation import check_system_prompt, check_system_prompt_fits
 from engine.constants import ANSWER_SAMPLE_RATE as SAMPLE_RATE_OUT
 from engine.constants import USER_SAMPLE_RATE as SAMPLE_RATE_IN
@@ -168,18 +164,6 @@ class IncrementalDetokenizer:
         return rest
 
 
-def demo_model_folder() -> Path:
-    return paths.demo_model_dir()
-
-
-def ensure_demo_model(folder: Path | None = None) -> Path:
-    """The tiny random model used by demo mode, written on first use (about a second)."""
-    folder = folder or demo_model_folder()
-    if check_model_folder(folder):
-        write_tiny_checkpoint(folder)
-    return folder
-
-
 def check_take(wave: np.ndarray, sample_rate: int, max_seconds: float = DEFAULT_MAX_TAKE_SECONDS) -> None:
     """Raise AudioInputError for a take the model cannot use (all-silence is fine)."""
     seconds = wave.shape[-1] / sample_rate if wave.size else 0.0
@@ -221,13 +205,19 @@ class ChatSession:
         self.backend = backend
         self.decoder = decoder
         self.context_capacity = context_tokens
-        self.voices = VoiceSwitcher(loaded.model, model_id=model_id, checkpoint=loaded.weights)
+        self.voices = VoiceSwitcher(loaded.model, model_id=model_id, checkpoint=loaded.weights, reader=loaded.reader)
         self.schedule = Schedule(loaded.interleaved_n_text, loaded.interleaved_n_audio)
         self.system_prompt = DEFAULT_SYSTEM_PROMPT
         self.conversation = self._new_conversation()
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
         self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
+        # The device, held by every turn and every change of the session's state from start to end; the graphs
+        # captured behind "ready" (engine/realtime/lazy_capture.py) take it only for a check between turns.
+        self._device = threading.Lock()
+        self.lazy_capture: LazyCapture | None = None
+        self._weights_version = 0  # one more with every voice switch (a lazy capture's reference goes stale)
+        self.startup: dict[str, float] = {}  # seconds from ChatSession.open's call to each stage (engine/chat/opening.py)
         # Why the voice asked for at open() was not merged (the model's own voice is used), or None.
         self.voice_problem: LoraError | None = None
         self._ready_reserved: int | None = None  # the allocator's reserved bytes once open() was done (CUDA)
@@ -249,70 +239,15 @@ class ChatSession:
         cancel: threading.Event | None = None,
         precision: Precision = "bf16",
     ) -> "ChatSession":
-        """`precision`: "bf16", or "int8" for the large matrices as int8 with per-row scales (about half the
+        """Load `source` (a model folder or Hub id; `demo`: the tiny random model) and return a session ready for
+        its first take (engine/chat/opening.py: what the first turn needs before, the encoder's graphs behind).
+        `precision`: "bf16", or "int8" for the large matrices as int8 with per-row scales (about half the
         weights' memory and of the bytes each step reads; engine/model/quantized.py) and the audio detokenizer's
         transformer in bfloat16 instead of float32 (engine/model/loading.py, `detokenizer_dtype`)."""
-        report = progress or (lambda _p: None)
-        if demo:
-            folder, model_id = ensure_demo_model(), None
-        else:
-            if not source:
-                raise ModelNotFoundError.of("No model was given: choose a model folder or a Hub repo id.")
-            folder = resolve_model(source, revision=revision, progress=progress, cancel=cancel)
-            model_id = source if not Path(source).expanduser().exists() else None
-        torch_device = torch.device(device) if device else default_device()
-        if torch_device.type == "cuda":
-            use_expandable_cuda_segments()  # before the first allocation
-            check_room(folder, torch_device, context_tokens=context_tokens, precision=precision)  # before loading, not after
-            compile_in_background(torch_device)  # the fused kernels compile while the weights load
-        report(Progress("load_weights", None, str(folder)))
-        loaded = load_model(
-            folder, device=torch_device, name=Message("demo (random weights)") if demo else (model_id or folder.name), precision=precision
-        )
-        fallback_reason: str | None = None
-        graphs_ready = False
-        backend: StepBackend
-        if torch_device.type != "cuda":
-            fallback_reason = Message("No CUDA GPU: running eagerly on the CPU (much slower than real time).")
-            backend = EagerBackend(loaded.model)
-        elif not use_cuda_graphs:
-            fallback_reason = Message("CUDA graphs disabled: running eagerly on the GPU.")
-            backend = EagerBackend(loaded.model)
-        else:
-            backend, fallback_reason = _graphed_backend_or_fallback(loaded, context_tokens, report)
-            graphs_ready = fallback_reason is None
-        decoder = make_audio_decoder(loaded, use_cuda_graphs=graphs_ready)
-        if graphs_ready:
-            fit_depthformer_to_decoder(backend, decoder)
-        session = cls(
-            loaded,
-            backend,
-            decoder,
-            context_tokens=context_tokens,
-            fallback_reason=fallback_reason,
-            graphs_ready=graphs_ready,
-            model_id=model_id,
-            encoder_graphs=_encoder_graphs_or_none(loaded, pool=backend.graph_pool) if graphs_ready else None,
-        )
-        if lora:
-            report(Progress("merge_voice", None, lora))
-            try:
-                session.switch_voice(lora)
-            except LoraError as error:
-                # A broken voice never costs the model: the session opens with the model's own voice
-                # and keeps the reason for the caller to show.
-                log.warning("voice %s not merged: %s", lora, error.message)
-                session.voice_problem = error
-        if torch_device.type == "cuda":
-            report(Progress("warm_up", None))
-            session.warm_up()
-            # Capture and warm-up leave blocks in the caching allocator that no turn reuses (eager runs at
-            # every captured shape); handing them back keeps the reserved VRAM near what turns need.
-            torch.cuda.empty_cache()
-            session._ready_reserved = torch.cuda.memory_reserved(torch_device)
-        session._prefill_ahead()  # the system prompt (on a GPU the warm-up's reset has done it)
-        report(Progress("ready", 1.0))
-        return session
+        from engine.chat.opening import open_session
+
+        return open_session(cls, source, lora=lora, demo=demo, revision=revision, context_tokens=context_tokens, device=device,
+                            use_cuda_graphs=use_cuda_graphs, progress=progress, cancel=cancel, precision=precision)
 
     def embed(self, span: PrefillInputs) -> torch.Tensor:
         """liquid-audio's own prefill embeddings of a span (the eager reference, and the encoder of takes
@@ -463,17 +398,19 @@ class ChatSession:
         if not self._lock.acquire(blocking=False):
             raise SessionBusy(f"{what} while a turn is being generated")
         try:
-            yield
+            with self._device:  # waits for a lazy capture's check at most (milliseconds)
+                yield
         finally:
             self._lock.release()
 
     def switch_voice(self, lora: str | None) -> None:
         """Merge another voice in place; on LoraError the previous voice stays."""
         with self._exclusive("switch_voice"):
-            voice = load_voice(lora) if lora else None
+            voice = self.voices.load(lora) if lora else None
+            self._weights_version += 1
             self.voices.apply(voice)
             if self.loaded.device.type == "cuda":
-                torch.cuda.empty_cache()  # the merge's chunks: the card holds what it held before the switch
+                graphs.empty_cache()  # the merge's chunks: the card holds what it held before the switch
             refresh = getattr(self.backend, "refresh_weights", None)
             if refresh is not None:
                 refresh()
@@ -527,7 +464,36 @@ class ChatSession:
         except (torch.OutOfMemoryError, GpuMemoryError) as error:
             log.warning("the conversation's start was not prefilled ahead (%s); the first turn will", error)
 
+    # ------------------------------------------------------------------ behind "ready"
+
+    def note_ready_memory(self) -> None:
+        """What the allocator holds now counts as the session's own (see _release_cached_memory)."""
+        if self.loaded.device.type == "cuda":
+            self._ready_reserved = torch.cuda.memory_reserved(self.loaded.device)
+
+    def start_lazy_capture(self) -> None:
+        """Capture what the session did not need before "ready" (the audio encoder's rungs) on a thread of its
+        own, never in a turn's way (engine/realtime/lazy_capture.py)."""
+        jobs = self.encoder_graphs.jobs() if self.encoder_graphs is not None else []
+        if not jobs or self.lazy_capture is not None:
+            return
+
+        def committed() -> None:  # under the device lock: the warm-up's blocks back, the new graphs' pool counted as the session's
+            if self.loaded.device.type == "cuda":
+                graphs.empty_cache()
+            self.note_ready_memory()
+
+        self.lazy_capture = LazyCapture(jobs, device=self.loaded.device, device_lock=self._device,
+                                        weights_version=lambda: self._weights_version, after_commit=committed, on_done=committed)
+        self.lazy_capture.start()
+
+    def wait_for_graphs(self, timeout: float | None = None) -> bool:
+        """Wait until every graph captured behind "ready" is in use (or given up); whether that happened."""
+        return self.lazy_capture is None or self.lazy_capture.wait(timeout)
+
     def close(self) -> None:
+        if self.lazy_capture is not None:
+            self.lazy_capture.stop()
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
@@ -590,7 +556,7 @@ class ChatSession:
         max_new_tokens: int | None = None,
     ) -> Iterator[TurnOutput]:
         check_take(wave_16k, SAMPLE_RATE_IN, max_take_seconds)
-        with self._lock:
+        with self._lock, self._device:
             yield from self._respond(wave_16k, sampling, max_answer_seconds, cancel, max_new_tokens, max_take_seconds)
 
     def _respond(
@@ -626,7 +592,7 @@ class ChatSession:
         if self.loaded.device.type != "cuda" or self._ready_reserved is None:
             return
         if torch.cuda.memory_reserved(self.loaded.device) > self._ready_reserved + RELEASE_CACHED_ABOVE_BYTES:
-            torch.cuda.empty_cache()
+            graphs.empty_cache()  # (not while a lazy capture captures: then after a later turn)
 
     def _encode(self, wave_16k: np.ndarray) -> Turn:
         """The take (its features, and rows if the encoder graphs made them) in the conversation, and the
@@ -773,61 +739,11 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-# Takes up to this long replay a captured encoder graph; longer ones are encoded eagerly. The ladder
-# reaches the longest take the app accepts (every 10 s past 30 s: 15 rungs in all).
-ENCODER_GRAPH_SECONDS = DEFAULT_MAX_TAKE_SECONDS
-
-
-def _encoder_graphs_or_none(loaded: LoadedModel, *, pool: object | None = None) -> EncoderGraphs | None:
-    """The audio encoder's graphs; without them it runs eagerly (slower to the first audio, same output).
-    `pool`: the step graphs' memory pool (a take is encoded before its prefill, never beside a step), which
-    its rungs' temporaries then share instead of holding a second pool (~0.2 GB for the 60 s rung)."""
-    try:
-        return EncoderGraphs(
-            loaded.model, loaded.processor.audio, max_seconds=ENCODER_GRAPH_SECONDS, dtype=loaded.dtype, device=loaded.device,
-            pool=pool,
-        )
-    except Exception as error:  # an optional speed-up: whatever went wrong, encode eagerly as before
-        torch.cuda.empty_cache()
-        log.warning("audio encoder graphs not captured, encoding eagerly: %s", error)
-        return None
-
-
-def fit_depthformer_to_decoder(backend: StepBackend, decoder: PipelinedDecoder) -> None:
-    """Time the depthformer kernel's grid with the decoder's frame beside it, as the two run in a turn
-    (start-up, after both are captured); the decoder is reset afterwards."""
-    from engine.realtime.backend import GraphedBackend
-
-    step = decoder.timing_step()
-    if isinstance(backend, GraphedBackend) and step is not None:
-        backend.fit_depthformer_grid(step, frames=decoder.group_frames[-1])  # rounds of a whole group
-        decoder.reset()
-
-
-def _graphed_backend_or_fallback(
-    loaded: LoadedModel, context_tokens: int, report: ProgressCallback
-) -> tuple[StepBackend, str | None]:
-    """The CUDA-graph engine, or the eager GPU backend with the reason it could not be used."""
-    try:
-        from engine.realtime.backend import GraphedBackend
-
-        report(Progress("capture_graphs", None))
-        return GraphedBackend(loaded, context_tokens=context_tokens), None
-    except torch.OutOfMemoryError as error:
-        # Not a silent fallback: eager steps are ~50x slower than real time. The user is told what is needed.
-        torch.cuda.empty_cache()
-        need = model_need(loaded.folder, context_tokens=context_tokens)
-        raise GpuMemoryError.of(
-            "The GPU ran out of memory while preparing the model for real time (it needs about {needed} GB, "
-            "{free} GB are still free). Close programs that use the GPU, or use a GPU with more memory.",
-            needed=f"{need.total / 1e9:.1f}", free=f"{free_bytes(loaded.device) / 1e9:.1f}",
-        ) from error
-    except (ImportError, RuntimeError) as error:
-        return EagerBackend(loaded.model), Message("CUDA graph capture failed ({error}); running eagerly on the GPU.",
-                                                   error=error)
-
-
 __all__ = [
+    "_encoder_graphs_or_none",
+    "demo_model_folder",
+    "ensure_demo_model",
+    "fit_depthformer_to_decoder",
     "AudioPieceOut",
     "ChatSession",
     "ContextTrimmedInfo",

@@ -7,9 +7,9 @@ except that every parameter is created on the meta device, then each one is allo
 dtype and filled from the checkpoint, one tensor at a time: the device never holds more than the
 weights, and the host never holds more than one tensor.
 
-The same open file is where a voice switch finds the pristine weights (`CheckpointTensors.rows`):
-the checkpoint is what was loaded, so restoring from it is exact, and no copy of the touched weights
-has to be kept on the GPU or in host memory.
+The same file is where a voice switch finds the pristine weights (`CheckpointTensors.row_range`, read by
+engine/model/row_reads.py): the checkpoint is what was loaded, so restoring from it is exact, and no copy
+of the touched weights has to be kept on the GPU.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import json
 import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
-
 import torch
 from torch import nn
+
+from engine.model.row_reads import ByteRange, RowReader
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,6 @@ _DTYPES = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
 }
-# Bytes a staging buffer holds: two of them alternate, one filled from the file while the other is copied to
-# the device.
-STAGING_BYTES = 64 << 20
 
 
 def read_safetensors_header(path: Path) -> tuple[int, dict[str, dict]]:
@@ -49,7 +46,7 @@ def read_safetensors_header(path: Path) -> tuple[int, dict[str, dict]]:
 
 
 class CheckpointTensors:
-    """One safetensors file, memory-mapped: tensors (or row ranges of them) are read on demand."""
+    """One safetensors file: its header, and tensors (or row ranges of them) read on demand."""
 
     def __init__(self, path: Path) -> None:
         from safetensors import safe_open
@@ -60,28 +57,50 @@ class CheckpointTensors:
         self._data_start, entries = read_safetensors_header(self.path)
         # name -> (dtype name, first byte, end byte) within the data section
         self._spans = {name: (e["dtype"], *e["data_offsets"]) for name, e in entries.items()}
+        self._shapes = {name: tuple(int(size) for size in e["shape"]) for name, e in entries.items()}
 
     def in_file_order(self, names: Iterable[str]) -> list[str]:
         return sorted(names, key=lambda name: self._spans[name][1])
 
-    def read_into(self, name: str, target: torch.Tensor, staging: "_Staging | None") -> None:
-        """The tensor's bytes straight from the file into `target` (same dtype, contiguous): on the CPU into
-        its memory, on a GPU through the pinned staging buffers; otherwise (a cast) as `copy_` does."""
-        kind, begin, end = self._spans[name]
-        if _DTYPES.get(kind) != target.dtype or not target.is_contiguous() or end - begin != target.nbytes:
+    def __contains__(self, name: object) -> bool:
+        return name in self.names
+
+    def dtype(self, name: str) -> torch.dtype | None:
+        """The tensor's dtype as stored (None for one torch has no dtype of)."""
+        return _DTYPES.get(self._spans[name][0])
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def nbytes(self, name: str) -> int:
+        _, begin, end = self._spans[name]
+        return end - begin
+
+    def byte_range(self, name: str, start: int, stop: int, destination: torch.Tensor | None = None) -> ByteRange:
+        """Bytes start:stop of the tensor's data (`destination`: where they are to land, see ByteRange)."""
+        _, begin, end = self._spans[name]
+        if not 0 <= start <= stop <= end - begin:
+            raise ValueError(f"bytes {start}:{stop} are outside {name} ({end - begin} bytes)")
+        return ByteRange(self.path, self._data_start + begin + start, stop - start, destination)
+
+    def row_range(self, name: str, start: int, stop: int) -> ByteRange:
+        """Rows start:stop of a 2-D tensor, as a ByteRange (no destination)."""
+        rows, columns = self._shapes[name]
+        if not 0 <= start <= stop <= rows:
+            raise ValueError(f"rows {start}:{stop} are outside {name} ({rows} rows)")
+        row = columns * self.dtype(name).itemsize  # type: ignore[union-attr]
+        return self.byte_range(name, start * row, stop * row)
+
+    def read_into(self, name: str, target: torch.Tensor, reads: list[ByteRange], chunk_bytes: int) -> None:
+        """Plan the tensor's bytes straight into `target` (same dtype, contiguous): appended to `reads` in
+        pieces of at most `chunk_bytes`, for a RowReader of the target's device; otherwise (a cast) it is
+        copied now, as `copy_` casts (as load_state_dict does)."""
+        if self.dtype(name) != target.dtype or not target.is_contiguous() or self.nbytes(name) != target.nbytes:
             target.copy_(self.tensor(name))
             return
         destination = target.view(-1).view(torch.uint8)
-        with self.path.open("rb", buffering=0) as f:
-            f.seek(self._data_start + begin)
-            if target.device.type == "cpu":
-                _read_exactly(f, memoryview(destination.numpy()))
-            else:
-                assert staging is not None
-                staging.copy(f, destination)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.names
+        reads += [self.byte_range(name, start, min(start + chunk_bytes, target.nbytes), destination[start : start + chunk_bytes])
+                  for start in range(0, target.nbytes, chunk_bytes)]
 
     def tensor(self, name: str) -> torch.Tensor:
         return self._file.get_tensor(name)
@@ -135,61 +154,42 @@ class MissingWeights(ValueError):
         self.names = names
 
 
-class _Staging:
-    """Two pinned host buffers that alternate: the file is read into one while the other's bytes are copied to
-    the device (asynchronously, on the current stream), so disk, memory and bus work at once."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.buffers = [torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-        self.done = [torch.cuda.Event() for _ in range(2)]
-        self.stream = torch.cuda.current_stream(device)
-        self.turn = 0
-
-    def copy(self, source: BinaryIO, destination: torch.Tensor) -> None:
-        for start in range(0, destination.numel(), STAGING_BYTES):
-            size = min(STAGING_BYTES, destination.numel() - start)
-            buffer, done = self.buffers[self.turn], self.done[self.turn]
-            done.synchronize()  # this buffer's previous copy to the device has finished
-            _read_exactly(source, memoryview(buffer.numpy())[:size])
-            destination[start : start + size].copy_(buffer[:size], non_blocking=True)
-            done.record(self.stream)
-            self.turn ^= 1
-
-    def finish(self) -> None:
-        self.stream.synchronize()
-        self.buffers.clear()
-        torch._C._host_emptyCache()  # PyTorch keeps freed pinned memory for reuse: give it back to the system
-
-
-def _read_exactly(source: BinaryIO, into: memoryview) -> None:
-    done = 0
-    while done < len(into):
-        got = source.readinto(into[done:])
-        if not got:
-            raise ValueError("the checkpoint ends before its tensors do (truncated file)")
-        done += got
-
-
 @torch.no_grad()
-def fill_from_checkpoint(model: nn.Module, checkpoint: CheckpointTensors, *, skip: tuple[str, ...] = ()) -> None:
+def fill_from_checkpoint(
+    model: nn.Module, checkpoint: CheckpointTensors, *, skip: tuple[str, ...] = (), reader: RowReader | None = None
+) -> None:
     """Copy every tensor of the checkpoint (but `skip`) into the model's parameter or buffer of that name
     (cast to its dtype, as `load_state_dict` does); raises MissingWeights if a parameter was not in the
     checkpoint. Names the model does not have are skipped, as liquid-audio's loader (accelerate,
-    non-strict) does. Tensors are read in file order, each straight into place."""
+    non-strict) does. Tensors are read in file order, each straight into place, by `reader` (engine/model/
+    row_reads.py: several threads through pinned memory; by default one of its own for this call), a
+    slot's worth at a time; a tensor whose dtype differs from the file's is read whole and cast on the host."""
     state = model.state_dict(keep_vars=True)
     filled: set[int] = set()
     unexpected = []
-    devices = {t.device for t in state.values() if t.device.type == "cuda"}
-    staging = _Staging(next(iter(devices))) if devices else None
-    for name in checkpoint.in_file_order(checkpoint.names - set(skip)):
-        target = state.get(name)
-        if target is None:
-            unexpected.append(name)
-            continue
-        checkpoint.read_into(name, target.data, staging)
-        filled.add(id(target))
-    if staging is not None:
-        staging.finish()
+    own_reader = reader is None
+    if reader is None:
+        devices = {t.device for t in state.values() if not t.is_meta}
+        reader = RowReader(next((d for d in devices if d.type == "cuda"), torch.device("cpu")))
+    reads: list[ByteRange] = []
+    try:
+        for name in checkpoint.in_file_order(checkpoint.names - set(skip)):
+            target = state.get(name)
+            if target is None:
+                unexpected.append(name)
+                continue
+            filled.add(id(target))
+            if target.device.type != reader.device.type:
+                target.data.copy_(checkpoint.tensor(name))
+                continue
+            checkpoint.read_into(name, target.data, reads, reader.slot_bytes)
+        for _ in reader.stream(reads):
+            pass
+        if reader.device.type == "cuda":
+            torch.cuda.current_stream(reader.device).synchronize()
+    finally:
+        if own_reader:
+            reader.close()
     filled.update(id(state[name]) for name in skip if name in state)
     if unexpected:
         log.warning("checkpoint tensors the model does not use: %s", ", ".join(unexpected[:5]))

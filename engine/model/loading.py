@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +29,7 @@ from engine.model.checkpoint import (
     parameters_on_meta,
 )
 from engine.model.quantized import Precision, quantize_model, quantized_module_names
+from engine.model.row_reads import RowReader
 from engine.model.store import build_model_from_config, check_model_folder
 
 if TYPE_CHECKING:
@@ -51,6 +54,8 @@ class LoadedModel:
     # The memory-mapped checkpoint the weights were loaded from: where a voice switch reads the pristine
     # weights back. None for a model built in memory (the benchmark's random model).
     weights: CheckpointTensors | None = None
+    # The threads and pinned slots that read it (engine/model/row_reads.py): kept for the voice switches.
+    reader: RowReader | None = None
     # "int8": the large matrices are int8 with per-row scales (engine/model/quantized.py), and the audio
     # detokenizer's transformer is bfloat16 (`detokenizer_dtype`).
     precision: Precision = "bf16"
@@ -105,8 +110,6 @@ def load_model(
     Raises ModelFilesError naming what is missing or broken, and GpuMemoryError when the GPU is
     too small; the caller keeps running in both cases.
     """
-    from liquid_audio import LFM2AudioProcessor
-
     folder = Path(folder)
     device = torch.device(device) if device is not None else default_device()
     dtype = dtype or default_dtype(device)
@@ -114,31 +117,12 @@ def load_model(
     if problems:
         raise ModelFilesError(folder, problems)
 
+    reader = RowReader(device)  # kept for the voice switches (LoadedModel.reader)
     try:
-        model, weights = load_weights(folder, device=device, dtype=dtype, precision=precision)
-        try:
-            processor = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as error:
-            raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error
-        if processor.detokenizer_path is not None:
-            # Built now (not lazily mid-conversation), in the precision's dtypes (`detokenizer_dtype`).
-            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device, precision=precision)
-    except torch.OutOfMemoryError as error:
-        _free_cuda_memory()
-        raise GpuMemoryError.of(
-            "The GPU ran out of memory while loading the model ({memory}). "
-            "Close other programs that use the GPU, or use a GPU with more memory.",
-            memory=_memory_summary(device),
-        ) from error
-    except ModelFilesError:
+        model, weights, processor = _load_parts(folder, device=device, dtype=dtype, precision=precision, reader=reader)
+    except BaseException:
+        reader.close()
         raise
-    except MissingWeights as error:
-        raise ModelFilesError(folder, [Problem("{file} lacks {count} tensors (e.g. {names})", file="model.safetensors",
-                                               count=len(error.names), names=", ".join(error.names[:3]))]) from error
-    except Exception as error:  # the folder passed the check, so whatever fails here is a broken file
-        raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error
 
     with (folder / "config.json").open() as f:
         config = json.load(f)
@@ -153,18 +137,70 @@ def load_model(
         interleaved_n_audio=int(config["interleaved_n_audio"]),
         codebooks=int(config["codebooks"]),
         weights=weights,
+        reader=reader,
         precision=precision,
     )
 
 
+def _load_parts(
+    folder: Path, *, device: torch.device, dtype: torch.dtype, precision: Precision, reader: RowReader
+) -> tuple[LFM2AudioModel, CheckpointTensors, LFM2AudioProcessor]:
+    """The model, its checkpoint and the processor with its detokenizer; every failure as the error the user sees."""
+    from liquid_audio import LFM2AudioProcessor
+
+    # The tokenizer and the log-mel preprocessor (Python and tokenizers' own code) are built on a helper thread while
+    # the weights are read (reader threads and DMA: this thread mostly waits).
+    built: dict[str, object] = {}
+
+    def build_processor() -> None:
+        try:
+            built["processor"] = LFM2AudioProcessor.from_pretrained(folder, device=device).eval()
+        except BaseException as error:  # noqa: BLE001 - raised on the loading thread below
+            built["error"] = error
+
+    helper = threading.Thread(target=build_processor, name="processor", daemon=True)
+    helper.start()
+    try:
+        try:
+            model, weights = load_weights(folder, device=device, dtype=dtype, precision=precision, reader=reader)
+        finally:
+            helper.join()
+        error = built.get("error")
+        if isinstance(error, torch.OutOfMemoryError):
+            raise error
+        if error is not None:
+            raise ModelFilesError(folder, [_tokenizer_problem(folder, error)]) from error  # type: ignore[arg-type]
+        processor = built["processor"]
+        if processor.detokenizer_path is not None:  # type: ignore[attr-defined]
+            # Built now (not lazily mid-conversation), in the precision's dtypes (`detokenizer_dtype`).
+            processor._audio_detokenizer = load_detokenizer(Path(processor.detokenizer_path), device=device,  # type: ignore[attr-defined]
+                                                            precision=precision, reader=reader)
+    except torch.OutOfMemoryError as error:
+        _free_cuda_memory()
+        raise GpuMemoryError.of(
+            "The GPU ran out of memory while loading the model ({memory}). "
+            "Close other programs that use the GPU, or use a GPU with more memory.",
+            memory=_memory_summary(device),
+        ) from error
+    except ModelFilesError:
+        raise
+    except MissingWeights as error:
+        raise ModelFilesError(folder, [Problem("{file} lacks {count} tensors (e.g. {names})", file="model.safetensors",
+                                               count=len(error.names), names=", ".join(error.names[:3]))]) from error
+    except Exception as error:  # the folder passed the check, so whatever fails here is a broken file
+        raise ModelFilesError(folder, [Problem("loading failed: {error}", error=error)]) from error
+    return model, weights, processor
+
+
 def load_weights(
-    folder: Path, *, device: torch.device, dtype: torch.dtype, precision: Precision = "bf16"
+    folder: Path, *, device: torch.device, dtype: torch.dtype, precision: Precision = "bf16", reader: RowReader | None = None
 ) -> tuple[LFM2AudioModel, CheckpointTensors]:
     """liquid-audio's `LFM2AudioModel.from_pretrained`, less its float32 copy of the model: built as it
     builds it (buffers computed on the device), but with every parameter allocated once, in `dtype`, and
     filled straight from the memory-mapped checkpoint (engine/model/checkpoint.py). With "int8" the
     matrices `quantized_module_names` lists are never allocated in `dtype`: each is quantized from the
-    checkpoint a chunk of rows at a time, straight into its int8 storage."""
+    checkpoint a chunk of rows at a time, straight into its int8 storage. `reader`: the threads and pinned slots
+    that read the file (engine/model/row_reads.py; by default a reader of its own, closed afterwards)."""
     from liquid_audio.utils import module_exists
 
     with (folder / "config.json").open() as f:
@@ -179,13 +215,29 @@ def load_weights(
     model.lfm.set_attn_implementation("flash_attention_2" if module_exists("flash_attn") else "sdpa")
     weights = CheckpointTensors(folder / "model.safetensors")
     skip: tuple[str, ...] = (UNUSED_AUDIO_HEAD,) if dropped else ()
-    if precision == "int8":
-        names = {name: _stored_name(weights, f"{name}.weight") for name in quantized_module_names(model)}
-        aliases = [alias for alias in _tied_aliases(model) if alias in weights]
-        quantize_model(model, device=device, source=lambda name, start, stop: weights.rows(names[name], start, stop))
-        skip = (*skip, *names.values(), *aliases)
-    fill_from_checkpoint(model, weights, skip=skip)
+    own_reader = reader is None
+    reader = reader or RowReader(device)
+    try:
+        if precision == "int8":
+            names = {name: _stored_name(weights, f"{name}.weight") for name in quantized_module_names(model)}
+            aliases = [alias for alias in _tied_aliases(model) if alias in weights]
+            quantize_model(model, device=device, rows=lambda chunks: _checkpoint_rows(weights, reader, names, chunks))
+            skip = (*skip, *names.values(), *aliases)
+        fill_from_checkpoint(model, weights, skip=skip, reader=reader)
+    finally:
+        if own_reader:
+            reader.close()
     return model.eval(), weights
+
+
+def _checkpoint_rows(
+    weights: CheckpointTensors, reader: RowReader, names: dict[str, str], chunks: Sequence[tuple[str, int, int]]
+) -> Iterator[torch.Tensor]:
+    """quantize_model's rows: each chunk of each module's weight (stored as `names` says) as it is in the file,
+    read onto the device by `reader`."""
+    reads = [weights.row_range(names[name], start, stop) for name, start, stop in chunks]
+    for (name, start, stop), data in zip(chunks, reader.stream(reads), strict=True):
+        yield data.view(weights.dtype(names[name])).view(stop - start, -1)
 
 
 def _stored_name(weights: CheckpointTensors, name: str) -> str:
@@ -202,7 +254,7 @@ def _tied_aliases(model: nn.Module) -> list[str]:
     return [f"depth_embeddings.{i}.to_logits.weight" for i in range(len(model.depth_embeddings))]
 
 
-def load_detokenizer(folder: Path, *, device: torch.device, precision: Precision = "bf16") -> nn.Module:
+def load_detokenizer(folder: Path, *, device: torch.device, precision: Precision = "bf16", reader: RowReader | None = None) -> nn.Module:
     """The audio detokenizer as liquid-audio's `LFM2AudioProcessor.audio_detokenizer` builds it (its buffers
     computed on the CPU, then moved), less the random initialisation of its parameters on the CPU: they are
     made on meta, allocated once in the dtype `precision` gives them (`detokenizer_dtype`: all float32 for
@@ -222,7 +274,7 @@ def load_detokenizer(folder: Path, *, device: torch.device, precision: Precision
     materialize_parameters(detokenizer, device=device, dtype=detokenizer_dtype(precision), skip=float32)
     materialize_parameters(detokenizer, device=device, dtype=torch.float32)  # what the first call left on meta
     detokenizer.to(device)  # the buffers, as liquid-audio's `.cuda()` moves them
-    fill_from_checkpoint(detokenizer, CheckpointTensors(folder / "model.safetensors"), skip=(UNUSED_TOKEN_TABLE,))
+    fill_from_checkpoint(detokenizer, CheckpointTensors(folder / "model.safetensors"), skip=(UNUSED_TOKEN_TABLE,), reader=reader)
     return set_detokenizer_precision(detokenizer, precision)
 
 

@@ -1,10 +1,11 @@
 """LoRA voices merged into the weights, switched in place.
 
 A voice is a PEFT adapter folder (adapter_config.json + adapter_model.safetensors, as
-`PeftModel.save_pretrained` writes it for LFM2AudioModel). Merging it into the weights costs
-nothing per step. Switching voices rewrites the SAME weight tensors in place from the pristine
-weights (read back from the memory-mapped checkpoint, never copied on the GPU), so the tensors'
-storage never moves and CUDA graphs captured at start-up stay valid across voice switches.
+`PeftModel.save_pretrained` writes it for LFM2AudioModel: any linear layers, the depthformer's and the tied
+codebook heads included). Merging it into the weights costs nothing per step. Switching voices rewrites the
+SAME weight tensors in place from the pristine weights (read back from the checkpoint, engine/model/
+pristine.py, never copied on the GPU), so the tensors' storage never moves and CUDA graphs captured at
+start-up stay valid across voice switches.
 
 An adapter is checked completely before any weight is written; if it does not fit, nothing
 changes and the previous voice stays.
@@ -16,6 +17,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,9 @@ from torch import nn
 
 from engine.errors import LoraError
 from engine.model.checkpoint import CheckpointTensors
+from engine.model.pristine import PristineRows, RowChunk
 from engine.model.quantized import QuantizedLinear, quantize_rows, row_chunks
+from engine.model.row_reads import SLOT_BYTES, RowReader
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +115,7 @@ def load_voice(folder: str | Path) -> LoraVoice:
         raise LoraError.of("{file} is unreadable ({error}).", file=weights_path, error=error) from error
 
     pairs: dict[str, dict[str, torch.Tensor]] = {}
+    peaks: dict[int, float] = {}  # largest |value| of each tensor (one pass: NaN and infinity show in it)
     for key, tensor in tensors.items():
         match = _KEY.match(key)
         if match is None:
@@ -120,7 +125,9 @@ def load_voice(folder: str | Path) -> LoraVoice:
                 "{voice}: {key} is not a matrix of numbers ({shape}, {dtype}).",
                 voice=folder.name, key=key, shape=tuple(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."),
             )
-        if not bool(torch.isfinite(tensor).all()):
+        low, high = torch.aminmax(tensor) if tensor.numel() else (torch.zeros(()), torch.zeros(()))
+        peaks[id(tensor)] = max(-float(low), float(high))
+        if not math.isfinite(float(low)) or not math.isfinite(float(high)):
             raise LoraError.of("{voice}: {key} holds NaN or infinite values; the voice is damaged.", voice=folder.name, key=key)
         pairs.setdefault(match["module"], {})[match["which"]] = tensor
     if not pairs:
@@ -143,7 +150,7 @@ def load_voice(folder: str | Path) -> LoraVoice:
         scale = alpha / math.sqrt(r) if use_rslora else alpha / r
         # An upper bound of the largest change to one weight: a trained voice changes weights by far
         # less than 1; this refuses an alpha or weights that would wreck (or overflow) the model.
-        bound = abs(scale) * float(pair["A"].abs().max()) * float(pair["B"].abs().max()) * r
+        bound = abs(scale) * peaks[id(pair["A"])] * peaks[id(pair["B"])] * r
         if not bound <= MAX_WEIGHT_CHANGE:
             raise LoraError.of(
                 "{voice} would change {module} by up to {bound}, far beyond what a trained voice does; "
@@ -209,71 +216,89 @@ def _pattern_value(pattern: dict[str, float] | dict[str, int], module: str, defa
     return default
 
 
-class PristineWeights:
-    """Where a voice switch finds the weights as the model had them before any voice: the memory-mapped
-    checkpoint they were loaded from (exact, and nothing kept anywhere), or, for a model built in memory,
-    copies in host memory made the first time a voice touches a weight. Never a copy on the GPU."""
-
-    def __init__(self, model: nn.Module, checkpoint: CheckpointTensors | None = None) -> None:
-        self._weights = {name: module.weight for name, module in model.named_modules() if isinstance(module, nn.Linear)}
-        self._checkpoint = checkpoint
-        self._host: dict[str, torch.Tensor] = {}
-
-    def remember(self, module: str) -> None:
-        """Call before the first write to `module`'s weight."""
-        if module in self._host or self._in_checkpoint(module):
-            return
-        if module not in self._weights:  # an int8 layer: its bf16 rows exist only in the checkpoint
-            raise LoraError.of("The voice needs the model's bf16 weights for {module}, which are not available.", module=module)
-        self._host[module] = self._weights[module].detach().to("cpu", copy=True)
-
-    def rows(self, module: str, start: int, stop: int) -> torch.Tensor:
-        """Rows start:stop of the pristine weight, on the host (in the checkpoint's dtype)."""
-        if self._in_checkpoint(module):
-            return self._checkpoint.rows(f"{module}.weight", start, stop)  # type: ignore[union-attr]
-        return self._host[module][start:stop]
-
-    def _in_checkpoint(self, module: str) -> bool:
-        return self._checkpoint is not None and f"{module}.weight" in self._checkpoint
-
-    @property
-    def host_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._host.values())
+# Voices kept after reading (their adapters in host memory: ~40 MB for a rank-16 all-linear voice of the full-size model).
+RECENT_VOICES = 3
+# Rows merged at once, at most (and at most a reader slot's bytes of pristine rows): the merge's float32
+# temporaries on the GPU stay a few tens of MB whatever the matrix.
+MERGE_CHUNK_ELEMENTS = 1 << 23
 
 
-# Rows merged at once: the merge's float32 temporaries on the GPU stay a few MB whatever the matrix.
-MERGE_CHUNK_ELEMENTS = 1 << 22
+@dataclass
+class _Target:
+    """One weight a voice writes: the linear layer that writes it, and every delta on it (tied layers that a
+    voice adapts both share one weight: their deltas are summed into it)."""
+
+    name: str  # the weight's one name (PristineRows.canonical)
+    module: nn.Module
+    deltas: list[LoraDelta]
 
 
 class VoiceSwitcher:
     """Owns the merged state of one model's weights.
 
-    The device holds the merged weights and nothing else: a switch streams the pristine rows of each
-    weight it rewrites from the host (PristineWeights), adds the voice's B @ A in float32 a chunk of rows
-    at a time, and rounds once into the weight, in place. So switching any voice in or out leaves the
-    device's memory where it was, and a weight's value depends only on the voice, never on the voices
-    merged before it.
+    The device holds the merged weights and nothing else: a switch streams the pristine rows of each weight it
+    rewrites (engine/model/pristine.py: from the checkpoint, through reader threads and pinned slots, the copies
+    overlapped with the merge), adds the voice's B @ A in float32 a chunk of rows at a time on the device, and
+    rounds once into the weight (or quantizes once into its int8 rows), in place; a weight the new voice leaves
+    alone gets its pristine rows back, copied straight into place. So switching any voice in or out leaves the
+    device's memory where it was, and a weight's value depends only on the voice, never on the voices merged
+    before it. No host-device sync inside a switch but the one at its end.
     """
 
-    def __init__(self, model: nn.Module, *, model_id: str | None = None, checkpoint: CheckpointTensors | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        model_id: str | None = None,
+        checkpoint: CheckpointTensors | None = None,
+        reader: RowReader | None = None,
+    ) -> None:
         self.model = model
         self.model_id = model_id
         self.voice: LoraVoice | None = None
-        self.pristine = PristineWeights(model, checkpoint)
-        self._merged: set[str] = set()  # modules whose weight differs from the pristine one
+        self.pristine = PristineRows(model, checkpoint, reader)
+        self._merged: dict[str, nn.Module] = {}  # weights that differ from the pristine ones, by name, with their writer
+        self.last_switch: dict[str, float] = {}  # the last switch's figures (bytes, chunks, seconds)
+        self._recent: dict[tuple, LoraVoice] = {}  # the last RECENT_VOICES voices read, by folder and files' state
+
+    def load(self, folder: str | Path) -> LoraVoice:
+        """`load_voice(folder)`, or the voice read from it before while its files are as they were then (size,
+        modification and change times, inode): going back to a voice used a moment ago skips reading and checking it
+        again. A voice trained into the same folder again is read again."""
+        folder = Path(folder)
+        try:
+            states = [f.stat() for f in (folder / ADAPTER_CONFIG, folder / ADAPTER_WEIGHTS)]
+            key = (str(folder.resolve()), *((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) for st in states))
+        except OSError:
+            return load_voice(folder)  # a missing file: load_voice names it
+        voice = self._recent.pop(key, None) or load_voice(folder)
+        self._recent[key] = voice  # the most recent last
+        while len(self._recent) > RECENT_VOICES:
+            del self._recent[next(iter(self._recent))]
+        return voice
 
     @property
     def voice_name(self) -> str | None:
         return self.voice.name if self.voice else None
 
-    def _check(self, voice: LoraVoice) -> list[tuple[nn.Linear, LoraDelta]]:
+    @property
+    def host_bytes(self) -> int:
+        """Host memory kept for switches: host copies of weights (a model built in memory), the reader's slots, and the
+        recent voices' adapters."""
+        reader = self.pristine.reader
+        adapters = {id(d.a): d.a.nbytes for v in self._recent.values() for d in v.deltas} | {
+            id(d.b): d.b.nbytes for v in self._recent.values() for d in v.deltas}
+        return self.pristine.host_bytes + (reader.host_bytes if reader is not None else 0) + sum(adapters.values())
+
+    def _check(self, voice: LoraVoice) -> list[_Target]:
+        """Everything about `voice` that can fail, checked before a weight is written."""
         if voice.base_model and self.model_id and not _same_base(voice.base_model, self.model_id):
             raise LoraError.of(
                 "The voice {voice} was trained for {base}, not for the loaded model {model}.",
                 voice=voice.name, base=voice.base_model, model=self.model_id,
             )
         modules = dict(self.model.named_modules())
-        planned = []
+        targets: dict[str, _Target] = {}
         for delta in voice.deltas:
             module = modules.get(delta.module)
             if module is None:
@@ -298,8 +323,11 @@ class VoiceSwitcher:
                     voice=voice.name, module=delta.module, rows=out_features, columns=in_features,
                     a_shape=tuple(delta.a.shape), b_shape=tuple(delta.b.shape),
                 )
-            planned.append((module, delta))
-        return planned
+            if not self.pristine.available(delta.module):  # an int8 layer of a model quantized in memory
+                raise LoraError.of("The voice needs the model's bf16 weights for {module}, which are not available.", module=delta.module)
+            name = self.pristine.canonical(delta.module)
+            targets.setdefault(name, _Target(name, module, [])).deltas.append(delta)
+        return list(targets.values())
 
     def apply(self, voice: LoraVoice | None) -> None:
         """Make `voice` (or none) the merged voice. On LoraError nothing has changed: a voice the GPU has no
@@ -314,33 +342,83 @@ class VoiceSwitcher:
                 "Close other programs that use the GPU and try again.",
                 voice=voice.name if voice else "",
             ) from error
+        except OSError as error:  # the model file changed or went away under the app
+            try:
+                self._merge(self._check(self.voice) if self.voice is not None else [])
+            except OSError:
+                log.exception("the previous voice could not be merged back either")
+            raise LoraError.of("{file} is unreadable ({error}).", file=error.filename or "model.safetensors", error=error) from error
         self.voice = voice
 
     @torch.no_grad()
-    def _merge(self, planned: list[tuple[nn.Module, LoraDelta]]) -> None:
-        modules = dict(self.model.named_modules())
-        touched = {delta.module for _, delta in planned}
-        for name in sorted(self._merged - touched):  # what the previous voice changed and this one does not
-            module = modules[name]
-            for start, stop in _row_chunks(module):
-                _write_rows(module, start, stop, self.pristine.rows(name, start, stop))
-            self._merged.discard(name)
-        for module, delta in planned:
-            self.pristine.remember(delta.module)
-            self._merged.add(delta.module)
-            device = _device_of(module)
-            a = delta.a.to(device=device, dtype=torch.float32)
-            b = delta.b.to(device=device, dtype=torch.float32)
-            for start, stop in _row_chunks(module):
+    def _merge(self, planned: list[_Target]) -> None:
+        started = time.perf_counter()
+        device = next(self.model.parameters()).device
+        writing = {target.name for target in planned}
+        restored = [(name, module) for name, module in self._merged.items() if name not in writing]
+        for target in planned:
+            self.pristine.remember(target.name)
+            self._merged[target.name] = target.module  # before its first write: a failure half-way restores it
+        factors = iter(_upload([t for target in planned for d in target.deltas for t in (d.a, d.b)], device))
+        products = {target.name: [(next(factors), next(factors), delta.scale) for delta in target.deltas] for target in planned}
+        jobs: list[tuple[RowChunk, nn.Module, list | None]] = []
+        for name, module in restored:
+            dtype = self.pristine.source_dtype(name)
+            for start, stop in _row_chunks(module, dtype):
+                jobs.append((RowChunk(name, start, stop, _in_place(module, start, stop, dtype)), module, None))
+        for target in planned:
+            for start, stop in _row_chunks(target.module, self.pristine.source_dtype(target.name)):
+                jobs.append((RowChunk(target.name, start, stop), target.module, products[target.name]))
+        moved = 0
+        for batch in _by_source(jobs, self.pristine):
+            chunks = [chunk for chunk, _, _ in batch]
+            for (chunk, module, deltas), rows in zip(batch, self.pristine.stream(chunks, device), strict=True):
+                moved += rows.numel() * rows.element_size()
+                if deltas is None:
+                    if chunk.destination is None:  # a restore that is not a plain copy: a cast, or int8 rows
+                        _write_rows(module, chunk.start, chunk.stop, rows)
+                    continue
                 # In float32, then rounded once into the weight's dtype (or quantized once into its int8 rows),
                 # in place (the graphs keep their storage).
-                rows = self.pristine.rows(delta.module, start, stop).to(device=device, dtype=torch.float32, copy=True)
-                rows.addmm_(b[start:stop], a, alpha=delta.scale)
-                _write_rows(module, start, stop, rows)
+                merged = rows.float() if rows.dtype != torch.float32 else rows.clone()
+                for a, b, scale in deltas:
+                    merged.addmm_(b[chunk.start : chunk.stop], a, alpha=scale)
+                _write_rows(module, chunk.start, chunk.stop, merged)
+        for name, _ in restored:
+            del self._merged[name]
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()
+        self.last_switch = {"bytes_read": moved, "chunks": len(jobs), "weights_written": len(planned) + len(restored),
+                            "seconds": time.perf_counter() - started}
 
 
-def _device_of(module: nn.Module) -> torch.device:
-    return module.values.device if isinstance(module, QuantizedLinear) else module.weight.device
+def _upload(tensors: list[torch.Tensor], device: torch.device) -> list[torch.Tensor]:
+    """The adapter's matrices on `device` in float32, in one copy per dtype (not one blocking copy each: a
+    blocking copy waits for the stream, which would stall the merges queued before it). Before any of the
+    switch's work is queued, so its wait costs nothing."""
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for dtype in {t.dtype for t in tensors}:
+        picked = [i for i, t in enumerate(tensors) if t.dtype == dtype]
+        packed = torch.cat([tensors[i].reshape(-1) for i in picked])
+        on_device = packed.to(device).float()
+        for i, part in zip(picked, on_device.split([tensors[i].numel() for i in picked]), strict=True):
+            out[i] = part.view(tensors[i].shape)
+    return out  # type: ignore[return-value]
+
+
+def _by_source(jobs: list, pristine: PristineRows) -> list[list]:
+    """The jobs in two streams: rows from the checkpoint, then rows from host copies (a model built in memory)."""
+    from_file = [job for job in jobs if pristine.stored_name(job[0].name) is not None]
+    from_host = [job for job in jobs if pristine.stored_name(job[0].name) is None]
+    return [batch for batch in (from_file, from_host) if batch]
+
+
+def _in_place(module: nn.Module, start: int, stop: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The bytes of a bf16 layer's rows start:stop, where pristine rows of `dtype` can be copied as they are."""
+    if isinstance(module, QuantizedLinear) or module.weight.dtype != dtype:
+        return None
+    rows = module.weight[start:stop]
+    return rows.view(-1).view(torch.uint8) if rows.is_contiguous() else None
 
 
 def _write_rows(module: nn.Module, start: int, stop: int, rows: torch.Tensor) -> None:
@@ -351,8 +429,10 @@ def _write_rows(module: nn.Module, start: int, stop: int, rows: torch.Tensor) ->
         module.weight[start:stop].copy_(rows)
 
 
-def _row_chunks(module: nn.Module) -> Iterator[tuple[int, int]]:
-    return row_chunks(module.out_features, module.in_features, MERGE_CHUNK_ELEMENTS)
+def _row_chunks(module: nn.Module, source_dtype: torch.dtype) -> Iterator[tuple[int, int]]:
+    """A layer's rows in chunks of at most MERGE_CHUNK_ELEMENTS, and at most a reader slot's bytes of `source_dtype`."""
+    elements = min(MERGE_CHUNK_ELEMENTS, SLOT_BYTES // source_dtype.itemsize)
+    return row_chunks(module.out_features, module.in_features, elements)
 
 
 def _same_base(adapter_base: str, model_id: str) -> bool:

@@ -21,7 +21,7 @@ so the device never holds its bf16 copy whole.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -215,37 +215,41 @@ def _set_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, leaf, module)
 
 
-WeightSource = Callable[[str, int, int], torch.Tensor]  # (module name, first row, end row) → bf16 rows
+RowStream = Callable[[Sequence[tuple[str, int, int]]], Iterator[torch.Tensor]]
+"""(module name, first row, end row) for each chunk → those bf16 rows, in order (on the device: e.g. read from
+the checkpoint by engine/model/row_reads.py, each valid until the next is asked for)."""
 
 
 @torch.no_grad()
-def quantize_model(model: nn.Module, *, device: torch.device, source: WeightSource | None = None) -> int:
+def quantize_model(model: nn.Module, *, device: torch.device, rows: RowStream | None = None) -> int:
     """Replace the modules `quantized_module_names` lists with their int8 versions, in place, freeing their
-    bf16 weights. Each matrix is quantized a chunk of rows at a time from `source` (module name, rows) →
-    bf16 rows (the memory-mapped checkpoint), or from the module's own weight when `source` is None (a
-    model built in memory; its weight may then be on meta only if `source` is given). Tied heads share
-    their table's buffers. Returns the bytes of int8 weights and scales made."""
+    bf16 weights. Each matrix is quantized a chunk of rows at a time from `rows` (the checkpoint's rows), or
+    from the module's own weight when `rows` is None (a model built in memory; its weight may be on meta only
+    if `rows` is given). Tied heads share their table's buffers. Returns the bytes of int8 weights and scales made."""
     dtype = model.audio_embedding.embedding.weight.dtype
-    made = 0
+    names = quantized_module_names(model)
+    matrices = {name: Int8Matrix.empty(*model.get_submodule(name).weight.shape, device) for name in names}
+    chunks = [(name, start, stop) for name in names for start, stop in row_chunks(*matrices[name].shape)]
+    source = rows(chunks) if rows is not None else (model.get_submodule(name).weight[start:stop] for name, start, stop in chunks)
+    last_chunk = {name: i for i, (name, _, _) in enumerate(chunks)}
     tied = {id(e.embedding.weight): e for e in model.depth_embeddings if e.to_logits.weight is e.embedding.weight}
-    for name in quantized_module_names(model):
-        module = model.get_submodule(name)
-        weight = module.weight
-        rows, columns = weight.shape
-        matrix = Int8Matrix.empty(rows, columns, device)
-        for start, stop in row_chunks(rows, columns):
-            chunk = source(name, start, stop) if source is not None else weight[start:stop]
-            quantize_rows(chunk, matrix.values[start:stop], matrix.scales[start:stop])
+    made = 0
+    for i, ((name, start, stop), chunk) in enumerate(zip(chunks, source, strict=True)):
+        matrix = matrices[name]
+        quantize_rows(chunk, matrix.values[start:stop], matrix.scales[start:stop])
+        if last_chunk[name] != i:
+            continue
+        module = model.get_submodule(name)  # its last rows are in: the module goes int8, its weight is freed
         made += matrix.nbytes
         if isinstance(module, nn.Embedding):
             replacement: nn.Module = QuantizedEmbedding(matrix, dtype)
-            owner = tied.get(id(weight))
+            owner = tied.get(id(module.weight))
             if owner is not None:  # the codebook's logits head is this table
                 owner.to_logits = QuantizedLinear(matrix, None, dtype)
         else:
             replacement = QuantizedLinear(matrix, module.bias, dtype)
         _set_module(model, name, replacement)
-        del module, weight
+        del module
     return made
 
 

@@ -6,9 +6,10 @@ kernels, an STFT among them), the conformer (~600), and the audio adapter (Layer
 before the rows are laid out. Run that way, every turn's first audio waited on the host: on the H200
 8-17 ms from the end of the take to its rows, for ~1-3 ms of GPU work (bench run 24).
 
-Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs, captured at
-start-up: `features` (the take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel
-frames → conformer → adapter rows). Padding changes no valid value: the preprocessor masks samples and
+Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs: `features` (the
+take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel frames → conformer → adapter
+rows). The app's session captures them behind "ready" (`defer`, `jobs`: engine/realtime/lazy_capture.py), the
+longest first; until a rung is in, a take of its length goes the eager way. Padding changes no valid value: the preprocessor masks samples and
 frames past the take's length (its STFT pads with zeros, as the padding does), and the conformer masks
 padded frames (liquid-audio itself pads takes of different lengths into one batch); the adapter works row
 by row. `encode_wave` replays both graphs with no host-device sync; `encode_mel` replays only `encode`,
@@ -21,6 +22,8 @@ the same padded computation that the graphs replay.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -77,6 +80,51 @@ class _Rung:
     graphs: dict[str, torch.cuda.CUDAGraph]
 
 
+@dataclass
+class _Prepared:
+    """A rung captured behind "ready", with what its check compares against (the warm-up's results)."""
+
+    rung: _Rung
+    take: torch.Tensor  # (1, samples) the check's take, on the device
+    samples: int
+    expected_mel: torch.Tensor  # the preprocessor on the unpadded take
+    expected_rows: torch.Tensor  # the conformer and adapter on the padded frames, eagerly
+    expected_length: torch.Tensor
+
+
+@dataclass
+class RungJob:
+    """A rung of `EncoderGraphs` as a job for engine/realtime/lazy_capture.py."""
+
+    graphs: "EncoderGraphs"
+    frames: int
+
+    @property
+    def name(self) -> str:
+        return f"encoder rung of {self.frames} mel frames"
+
+    def prepare(self, stream: torch.cuda.Stream | None) -> _Prepared:
+        return self.graphs._prepare(self.frames, stream)
+
+    def commit(self, prepared: _Prepared, stream: torch.cuda.Stream | None) -> str | None:
+        graphs = self.graphs
+        started = time.perf_counter()
+        try:
+            problem = graphs._commit(prepared, stream)
+        finally:
+            graphs.capture_seconds[self.frames] = time.perf_counter() - started
+        if not problem:
+            graphs.pending.remove(self.frames)
+        return problem
+
+    def abandon(self, problem: str) -> None:
+        """The rung stays eager (its capture failed, or its check): no longer pending, and the problem noted."""
+        graphs = self.graphs
+        if self.frames in graphs.pending:
+            graphs.pending.remove(self.frames)
+        graphs.problems.append(f"{self.frames} frames: {problem}")
+
+
 class EncoderGraphs:
     """`features` and `encode`, captured (or run eagerly on the static buffers) per rung of the ladder."""
 
@@ -91,12 +139,14 @@ class EncoderGraphs:
         capture: bool | None = None,
         rungs: Sequence[int] | None = None,
         pool: object | None = None,
+        defer: bool = False,
     ) -> None:
         """`model`: liquid-audio's LFM2AudioModel (its conformer and audio adapter); `preprocessor`: the
         processor's AudioToMelSpectrogramPreprocessor. `rungs`: by default `ladder` up to `max_seconds`.
         `pool`: the graph memory pool to capture into, shared with graphs that never run at the same time
         as a take's encoding (the step graphs: a take is encoded before its prefill, on the same stream);
-        None: a pool of its own."""
+        None: a pool of its own. `defer`: no rung now; each is made later by its job (`jobs`, run by
+        engine/realtime/lazy_capture.py behind the session's "ready"), takes of its length encoded eagerly until then."""
         self._pool = pool
         self.conformer = model.conformer
         self.adapter = model.audio_adapter
@@ -113,11 +163,18 @@ class EncoderGraphs:
         self._staging = torch.zeros((self.max_samples,), dtype=torch.float32, pin_memory=on_cuda)
         self._staged = torch.cuda.Event() if on_cuda else None  # the last copy out of the staging buffer
         self._fit_positional_table(int(mel2emb_len(lengths[-1])))
+        # The conformer grows its positional table on the first input longer than any before (module state that must
+        # not change inside a capture, nor under a capture on another thread): grown now for the longest rung.
+        self.conformer.update_max_seq_length(seq_length=lengths[-1], device=device)
         chunk_subsampling(self.conformer)  # the longest rung's subsampling no longer sets the graph pool's size
+        # Rungs in use, by frames. Replaced whole when one is added (a turn that reads it sees the old or the new one).
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
         self.capture_seconds: dict[int, float] = {}  # per rung: eager runs, capture and checks
         self.reserved_after: dict[int, int] = {}  # per rung: the allocator's reserved bytes once it is done
+        self.pending: list[int] = sorted(lengths, reverse=True) if defer else []  # rungs their jobs will make
+        if defer:
+            return
         if self.capturing:
             self._capture(lengths)
         else:
@@ -236,6 +293,70 @@ class EncoderGraphs:
             return f"encoded length {int(rung.encoded_length[0])} (eager {int(expected_length[0])}) instead of {valid}"
         error = _relative_error(rung.rows[:valid], expected_rows[:valid])
         return None if error < 2e-2 else f"rows off by {error:.3g} (relative) against the eager encoder"
+
+    # ------------------------------------------------------------------ behind "ready" (engine/realtime/lazy_capture.py)
+
+    def jobs(self) -> list["RungJob"]:
+        """One capture job per rung still to make, longest first (as `_capture` goes, for the shared pool)."""
+        return [RungJob(self, frames) for frames in self.pending]
+
+    @torch.inference_mode()
+    def _prepare(self, frames: int, stream: torch.cuda.Stream | None) -> "_Prepared":
+        """A rung's warm-up on scratch buffers of its own (a take shorter than the rung, padded as `_capture_rung`
+        pads it), which is also the check's reference, then its graphs captured on its own buffers (where it is
+        captured): nothing a turn reads is written."""
+        rung = self._new_rung(frames)
+        take_frames = frames - frames // 7
+        samples = (take_frames - 1) * self.hop + self.hop // 3
+        generator = torch.Generator(device=self.device).manual_seed(frames)
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            take = 0.1 * torch.randn((1, samples), device=self.device, generator=generator)
+            scratch = dataclasses.replace(
+                self._new_rung(frames), wave=torch.zeros((1, frames * self.hop), dtype=torch.float32, device=self.device)
+            )
+            scratch.wave[:, :samples].copy_(take)
+            scratch.samples.fill_(samples)
+            scratch.length.fill_(samples // self.hop + 1)
+            self._features(scratch)  # the warm-up: cuFFT, cuDNN and cuBLAS set up for the rung's shapes
+            self._encode(scratch)
+            expected_mel, _ = self.preprocessor(take, torch.tensor([samples], device=self.device))  # unpadded
+            prepared = _Prepared(rung, take, samples, expected_mel, scratch.rows.clone(), scratch.encoded_length.clone())
+        if self.capturing:
+            rung.graphs["features"], _ = graphs.capture_concurrently(lambda: self._features(rung), stream=stream, pool=self._pool)
+            rung.graphs["encode"], _ = graphs.capture_concurrently(lambda: self._encode(rung), stream=stream, pool=self._pool)
+        return prepared
+
+    @torch.inference_mode()
+    def _commit(self, prepared: "_Prepared", stream: torch.cuda.Stream | None) -> str | None:
+        """The rung's two steps (its graphs' replays, or on the CPU the eager steps) on the take the warm-up had, on
+        the buffers turns use (no turn runs meanwhile), against the warm-up's results; the rung in use if they agree."""
+        rung, samples = prepared.rung, prepared.samples
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            rung.wave.zero_()
+            rung.wave[:, :samples].copy_(prepared.take)
+            rung.samples.fill_(samples)
+            rung.length.fill_(samples // self.hop + 1)
+            rung.mel.fill_(float("nan"))  # the replay must write every frame
+            self._run(rung, "features")
+            frames = prepared.expected_mel.shape[-1]
+            if frames != samples // self.hop + 1:
+                return f"the preprocessor made {frames} frames of {samples} samples"
+            error = _relative_error(rung.mel[..., :frames], prepared.expected_mel)
+            if not error < 1e-4 or bool(rung.mel[..., frames:].any()):
+                return f"log-mel frames off by {error:.3g} (relative) against the eager preprocessor, or not zero after the take"
+            rung.rows.fill_(float("nan"))
+            self._run(rung, "encode")
+            valid = int(mel2emb_len(frames))
+            expected_length = int(prepared.expected_length[0])
+            if expected_length != valid or int(rung.encoded_length[0]) != valid:
+                return f"encoded length {int(rung.encoded_length[0])} (eager {expected_length}) instead of {valid}"
+            error = _relative_error(rung.rows[:valid], prepared.expected_rows[:valid])
+            if not error < 2e-2:
+                return f"rows off by {error:.3g} (relative) against the eager encoder"
+        self.rungs = {**self.rungs, rung.frames: rung}
+        if self.device.type == "cuda":
+            self.reserved_after[rung.frames] = torch.cuda.memory_reserved(self.device)
+        return None
 
     # ------------------------------------------------------------------ use
 

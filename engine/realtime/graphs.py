@@ -19,12 +19,30 @@ from __future__ import annotations
 
 import functools
 import gc
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 
 T = TypeVar("T")
+
+# Held by every capture on the engine's thread, and by a lazy capture's whole warm-up and capture on its own thread
+# (engine/realtime/lazy_capture.py): a capture in CUDA's global mode must not see another thread's allocations, and
+# PyTorch refuses to empty its allocator's cache while any thread captures (an internal assert, not an error).
+CAPTURE_LOCK = threading.Lock()
+
+
+def empty_cache() -> bool:
+    """`torch.cuda.empty_cache()`, unless a capture is under way on another thread (then nothing: memory hygiene can
+    wait for the next call); whether it ran."""
+    if not CAPTURE_LOCK.acquire(blocking=False):
+        return False
+    try:
+        torch.cuda.empty_cache()
+    finally:
+        CAPTURE_LOCK.release()
+    return True
 
 
 def side_stream(device: torch.device | str) -> torch.cuda.Stream:
@@ -78,16 +96,54 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
     Python's cyclic garbage collector is off during the capture: a collection there could free an old
     graph (an earlier session's, caught in a reference cycle), and destroying a graph while a stream
     captures is refused ("operation not permitted when stream is capturing"), and H200 run 64 lost a
-    start-up timing's capture right after ten such refusals. `torch.cuda.graph` collects once before it
-    begins. (Two GPU tests that made a graph garbage mid-capture did not break the capture without this
-    either, runs 65-66, so no test stands for it: the cause is inferred from run 64's log.)"""
+    start-up timing's capture right after ten such refusals. (Two GPU tests that made a graph garbage
+    mid-capture did not break the capture without this either, runs 65-66, so no test stands for it: the
+    cause is inferred from run 64's log.)
+
+    What `torch.cuda.graph` does, less emptying the allocator's caches (device and pinned host) before
+    every capture: with expandable segments that unmapped the pages of each warm-up's temporaries only for
+    the next warm-up to map them again, some 60 times in a start-up; ChatSession.open empties the cache once,
+    when it is ready. The capture runs on one stream of its own, after everything queued before it."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    with CAPTURE_LOCK:
+        torch.cuda.synchronize()
+        with torch.cuda.stream(_capture_stream(torch.cuda.current_device())):
+            collecting = gc.isenabled()
+            gc.disable()
+            graph.capture_begin(pool=pool)
+            try:
+                result = step()
+            finally:
+                graph.capture_end()
+                if collecting:
+                    gc.enable()
+    return graph, result
+
+
+@functools.cache
+def _capture_stream(index: int) -> torch.cuda.Stream:
+    """The stream every capture on the engine's thread records on (one: cuBLAS keeps a workspace per stream)."""
+    return torch.cuda.Stream(index)
+
+
+def capture_concurrently(step: Callable[[], T], *, stream: torch.cuda.Stream, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
+    """`capture` for a thread other than the one that runs the turns (engine/realtime/lazy_capture.py): on
+    `stream` (idle, a non-blocking pool stream, which the legacy default stream never waits on), in CUDA's
+    thread-local capture mode, so that the other thread's calls meanwhile (allocations, synchronizations,
+    copies) neither break the capture nor are refused; and without `torch.cuda.graph`'s device-wide
+    synchronize and emptying of the allocator's caches, which would make the capture wait for the other
+    thread's work and take memory from under it. The capture records and runs nothing. The caller holds
+    CAPTURE_LOCK (the lazy capture does, for the job's warm-up and capture)."""
+    graph = torch.cuda.CUDAGraph()
+    stream.synchronize()
+    with torch.cuda.stream(stream):
         collecting = gc.isenabled()
         gc.disable()
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
             result = step()
         finally:
+            graph.capture_end()
             if collecting:
                 gc.enable()
     return graph, result
