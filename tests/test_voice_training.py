@@ -211,3 +211,22 @@ def test_a_damaged_checkpoint_is_named_and_kept(clips, tmp_path, tiny_model_with
     with pytest.raises(VoiceTrainingError, match="damaged"):
         _train(clips, out, tiny_model_with_tokenizer_dir, resume=True)
     assert checkpoint_path(out).stat().st_size == 100
+
+
+def test_a_sample_made_from_tokens_is_the_mappers_own_layout(clips, tiny_model_with_tokenizer_dir) -> None:
+    """The benchmark's teacher answers exist only as tokens; their samples must be laid out as the mapper lays out
+    recorded speech (liquid-audio's LFM2AudioChatMapper at the model's schedule)."""
+    from liquid_audio import LFM2AudioProcessor
+
+    from engine.voices.samples import READING_REQUEST, make_mapper, reading_chat, sample_from_mapped, sample_from_tokens, wav_bytes
+
+    processor = LFM2AudioProcessor.from_pretrained(tiny_model_with_tokenizer_dir, device="cpu")
+    for n_text, n_audio in ((6, 9), (6, 12), (2, 3)):
+        mapper = make_mapper(processor, codebooks=8, interleaved_n_text=n_text, interleaved_n_audio=n_audio)
+        clip = clips[n_audio % len(clips)]
+        mapped = sample_from_mapped(clip.name, mapper(reading_chat(clip.text, wav_bytes(clip.samples))))
+        ids = processor.text.encode(clip.text, add_special_tokens=False)
+        made = sample_from_tokens(clip.name, processor.text, READING_REQUEST.format(text=clip.text), ids, mapped.audio_out[:, :-1],
+                                  n_text=n_text, n_audio=n_audio)
+        for field in ("text", "audio_out", "modality_flag", "supervision_mask"):
+            assert torch.equal(getattr(made, field), getattr(mapped, field)), (field, n_text, n_audio)
