@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--long-turns", type=int, default=48, help="turns of the long-conversation scenario (0: skip it)")
     bench.add_argument("--no-small-cards", dest="small_cards", action="store_false",
                        help="skip the small_cards section (a full-size checkpoint on disk opened under 6/8 GB caps)")
+    bench.add_argument("--no-voice-training", dest="voice_training", action="store_false",
+                       help="skip the voice_training section (LoRA training speed and memory under 6/8 GB caps, the learning check)")
     return parser
 
 

@@ -211,3 +211,84 @@ def test_a_damaged_checkpoint_is_named_and_kept(clips, tmp_path, tiny_model_with
     with pytest.raises(VoiceTrainingError, match="damaged"):
         _train(clips, out, tiny_model_with_tokenizer_dir, resume=True)
     assert checkpoint_path(out).stat().st_size == 100
+
+
+def test_a_sample_made_from_tokens_is_the_mappers_own_layout(clips, tiny_model_with_tokenizer_dir) -> None:
+    """The benchmark's teacher answers exist only as tokens; their samples must be laid out as the mapper lays out
+    recorded speech (liquid-audio's LFM2AudioChatMapper at the model's schedule)."""
+    from liquid_audio import LFM2AudioProcessor
+
+    from engine.voices.samples import READING_REQUEST, make_mapper, reading_chat, sample_from_mapped, sample_from_tokens, wav_bytes
+
+    processor = LFM2AudioProcessor.from_pretrained(tiny_model_with_tokenizer_dir, device="cpu")
+    for n_text, n_audio in ((6, 9), (6, 12), (2, 3)):
+        mapper = make_mapper(processor, codebooks=8, interleaved_n_text=n_text, interleaved_n_audio=n_audio)
+        clip = clips[n_audio % len(clips)]
+        mapped = sample_from_mapped(clip.name, mapper(reading_chat(clip.text, wav_bytes(clip.samples))))
+        ids = processor.text.encode(clip.text, add_special_tokens=False)
+        made = sample_from_tokens(clip.name, processor.text, READING_REQUEST.format(text=clip.text), ids, mapped.audio_out[:, :-1],
+                                  n_text=n_text, n_audio=n_audio)
+        for field in ("text", "audio_out", "modality_flag", "supervision_mask"):
+            assert torch.equal(getattr(made, field), getattr(mapped, field)), (field, n_text, n_audio)
+
+
+def test_a_voice_is_shared_as_one_zip_and_a_bad_zip_changes_nothing(trained, tmp_path) -> None:
+    import zipfile
+
+    from engine.voices.voice_card import export_voice, import_voice
+
+    out, _, _ = trained
+    shared = tmp_path / "mine.zip"
+    export_voice(out, shared)
+    voices = tmp_path / "voices"
+    first = import_voice(shared, voices)
+    second = import_voice(shared, voices)  # the same name again: a new folder beside it
+    assert first.name == "mine" and second.name == "mine (2)"
+    for folder in (first, second):
+        assert (folder / "adapter_model.safetensors").read_bytes() == (out / "adapter_model.safetensors").read_bytes()
+        load_voice(folder)
+        assert VoiceCard.read(folder).steps == STEPS
+
+    def make(name: str, files: dict[str, bytes]) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as archive:
+            for member, data in files.items():
+                archive.writestr(member, data)
+        return path
+
+    good = {name: (out / name).read_bytes() for name in ("adapter_config.json", "adapter_model.safetensors")}
+    cases = {
+        "not a zip": (tmp_path / "text.zip", "not a voice file"),
+        "a stranger inside": (make("stranger.zip", {**good, "../evil.py": b"x"}), "files a voice does not have"),
+        "no weights": (make("half.zip", {"adapter_config.json": good["adapter_config.json"]}), "holds no voice"),
+        "damaged weights": (make("damaged.zip", {**good, "adapter_model.safetensors": b"\x00" * 64}), "unreadable"),
+    }
+    (tmp_path / "text.zip").write_text("hello")
+    before = sorted(p.name for p in voices.iterdir())
+    for label, (path, message) in cases.items():
+        with pytest.raises(Exception) as raised:
+            import_voice(path, voices)
+        assert message in str(getattr(raised.value, "message", raised.value)), label
+        assert sorted(p.name for p in voices.iterdir()) == before, label  # nothing half-imported is left
+    assert not (tmp_path / "evil.py").exists()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["missing-folder", "out"], "does not exist"),
+    (["{data}", "out", "--resume", "--replace"], "cannot be given together"),
+    (["{data}", "out", "--steps", "0"], "--steps"),
+    (["{data}", "out", "--rank", "1000"], "--rank"),
+    (["{data}", "out", "--resume", "--steps", "5"], "leave out --steps"),
+])
+def test_the_cli_refuses_bad_input_with_one_line_and_status_2(arguments, message, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "data").mkdir()
+    command = [sys.executable, "-m", "app", "voice-train", *(a.format(data=tmp_path / "data") for a in arguments)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
+    assert not (tmp_path / "out").exists()

@@ -38,7 +38,15 @@ def _small_cards(args: argparse.Namespace) -> dict[str, Any]:
     return run_small_cards(Path(args.out)) if getattr(args, "small_cards", True) else {"skipped": "--no-small-cards"}
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"small_cards": _small_cards}
+def _voice_training(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.bench.voice_training import run_voice_training
+
+    if not getattr(args, "voice_training", True):
+        return {"skipped": "--no-voice-training"}
+    return run_voice_training(Path(args.out))
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"small_cards": _small_cards, "voice_training": _voice_training}
 # "engine-int8": the same engine on an int8 copy of the model (engine/model/quantized.py), made after the bf16
 # engine's runs, with its own stage bytes, kernel profile and card estimates, and the teacher-forced
 # agreement of int8 with bf16 per stream and of their audio decoders (engine/chat/precision_check.py).

@@ -50,11 +50,15 @@ ESTIMATE_CARDS = ("RTX 3060", "RTX 4060")
 H100_BF16_TFLOPS = 989.0  # dense, the share of it a step reaches is what carries over to other cards
 # The learning check.
 TEACHER_RANK = 16
-TRAIN_PROMPTS, HELD_OUT_PROMPTS = 24, 8
-ANSWER_FRAMES = 18
-STUDENT_STEPS = 160
-STUDENT_LR = 1e-3
-TEACHER_BASE_AGREEMENT = (0.3, 0.6)  # the teacher's size is chosen so the base model agrees this much with it
+LEARNING_PROMPTS = 256  # answered in one batch: 60 % trained on, 15 % to choose the learning rate, 25 % held out
+TRAIN_SHARE, VALIDATION_SHARE = 0.6, 0.15
+PROBE_PROMPTS = 16  # what the teacher's size is chosen on
+REQUEST_TOKENS = 24
+ANSWER_BLOCKS = 3  # blocks of the schedule per answer (3 × (6 text + 9 audio) for the JP model)
+STUDENT_STEPS = 150
+STUDENT_LRS = (3e-4, 1e-3)
+STUDENT_BATCH_POSITIONS = 4096
+TEACHER_BASE_AGREEMENT = (0.3, 0.6)  # the teacher's size is chosen so that the base agrees this much with it
 
 
 # --------------------------------------------------------------------------- samples
@@ -186,63 +190,82 @@ def _mimi_encode_ms(loaded) -> float | None:
 # --------------------------------------------------------------------------- learning (child)
 
 
-def learning_check(folder: Path, *, device: str = "cuda", steps: int = STUDENT_STEPS) -> dict[str, Any]:
-    """The teacher/student check (see the module docstring)."""
+def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNING_PROMPTS, steps: int = STUDENT_STEPS,
+                   learning_rates: tuple[float, ...] = STUDENT_LRS) -> dict[str, Any]:
+    """The teacher/student check (see the module docstring). The student's learning rate is chosen on a validation
+    split (its teacher-forced loss there); the agreement is reported on the held-out prompts only."""
     import torch
 
     from engine.model.loading import load_model
     from engine.model.lora import VoiceSwitcher, load_voice
     from engine.voices.adapter import DEFAULT_TARGETS
     from engine.voices.batches import TokenBudget
-    from engine.voices.reading_script import READING_SCRIPT
     from engine.voices.trainer import PreparedData, TrainingOptions, VoiceTrainer
 
     loaded = load_model(folder, device=device)
     tokenizer, schedule = loaded.processor.text, (loaded.interleaved_n_text, loaded.interleaved_n_audio)
-    requests = [f"次の文を読み上げてください。\n{READING_SCRIPT[i * 5 % len(READING_SCRIPT)]}" for i in range(TRAIN_PROMPTS + HELD_OUT_PROMPTS)]
+    generator = torch.Generator().manual_seed(11)
+    # Requests of random text tokens, all of one length, so that every answer follows the schedule in lockstep and
+    # a whole set of them is generated as one batch.
+    requests = torch.randint(200, min(512, len(tokenizer)), (prompts, REQUEST_TOKENS), generator=generator).tolist()
     work = Path(tempfile.mkdtemp(prefix="voicechat-learning-"))
+    switcher = VoiceSwitcher(loaded.model)
     pristine = {name: p.detach().clone() for name, p in loaded.model.named_parameters() if p.dim() == 2}
 
-    # The teacher: a random LoRA whose size is chosen so that the base model agrees with it only in part.
-    switcher = VoiceSwitcher(loaded.model)
-    scale, teacher_voice, base_agreement = 0.25, None, None
-    probe = _answers(loaded, requests[:4], schedule)  # the base's own answers, to size the teacher on
-    for _ in range(8):
+    # The teacher: a random LoRA, sized so that the base model agrees with it only in part.
+    probe = requests[:PROBE_PROMPTS]
+    probe_samples = _samples(tokenizer, probe, _answers(loaded, tokenizer, probe, schedule), schedule)
+    base_probe = _choices(loaded.model, probe_samples, schedule)
+    scale, teacher_voice, base_agreement = 0.25, None, {}
+    for _ in range(10):
         teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, DEFAULT_TARGETS)
         switcher.apply(load_voice(teacher_voice))
-        teacher_probe = _logits_on(loaded.model, _samples(tokenizer, requests[:4], probe, schedule))
+        base_agreement = _agreement(base_probe, _choices(loaded.model, probe_samples, schedule))
         switcher.apply(None)
-        base_probe = _logits_on(loaded.model, _samples(tokenizer, requests[:4], probe, schedule))
-        base_agreement = _agreement(base_probe, teacher_probe)
         if base_agreement["codebook0_top1"] > TEACHER_BASE_AGREEMENT[1]:
-            scale *= 2.0
+            scale *= 1.6
         elif base_agreement["codebook0_top1"] < TEACHER_BASE_AGREEMENT[0]:
-            scale /= 2.0
+            scale /= 1.6
         else:
             break
     switcher.apply(load_voice(teacher_voice))
-    answers = _answers(loaded, requests, schedule)
-    samples = _samples(tokenizer, requests, answers, schedule)
-    train, held_out = samples[:TRAIN_PROMPTS], samples[TRAIN_PROMPTS:]
-    teacher_logits = _logits_on(loaded.model, held_out)
+    started = time.perf_counter()
+    samples = _samples(tokenizer, requests, _answers(loaded, tokenizer, requests, schedule), schedule)
+    generate_s = time.perf_counter() - started
+    validation_end = TRAIN_SHARE + VALIDATION_SHARE
+    cut = [round(prompts * TRAIN_SHARE), round(prompts * validation_end)]
+    train, validation, held_out = samples[: cut[0]], samples[cut[0] : cut[1]], samples[cut[1] :]
+    teacher = _choices(loaded.model, held_out, schedule)
     switcher.apply(None)
-    for name, p in loaded.model.named_parameters():  # the switch is exact: the base is back, bit for bit
+    for name, p in loaded.model.named_parameters():  # switching the teacher out is exact: the base, bit for bit
         if name in pristine:
             assert torch.equal(p, pristine[name]), name
-    base_logits = _logits_on(loaded.model, held_out)
-    budget = TokenBudget(4096, 2048)
-    started = time.perf_counter()
-    options = TrainingOptions(steps=steps, learning_rate=STUDENT_LR, budget=budget, previews=False)
-    trainer = VoiceTrainer(loaded, PreparedData(train, held_out, 0.0), options, budget, steps, base_model=None)
-    losses = [trainer.train_step()["loss"] for _ in range(steps)]
-    train_s = time.perf_counter() - started
-    student_logits = _logits_on(loaded.model, held_out)  # peft put the student's adapter into the model's own layers
-    base = _agreement(base_logits, teacher_logits)
-    student = _agreement(student_logits, teacher_logits)
+    base = _agreement(_choices(loaded.model, held_out, schedule), teacher)
+
+    budget = TokenBudget(STUDENT_BATCH_POSITIONS, STUDENT_BATCH_POSITIONS)
+    runs, best = [], None
+    for rate in learning_rates:
+        reloaded = load_model(folder, device=device)  # a fresh base for each student
+        options = TrainingOptions(steps=steps, learning_rate=rate, budget=budget, previews=False)
+        trainer = VoiceTrainer(reloaded, PreparedData(train, validation, 0.0), options, budget, steps, base_model=None)
+        began = time.perf_counter()
+        losses = [trainer.train_step()["loss"] for _ in range(steps)]
+        validation_loss = trainer.held_out_loss()["loss"]
+        run = {"learning_rate": rate, "train_s": time.perf_counter() - began, "loss_first": losses[0], "loss_last": losses[-1],
+               "validation_loss": validation_loss,
+               "held_out_agreement": _agreement(_choices(reloaded.model, held_out, schedule), teacher)}
+        runs.append(run)
+        if best is None or validation_loss < best["validation_loss"]:
+            best = run
+        del trainer, reloaded
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    student = best["held_out_agreement"]
     return {
-        "teacher": {"rank": TEACHER_RANK, "scale": scale, "targets": DEFAULT_TARGETS, "base_agreement_on_probe": base_agreement},
-        "prompts": {"train": TRAIN_PROMPTS, "held_out": HELD_OUT_PROMPTS, "answer_frames": ANSWER_FRAMES},
-        "student": {"steps": steps, "learning_rate": STUDENT_LR, "train_s": train_s, "loss_first": losses[0], "loss_last": losses[-1]},
+        "teacher": {"rank": TEACHER_RANK, "scale": scale, "base_agreement_on_probe": base_agreement},
+        "prompts": {"train": len(train), "validation": len(validation), "held_out": len(held_out),
+                    "answer_blocks": ANSWER_BLOCKS, "generate_s": generate_s},
+        "students": runs,
+        "chosen_learning_rate": best["learning_rate"],
         "held_out_agreement_with_teacher": {"base": base, "student": student},
         "target_halfway": {key: student[key] >= base[key] + 0.5 * (1 - base[key]) for key in base},
         "teacher_forced": True,
@@ -277,52 +300,76 @@ def _random_teacher(model, folder: Path, scale: float, targets: str) -> Path:
     return folder
 
 
-def _answers(loaded, requests: list[str], schedule: tuple[int, int]) -> list[tuple[list[int], Any]]:
-    """Each request answered greedily by the model as it is (text ids, codes (codebooks, frames))."""
+def _answers(loaded, tokenizer, requests: list[list[int]], schedule: tuple[int, int]) -> list[tuple[list[int], Any]]:
+    """Each request answered greedily by the model as it is, all at once: one batch through liquid-audio's own
+    modules (the backbone with transformers' cache, the depthformer with its own), in the interleave schedule,
+    ANSWER_BLOCKS blocks of text tokens and audio frames. The requests are of one length, and the random model's
+    stop tokens are suppressed (engine/bench/random_model.py), so every answer keeps the schedule in lockstep."""
     import torch
 
-    from engine.chat.decoding import SamplingSettings
-    from engine.chat.generation import EagerBackend, GeneratedFrame, GeneratedText, Schedule, interleaved_decode
-    from engine.constants import END_OF_AUDIO
-    from engine.voices.preview import prompt_token_ids
+    from engine.voices.samples import chat_prefix_ids
 
-    answers = []
-    for request in requests:
-        backend = EagerBackend(loaded.model)
-        ids = torch.tensor(prompt_token_ids(loaded.processor.text, request), device=loaded.device)
-        backend.prefill(loaded.model.lfm.embed_tokens(ids)[None])
-        text, frames = [], []
-        for event in interleaved_decode(backend, Schedule(*schedule), SamplingSettings(greedy=True),
-                                        max_new_tokens=4 * ANSWER_FRAMES, max_frames=ANSWER_FRAMES):
-            if isinstance(event, GeneratedText) and event.token != 130:
-                text.append(event.token)
-            elif isinstance(event, GeneratedFrame) and event.values[0] != END_OF_AUDIO:
-                frames.append(event.codes)
-        answers.append((text, torch.stack(frames, dim=1) if frames else torch.zeros((loaded.codebooks, 0), dtype=torch.long)))
-    return answers
+    model, device = loaded.model, loaded.device
+    n_text, n_audio = schedule
+    prefix = torch.tensor([chat_prefix_ids(tokenizer, request) for request in requests], device=device)
+    texts = torch.empty((len(requests), 0), dtype=torch.long, device=device)
+    frames = torch.empty((len(requests), model.codebooks, 0), dtype=torch.long, device=device)
+    with torch.no_grad():
+        output = model.lfm(inputs_embeds=model.lfm.embed_tokens(prefix), use_cache=True)
+        for _ in range(ANSWER_BLOCKS):
+            for modality, count in (("text", n_text), ("audio", n_audio)):
+                for _ in range(count):
+                    hidden = output.last_hidden_state[:, -1]
+                    if modality == "text":
+                        token = torch.nn.functional.linear(hidden, model.lfm.embed_tokens.weight).argmax(-1)
+                        texts = torch.cat([texts, token[:, None]], dim=1)
+                        embedding = model.lfm.embed_tokens(token)
+                    else:
+                        frame = _greedy_frames(model, hidden)
+                        frames = torch.cat([frames, frame[:, :, None]], dim=2)
+                        embedding = model.audio_embedding(frame + model.codebook_offsets).sum(1)
+                    output = model.lfm(inputs_embeds=embedding[:, None], cache=output.cache, use_cache=True)
+    return [(texts[i].tolist(), frames[i].cpu()) for i in range(len(requests))]
+
+
+def _greedy_frames(model, hidden):
+    """liquid-audio's `_sample_audio_frame` (greedy) for a batch of backbone states: (batch, codebooks) codes."""
+    import torch
+
+    inputs = model.depth_linear(hidden).view(hidden.shape[0], model.codebooks, model.depthformer_dim)
+    token = torch.zeros_like(inputs[:, 0])
+    cache, codes = None, []
+    for i in range(model.codebooks):
+        out, cache = model.depthformer.forward_cached((inputs[:, i] + token)[:, None, :], cache)
+        code = model.depth_embeddings[i].get_logits(out[:, 0]).argmax(-1)
+        codes.append(code)
+        token = model.depth_embeddings[i](code)
+    return torch.stack(codes, dim=1)
 
 
 def _samples(tokenizer, requests, answers, schedule) -> list:
     from engine.voices.samples import sample_from_tokens
 
-    return [sample_from_tokens(f"prompt-{i:02d}", tokenizer, request, text, codes, n_text=schedule[0], n_audio=schedule[1])
+    return [sample_from_tokens(f"prompt-{i:03d}", tokenizer, request, text, codes, n_text=schedule[0], n_audio=schedule[1])
             for i, (request, (text, codes)) in enumerate(zip(requests, answers, strict=True))]
 
 
-def _logits_on(model, samples) -> list[tuple[Any, Any]]:
-    """Teacher-forced top-1 choices (text positions, the first codebook of audio frames) for each sample, from
-    liquid-audio's own `logits` (the loss's forward) of `model` (with whatever voice or adapter it carries)."""
+def _choices(model, samples, schedule: tuple[int, int]) -> list[tuple[Any, Any]]:
+    """Teacher-forced top-1 choices of `model` (with whatever voice or adapter it carries) on each sample, from
+    liquid-audio's own `logits` (the loss's forward): at every text position and the first codebook of every audio
+    frame that the answer's generation chose (not the <|text_end|>, end-of-audio and <|im_end|> the layout adds)."""
     import torch
 
     from engine.voices.batches import collate
 
     device = model.codebook_offsets.device
+    text_count, frame_count = ANSWER_BLOCKS * schedule[0], ANSWER_BLOCKS * schedule[1]
     choices = []
     with torch.no_grad():
         for sample in samples:
             text_logits, audio_logits, _, _ = model.logits(collate([sample]).to(device))
             codebook0 = audio_logits.view(-1, model.codebooks, audio_logits.shape[-1])[:, 0]
-            choices.append((text_logits.argmax(-1).cpu(), codebook0.argmax(-1).cpu()))
+            choices.append((text_logits[:text_count].argmax(-1).cpu(), codebook0[:frame_count].argmax(-1).cpu()))
     return choices
 
 

@@ -14,24 +14,14 @@ import torch
 
 from engine.chat.decoding import SamplingSettings
 from engine.chat.generation import IM_END, EagerBackend, GeneratedFrame, Schedule, interleaved_decode
-from engine.constants import DEFAULT_SYSTEM_PROMPT, END_OF_AUDIO
-from engine.voices.samples import READING_REQUEST
+from engine.constants import END_OF_AUDIO
+from engine.voices.samples import READING_REQUEST, chat_prefix_ids
 
 PREVIEW_SENTENCE = "こんにちは。今日はいい天気ですね、一緒にお話ししましょう。"
 # Liquid-audio's recommended sampling for audio (the app's default too).
 PREVIEW_SAMPLING = SamplingSettings()
 PREVIEW_SEED = 1234
 MAX_PREVIEW_FRAMES = 200  # 16 s: far beyond the sentence; a voice that never ends its audio is cut here
-
-
-def prompt_token_ids(tokenizer, request: str, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> list[int]:
-    """The chat up to the assistant's answer, each piece encoded as liquid-audio's mapper encodes it."""
-    pieces = ["<|startoftext|>", "<|im_start|>system\n", system_prompt, "<|im_end|>\n", "<|im_start|>user\n", request,
-              "<|im_end|>\n", "<|im_start|>assistant\n"]
-    ids: list[int] = []
-    for piece in pieces:
-        ids += tokenizer.encode(piece, add_special_tokens=False)
-    return ids
 
 
 class _ForcedText(EagerBackend):
@@ -54,7 +44,7 @@ def speak_sentence(model, processor, schedule: Schedule, *, sentence: str = PREV
     """24 kHz mono float32 of the model (with whatever adapter it carries) reading `sentence`."""
     tokenizer = processor.text
     device = model.codebook_offsets.device
-    prompt = torch.tensor(prompt_token_ids(tokenizer, READING_REQUEST.format(text=sentence)), device=device)
+    prompt = torch.tensor(chat_prefix_ids(tokenizer, READING_REQUEST.format(text=sentence)), device=device)
     forced = tokenizer.encode(f"{sentence}<|text_end|>", add_special_tokens=False)
     backend = _ForcedText(model, forced, device)
     state = torch.random.get_rng_state()

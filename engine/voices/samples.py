@@ -192,7 +192,18 @@ def encode_samples(
     return samples
 
 
-def sample_from_tokens(name: str, tokenizer, request: str, answer_text: Sequence[int], codes: torch.Tensor, *,
+def chat_prefix_ids(tokenizer, request: str | Sequence[int], *, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> list[int]:
+    """A reading chat up to the assistant's answer in token ids, each piece encoded as liquid-audio's mapper encodes
+    it (`request` as text, or already as ids)."""
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    request_ids = encode(request) if isinstance(request, str) else [int(t) for t in request]
+    return (encode("<|startoftext|>") + encode("<|im_start|>system\n") + encode(system_prompt) + encode("<|im_end|>\n")
+            + encode("<|im_start|>user\n") + request_ids + encode("<|im_end|>\n") + encode("<|im_start|>assistant\n"))
+
+
+def sample_from_tokens(name: str, tokenizer, request: str | Sequence[int], answer_text: Sequence[int], codes: torch.Tensor, *,
                        n_text: int, n_audio: int, system_prompt: str = DEFAULT_SYSTEM_PROMPT) -> VoiceSample:
     """The sample the mapper makes of `reading_chat`, from an answer already in the model's tokens: its text ids
     (without <|text_end|>) and its audio codes (codebooks, frames; without the end-of-audio frame). For answers that
@@ -201,37 +212,29 @@ def sample_from_tokens(name: str, tokenizer, request: str, answer_text: Sequence
 
     from engine.constants import END_OF_AUDIO
 
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
+    prefix = chat_prefix_ids(tokenizer, request, system_prompt=system_prompt)
+    text_ids = list(prefix)
+    flags = [int(LFMModality.TEXT)] * len(prefix)
+    supervised = [False] * len(prefix)
 
-    text_ids: list[int] = []
-    flags: list[int] = []
-    supervised: list[bool] = []
-
-    def add_text(ids: list[int], supervise: bool) -> None:
+    def add_text(ids: list[int]) -> None:
         text_ids.extend(ids)
         flags.extend([int(LFMModality.TEXT)] * len(ids))
-        supervised.extend([supervise] * len(ids))
+        supervised.extend([True] * len(ids))
 
-    add_text(encode("<|startoftext|>"), False)
-    for role, content in (("system", system_prompt), ("user", request)):
-        add_text(encode(f"<|im_start|>{role}\n"), False)
-        add_text(encode(content), False)
-        add_text(encode("<|im_end|>\n"), False)
-    add_text(encode("<|im_start|>assistant\n"), False)
-    answer = [int(t) for t in answer_text] + encode("<|text_end|>")
+    answer = [int(t) for t in answer_text] + tokenizer.encode("<|text_end|>", add_special_tokens=False)
     audio = torch.cat([codes.to(torch.long).cpu(), torch.full((codes.shape[0], 1), END_OF_AUDIO, dtype=torch.long)], dim=1)
     text_left, audio_left, taken = len(answer), int(audio.shape[1]), 0
     while text_left > 0 or audio_left > 0:  # the mapper's interleave: n_text text tokens, then n_audio frames
         take = min(n_text, text_left)
-        add_text(answer[taken : taken + take], True)
+        add_text(answer[taken : taken + take])
         taken += take
         text_left -= take
         frames = min(n_audio, audio_left)
         flags.extend([int(LFMModality.AUDIO_OUT)] * frames)
         supervised.extend([True] * frames)
         audio_left -= frames
-    add_text(encode("<|im_end|>\n"), True)
+    add_text(tokenizer.encode("<|im_end|>\n", add_special_tokens=False))
     return VoiceSample(
         name=name,
         text=torch.tensor(text_ids, dtype=torch.long)[None],
