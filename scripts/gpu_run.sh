@@ -25,7 +25,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 mode="${1:-all}"
 if [ "$mode" = all ] || [ "$mode" = tests ]; then
-    python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" --timeout 900 tests/test_gpu_kernels.py tests/test_gpu_engine.py tests/test_streaming_decoder.py 2>&1 | tee "$OUT/gpu_tests.log"
+    python3 -m pytest -q -m gpu -p no:cacheprovider -o addopts="" --timeout 900 tests/test_gpu_kernels.py tests/test_gpu_engine.py tests/test_streaming_decoder.py tests/test_voice_training.py 2>&1 | tee "$OUT/gpu_tests.log"
 fi
 if [ "$mode" = all ] || [ "$mode" = bench ]; then
     python3 -m app bench --out "$OUT" 2>&1 | tee "$OUT/bench.log"

@@ -292,3 +292,60 @@ def test_the_cli_refuses_bad_input_with_one_line_and_status_2(arguments, message
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_int8_product_keeps_only_the_int8_rows_and_gives_the_plain_gradient() -> None:
+    """QuantizedLinear under autograd (training on the int8 base): the same output and input gradient as the plain
+    product with the dequantized weight, and nothing of the dequantized weight kept for the backward."""
+    from engine.model.quantized import Int8Matrix, QuantizedLinear, dequantize, quantize_rows
+
+    torch.manual_seed(0)
+    weight = torch.randn(48, 32)
+    matrix = Int8Matrix.empty(48, 32, "cpu")
+    quantize_rows(weight, matrix.values, matrix.scales)
+    layer = QuantizedLinear(matrix, None, torch.float32)
+    x = torch.randn(5, 32, requires_grad=True)
+    saved: list[torch.Tensor] = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = layer(x)
+    assert {t.dtype for t in saved} <= {torch.int8, torch.float32} and all(t.shape != (48, 32) or t.dtype == torch.int8 for t in saved)
+    y.square().sum().backward()
+    reference_x = x.detach().clone().requires_grad_(True)
+    reference = torch.nn.functional.linear(reference_x, dequantize(matrix.values, matrix.scales, torch.float32))
+    reference.square().sum().backward()
+    assert torch.equal(y, reference) and torch.equal(x.grad, reference_x.grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_a_voice_trains_on_the_gpu_and_switches_into_the_graphs(precision, tmp_path, tiny_model_with_tokenizer_dir) -> None:
+    """On the GPU machine (no Open JTalk there): clips of a voiced, syllable-paced tone; what matters is the path."""
+    import numpy as np
+
+    from engine.chat.session import ChatSession
+    from engine.protocol import SamplingSettings
+    from tests.voice_training_helpers import SENTENCES, SpeechClip
+
+    def voiced(seconds: float, pitch: float, rate: int = 24_000) -> np.ndarray:
+        t = np.arange(int(seconds * rate)) / rate
+        tone = sum(np.sin(2 * np.pi * pitch * k * t) / k for k in range(1, 8))
+        return (0.2 * tone * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2)).astype(np.float32)
+
+    clips = [SpeechClip(f"clip-{i}", voiced(2.0 + 0.5 * i, 110 + 20 * i), text) for i, text in enumerate(SENTENCES)]
+    options = TrainingOptions(steps=6, rank=4, checkpoint_every=3, learning_rate=1e-3, budget=TokenBudget(400, 200), precision=precision)
+    events: list[dict] = []
+    request = RunRequest(clips, tmp_path / "voice", tiny_model_with_tokenizer_dir, None, options, torch.device("cuda"))
+    record = train_voice(request, on_event=events.append, should_stop=lambda: False)
+    assert record.status == "done" and record.peak_memory_bytes and record.peak_memory_bytes > 0
+    losses = [entry["loss"] for entry in record.losses]
+    assert losses[-1] < losses[0], losses
+    assert [e for e in events if e["event"] == "preview"]
+    question = voiced(1.5, 140, 16_000)
+    answers = {}
+    for voice in (None, str(tmp_path / "voice")):
+        session = ChatSession.open(str(tiny_model_with_tokenizer_dir), lora=voice, device="cuda", precision=precision)
+        assert session.voice_problem is None and session.info.graphs_ready
+        done = [o for o in session.respond(question, SamplingSettings(greedy=True), max_answer_seconds=1.0) if hasattr(o, "stats")]
+        answers[voice] = done[-1].stats.token_ids
+        session.close()
+    assert answers[None] != answers[str(tmp_path / "voice")]
