@@ -16,8 +16,8 @@ them):
   answers is compared with the teacher on the others, teacher-forced: the share of text positions and of audio
   frames' first codebook where its top-1 choice is the teacher's, against the base model's share.
 
-The card estimates (minutes to train 30 minutes of speech for 3 epochs) come from the measured arithmetic
-throughput share and each card's published bf16 tensor throughput: an ESTIMATE, never a measurement.
+The card estimates (minutes to train 30 minutes of speech for 3 epochs) come from the measured steps and each
+card's published bf16 tensor throughput (`estimate_minutes`): an ESTIMATE, never a measurement.
 
 `python -m engine.bench.voice_training --out DIR` (GPU): writes DIR/voice_training.json.
 """
@@ -47,7 +47,7 @@ CLIP_SECONDS = (2.0, 14.0)  # the clip lengths a run sees (engine/voices/clip_ch
 TEXT_TOKENS_PER_SECOND = 7.0  # Japanese speech in the model's tokenizer
 SPEECH_MINUTES, EPOCHS = 30.0, 3  # the issue's estimate: 30 minutes of speech for 3 epochs
 ESTIMATE_CARDS = ("RTX 3060", "RTX 4060")
-H100_BF16_TFLOPS = 989.0  # dense, the share of it a step reaches is what carries over to other cards
+LOW_MATMUL_EFFICIENCY = 0.15  # the pessimistic end of the estimate (engine/voices/plan.py MATMUL_EFFICIENCY is the middle)
 # The learning check.
 TEACHER_RANK = 16
 LEARNING_PROMPTS = 256  # answered in one batch: 60 % trained on, 15 % to choose the learning rate, 25 % held out
@@ -191,7 +191,7 @@ def _mimi_encode_ms(loaded) -> float | None:
 
 
 def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNING_PROMPTS, steps: int = STUDENT_STEPS,
-                   learning_rates: tuple[float, ...] = STUDENT_LRS) -> dict[str, Any]:
+                   learning_rates: tuple[float, ...] = STUDENT_LRS, rank: int = TEACHER_RANK) -> dict[str, Any]:
     """The teacher/student check (see the module docstring). The student's learning rate is chosen on a validation
     split (its teacher-forced loss there); the agreement is reported on the held-out prompts only."""
     import torch
@@ -218,7 +218,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     base_probe = _choices(loaded.model, probe_samples, schedule)
     scale, teacher_voice, base_agreement = 0.25, None, {}
     for _ in range(10):
-        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, DEFAULT_TARGETS)
+        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, DEFAULT_TARGETS, rank)
         switcher.apply(load_voice(teacher_voice))
         base_agreement = _agreement(base_probe, _choices(loaded.model, probe_samples, schedule))
         switcher.apply(None)
@@ -246,7 +246,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     runs, best = [], None
     for rate in learning_rates:
         reloaded = load_model(folder, device=device)  # a fresh base for each student
-        options = TrainingOptions(steps=steps, learning_rate=rate, budget=budget, previews=False)
+        options = TrainingOptions(steps=steps, rank=rank, learning_rate=rate, budget=budget, previews=False)
         trainer = VoiceTrainer(reloaded, PreparedData(train, validation, 0.0), options, budget, steps, base_model=None)
         began = time.perf_counter()
         losses = [trainer.train_step()["loss"] for _ in range(steps)]
@@ -261,7 +261,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     student = best["held_out_agreement"]
     return {
-        "teacher": {"rank": TEACHER_RANK, "scale": scale, "base_agreement_on_probe": base_agreement},
+        "teacher": {"rank": rank, "scale": scale, "base_agreement_on_probe": base_agreement},
         "prompts": {"train": len(train), "validation": len(validation), "held_out": len(held_out),
                     "answer_blocks": ANSWER_BLOCKS, "generate_s": generate_s},
         "students": runs,
@@ -272,7 +272,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     }
 
 
-def _random_teacher(model, folder: Path, scale: float, targets: str) -> Path:
+def _random_teacher(model, folder: Path, scale: float, targets: str, rank: int) -> Path:
     """A LoRA adapter in peft's format with random A and B, sized so that B @ A is `scale` times each weight's own
     spread (a random direction per layer: a different model, as a trained voice is, of a chosen distance)."""
     import re
@@ -290,12 +290,12 @@ def _random_teacher(model, folder: Path, scale: float, targets: str) -> Path:
             rows, columns = module.weight.shape
             spread = float(module.weight.float().std())
             # Entries of B @ A have a spread of spread · scale: A's rows unit-norm, B's entries of spread · scale.
-            a = torch.randn(TEACHER_RANK, columns, generator=generator) / math.sqrt(columns)
-            b = torch.randn(rows, TEACHER_RANK, generator=generator) * spread * scale * math.sqrt(columns / TEACHER_RANK)
+            a = torch.randn(rank, columns, generator=generator) / math.sqrt(columns)
+            b = torch.randn(rows, rank, generator=generator) * spread * scale * math.sqrt(columns / rank)
             tensors[f"base_model.model.{name}.lora_A.weight"] = a.contiguous()
             tensors[f"base_model.model.{name}.lora_B.weight"] = b.contiguous()
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    config = {"peft_type": "LORA", "r": TEACHER_RANK, "lora_alpha": TEACHER_RANK, "target_modules": targets}
+    config = {"peft_type": "LORA", "r": rank, "lora_alpha": rank, "target_modules": targets}
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return folder
 
@@ -384,23 +384,32 @@ def _agreement(got, want) -> dict[str, float]:
 # --------------------------------------------------------------------------- the section (parent)
 
 
-def estimate_minutes(speed_runs: list[dict[str, Any]], gpu_tflops: float = H100_BF16_TFLOPS) -> dict[str, Any]:
-    """Minutes to train SPEECH_MINUTES of speech for EPOCHS on each of ESTIMATE_CARDS (ESTIMATE): the arithmetic
-    of that much speech (engine/voices/plan.py `speech_work`, `training_flop`) over the card's bf16 tensor
-    throughput at the share of the lent GPU's that the run of the same card size and precision reached."""
+def estimate_minutes(speed_runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Minutes to train SPEECH_MINUTES of speech for EPOCHS on each of ESTIMATE_CARDS, per measured configuration
+    (card size and precision, i.e. batch size): an ESTIMATE. Each step on the card takes its host side as measured
+    here (the lent GPU's host: these steps are host-bound on it) or its arithmetic at the card's bf16 tensor
+    throughput × engine/voices/plan.py MATMUL_EFFICIENCY, whichever is longer; the steps are as many as this
+    configuration's batches need for that much speech."""
     from engine.voices import plan
 
-    positions, frames, text = plan.speech_work(SPEECH_MINUTES * 60, clips=int(SPEECH_MINUTES * 60 / 8), epochs=EPOCHS)
-    flop = plan.training_flop(positions, frames, text)
-    estimates: dict[str, Any] = {"speech_minutes": SPEECH_MINUTES, "epochs": EPOCHS, "flop": flop}
+    speech_seconds = SPEECH_MINUTES * 60 * EPOCHS
+    estimates: dict[str, Any] = {"speech_minutes": SPEECH_MINUTES, "epochs": EPOCHS, "matmul_efficiency": plan.MATMUL_EFFICIENCY,
+                                 "method": "per step max(host seconds measured here, flop / (card bf16 TFLOP/s × efficiency))"}
     for card in ESTIMATE_CARDS:
         tflops = plan.CARD_TENSOR_TFLOPS[card]
-        per_run = {}
+        by_run = {}
         for run in speed_runs:
-            if run.get("achieved_tflops"):
-                share = run["achieved_tflops"] / gpu_tflops
-                per_run[f"{run['card']} {run['precision']}"] = {"utilization": share, "minutes": flop / (tflops * 1e12 * share) / 60}
-        estimates[card] = {"tensor_tflops": tflops, "by_run": per_run}
+            if not run.get("step_s_median") or not run.get("speech_seconds_per_s"):
+                continue
+            speech_per_step = run["speech_seconds_per_s"] * run["step_s_median"]
+            steps = math.ceil(speech_seconds / speech_per_step)
+            step = plan.step_seconds(run["flop_per_step"], tflops, host_seconds=run["step_s_median"])
+            low = max(run["step_s_median"], run["flop_per_step"] / (tflops * 1e12 * LOW_MATMUL_EFFICIENCY))
+            by_run[f"{run['card']} {run['precision']}"] = {
+                "steps": steps, "step_s": step, "arithmetic_s": run["flop_per_step"] / (tflops * 1e12 * plan.MATMUL_EFFICIENCY),
+                "minutes": steps * step / 60, f"minutes_at_{LOW_MATMUL_EFFICIENCY:g}_efficiency": steps * low / 60,
+            }
+        estimates[card] = {"tensor_tflops": tflops, "by_run": by_run}
     return estimates
 
 

@@ -9,9 +9,12 @@ text head's logits over the whole vocabulary. The per-unit figures are upper bou
 (the bench's `voice_training` section); a step that runs out anyway is split in two and retried
 (engine/voices/trainer.py), so an estimate that is off costs time, not the run.
 
-Time: the arithmetic of a step (a frozen base: forward, the checkpointed recompute and the backward to the
-activations, about three forwards) over the card's bf16 tensor throughput at the share of it that training
-reached on the H100 -- an ESTIMATE for any other card, labelled so wherever it is shown.
+Time: a step takes the longer of two things. Its host side (Python, peft and the ~thousands of kernel launches
+of a forward, a checkpointed recompute and a backward through the whole model): measured on the H100's host at
+0.7-0.9 s whatever the batch, which is why the batches are as large as the memory allows. And its arithmetic
+(a frozen base: about three forwards' worth) over the card's bf16 tensor throughput at MATMUL_EFFICIENCY of it.
+On the H100 the host side decides; on a GeForce card the arithmetic does. An ESTIMATE for any card but the one
+measured, labelled so wherever it is shown.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ from engine.model.quantized import Precision
 from engine.voices.batches import TokenBudget
 
 GB = 1e9
-# Activation bytes with gradient checkpointing (upper bounds; see the module's docstring).
-BYTES_PER_POSITION = 256 << 10
-BYTES_PER_AUDIO_FRAME = 640 << 10
-BYTES_PER_TEXT_LABEL = 640 << 10  # 65,536 logits in bf16, their float32 softmax and its gradient
+# Activation bytes with gradient checkpointing: upper bounds of what the H100 measured (bench voice_training,
+# 2026-12-06: 220-400 KB per position all told at 1,364-5,643 positions, with the shares below).
+BYTES_PER_POSITION = 160 << 10
+BYTES_PER_AUDIO_FRAME = 256 << 10
+BYTES_PER_TEXT_LABEL = 320 << 10  # 65,536 logits in bf16, their float32 softmax and its gradient
 # Shares of a batch's positions that are audio frames and supervised text tokens (a voice sample: a short
 # prompt, the sentence's text at ~7 tokens a second against 12.5 audio frames a second).
 AUDIO_SHARE = 0.6
@@ -49,8 +53,11 @@ FLOP_PER_POSITION = 2.08e9
 FLOP_PER_AUDIO_FRAME = 1.16e9
 FLOP_PER_TEXT_LABEL = 0.27e9
 TRAINING_PASSES = 3.0  # forward + checkpointed recompute + backward to the activations (no weight gradients)
-# Share of a card's bf16 tensor throughput that a voice step reaches (measured on the H100: bench/results).
-ASSUMED_UTILIZATION = 0.10
+# The host side of one step (see the module's docstring): the H100's host, 2026-12-06, 0.69-0.88 s.
+HOST_SECONDS_PER_STEP = 0.8
+# Share of a card's bf16 tensor throughput that a step's products reach (an assumption: cuBLAS reaches 60-80 % on
+# large products; a training step has many smaller ones and elementwise work besides).
+MATMUL_EFFICIENCY = 0.35
 # Published dense bf16 tensor throughput with float32 accumulation (TFLOP/s) of the cards users own.
 CARD_TENSOR_TFLOPS: dict[str, float] = {
     "RTX 3050": 18.2, "RTX 3060": 25.5, "RTX 3060 Ti": 32.4, "RTX 3070": 40.6, "RTX 3080": 59.5, "RTX 3090": 71.0,
@@ -129,10 +136,18 @@ def card_tensor_tflops(device_name: str, properties: object | None = None) -> fl
     return None
 
 
-def estimated_seconds(flop: float, tensor_tflops: float | None, *, utilization: float = ASSUMED_UTILIZATION) -> float | None:
+def step_seconds(flop_per_step: float, tensor_tflops: float | None, *, host_seconds: float = HOST_SECONDS_PER_STEP) -> float | None:
+    """An ESTIMATE of one step on a card: its host side or its arithmetic, whichever is longer (they overlap)."""
     if not tensor_tflops:
         return None
-    return flop / (tensor_tflops * 1e12 * utilization)
+    return max(host_seconds, flop_per_step / (tensor_tflops * 1e12 * MATMUL_EFFICIENCY))
+
+
+def estimated_seconds(positions: int, audio_frames: int, text_labels: int, budget: TokenBudget, tensor_tflops: float | None) -> float | None:
+    """An ESTIMATE of a whole training of that much work in batches of `budget` on a card of `tensor_tflops`."""
+    steps = max(1, math.ceil(positions / max(1, budget.positions)))
+    step = step_seconds(training_flop(positions, audio_frames, text_labels) / steps, tensor_tflops)
+    return None if step is None else steps * step
 
 
 def speech_work(seconds_of_speech: float, clips: int, epochs: float) -> tuple[int, int, int]:

@@ -156,8 +156,7 @@ class VoiceTrainingHost:
         clips = len(data.clips())
         budget = TokenBudget(TRAINING_POSITIONS_BESIDE_CHAT, int(TRAINING_POSITIONS_BESIDE_CHAT * voice_plan.AUDIO_SHARE))
         need = voice_plan.memory_plan(folder, precision=command.precision, rank=DEFAULT_RANK, targets=DEFAULT_TARGETS, budget=budget).total
-        positions, frames, text = voice_plan.speech_work(seconds, clips, default_epochs(seconds))
-        flop = voice_plan.training_flop(positions, frames, text)
+        work = voice_plan.speech_work(seconds, clips, default_epochs(seconds))
         session = self.worker.session
         device = getattr(getattr(session, "loaded", None), "device", None)
         if torch.cuda.is_available():
@@ -165,7 +164,9 @@ class VoiceTrainingHost:
             name = torch.cuda.get_device_name(index)
             free = voice_plan.device_free_bytes(torch.device("cuda", index))
             held = torch.cuda.memory_reserved(index) if device is not None and device.type == "cuda" else 0
-            estimate = voice_plan.estimated_seconds(flop, voice_plan.card_tensor_tflops(name, torch.cuda.get_device_properties(index)))
+            alone = voice_plan.budget_for(free + held, folder, precision=command.precision, rank=DEFAULT_RANK, targets=DEFAULT_TARGETS)
+            tflops = voice_plan.card_tensor_tflops(name, torch.cuda.get_device_properties(index))
+            estimate = voice_plan.estimated_seconds(*work, alone or budget, tflops)
             plan_ = p.VoiceTrainingPlan(command.data_dir, command.precision, clips, seconds / 60, need, free, free + held,
                                         unload_needed=need > free and held > 0, fits=need <= free + held,
                                         estimated_seconds=estimate, device_name=name)
