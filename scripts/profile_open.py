@@ -41,7 +41,7 @@ def open_once(folder: Path, precision: str) -> dict:
 
     session = ChatSession.open(str(folder), context_tokens=4096, progress=progress, precision=precision)
     stages.append(("opened", time.perf_counter() - started))
-    session.wait_for_graphs(300)
+    session.wait_for_graphs()  # what the engine thread's idle ticks do, one rung at a time
     capture = session.lazy_capture
     result = {
         "progress": stages,

@@ -1,10 +1,11 @@
 """Graphs captured behind "ready" (engine/realtime/lazy_capture.py), on the CPU with the tiny model: the encoder's
-rungs are made on a thread of their own while turns are answered; a turn never waits for a capture, however slow
-(here: held until the test lets it go), and is answered by the eager encoder meanwhile; a voice switched under a
-capture has it prepared again; a capture that fails leaves its rung eager and the others in use.
+rungs are made one at a time between turns, on the thread that runs them (per `capture_behind_ready` call, or per
+idle tick of a real EngineWorker); a turn before a rung is in is answered by the eager encoder with the same rows;
+a press that comes while a rung is made waits for that rung only; a capture that fails leaves its rung eager and
+the others in use; a session closed with rungs pending never captures them. No thread is started for any of it.
 
 On the CPU a rung's "capture" is its eager steps on its static buffers (what a replay repeats), with the same
-warm-up, check and publishing as on CUDA (tests/test_gpu_engine.py runs the real captures beside real turns).
+warm-up and check as on CUDA (tests/test_gpu_engine.py runs the real captures between real turns).
 """
 
 from __future__ import annotations
@@ -18,13 +19,28 @@ import pytest
 import torch
 
 from conftest import sine
+from engine import protocol as p
 from engine.chat.audio_decoding import make_audio_decoder
 from engine.chat.session import ChatSession, TurnDone
 from engine.protocol import SamplingSettings
 from engine.realtime.backend import GraphedBackend
 from engine.realtime.encoder_graphs import EncoderGraphs, ladder
+from engine.worker import EngineWorker
+from engine.worker.table import Phase
+from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, audio_env  # noqa: F401 - fixture
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:sounddevice"),  # as in tests/test_worker.py
+]
 
 SECONDS = 4.0  # the ladder up to a 4 s take: rungs of 2 and 4 s
+RUNGS = ladder(401)
+
+
+def _deferred_encoder(loaded, max_seconds: float = SECONDS) -> EncoderGraphs:  # noqa: ANN001
+    return EncoderGraphs(loaded.model, loaded.processor.audio, max_seconds=max_seconds, dtype=loaded.dtype,
+                         device=loaded.device, capture=False, defer=True)
 
 
 def _session(model_dir: Path) -> ChatSession:
@@ -32,121 +48,229 @@ def _session(model_dir: Path) -> ChatSession:
 
     loaded = load_model(model_dir, device="cpu")
     backend = GraphedBackend(loaded, context_tokens=256, capture=False)
-    encoder = EncoderGraphs(loaded.model, loaded.processor.audio, max_seconds=SECONDS, dtype=loaded.dtype, device=loaded.device,
-                            capture=False, defer=True)
-    return ChatSession(loaded, backend, make_audio_decoder(loaded, use_cuda_graphs=False), context_tokens=256,
-                       fallback_reason="test", graphs_ready=False, model_id=None, encoder_graphs=encoder)
+    session = ChatSession(loaded, backend, make_audio_decoder(loaded, use_cuda_graphs=False), context_tokens=256,
+                          fallback_reason="test", graphs_ready=False, model_id=None, encoder_graphs=_deferred_encoder(loaded))
+    session.queue_lazy_capture()  # as ChatSession.open does once it is ready
+    return session
 
 
-def _turn(session: ChatSession, seconds: float) -> tuple[list, object, float]:
-    started = time.perf_counter()
-    outputs = list(session.respond(sine(seconds, 16000, 330.0), SamplingSettings(greedy=True), max_new_tokens=20, max_take_seconds=SECONDS))
+def _turn(session: ChatSession, seconds: float):  # noqa: ANN202
+    outputs = list(session.respond(sine(seconds, 16000, 330.0), SamplingSettings(greedy=True), max_new_tokens=20,
+                                   max_take_seconds=SECONDS))
     assert isinstance(outputs[-1], TurnDone)
-    return outputs, outputs[-1].stats, time.perf_counter() - started
+    return outputs[-1].stats
 
 
-class HeldCapture:
-    """EncoderGraphs._prepare (the warm-up and the capture) held until released: a capture as slow as a test wants."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.release = threading.Event()
-        self.entered = threading.Event()
-        self.calls: list[int] = []
-        original = EncoderGraphs._prepare
-
-        def held(graphs: EncoderGraphs, frames: int, stream) -> object:  # noqa: ANN001
-            self.calls.append(frames)
-            self.entered.set()
-            assert self.release.wait(120), "never released"
-            return original(graphs, frames, stream)
-
-        monkeypatch.setattr(EncoderGraphs, "_prepare", held)
+def _last_take(session: ChatSession):  # noqa: ANN202
+    return list(session.conversation.audio_in_pieces())[-1]
 
 
-def _in_thread(work) -> tuple[threading.Thread, list]:  # noqa: ANN001
-    result: list = []
-    thread = threading.Thread(target=lambda: result.append(work()), daemon=True)
-    thread.start()
-    return thread, result
+def _rel(got: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((got.float() - expected.float()).norm() / expected.float().norm())
 
 
-def test_a_turn_is_answered_while_a_capture_is_held_and_the_rungs_come_after(tiny_model_dir: Path, monkeypatch) -> None:
+def _through_rungs(encoder: EncoderGraphs, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per take encoded from its samples: whether a rung made its rows (False: the eager encoder did)."""
+    used: list[bool] = []
+    original = encoder.encode_wave
+
+    def encode_wave(wave):  # noqa: ANN001, ANN202
+        result = original(wave)
+        used.append(result is not None)
+        return result
+
+    monkeypatch.setattr(encoder, "encode_wave", encode_wave)
+    return used
+
+
+def test_a_turn_before_any_rung_is_answered_eagerly_with_the_rows_the_rung_gives_later(tiny_model_dir: Path, monkeypatch) -> None:
     session = _session(tiny_model_dir)
     encoder = session.encoder_graphs
-    assert encoder.rungs == {} and encoder.pending == sorted(ladder(401), reverse=True)
-    _, baseline, baseline_s = _turn(session, 1.3)  # no capture running: the eager encoder
-    held = HeldCapture(monkeypatch)
-    session.start_lazy_capture()
-    assert held.entered.wait(30)
-    thread, result = _in_thread(lambda: _turn(session, 1.3))
-    thread.join(timeout=max(60.0, 20 * baseline_s))
-    # The turn was answered while the capture was still held: it never waited for it.
-    assert not thread.is_alive() and result, "the turn waited for the capture"
-    assert not held.release.is_set() and encoder.rungs == {}
-    _, during, during_s = result[0]
-    assert during.frames == baseline.frames > 0 and during.first_pcm_s is not None
-    held.release.set()
-    assert session.wait_for_graphs(120)
-    assert sorted(encoder.rungs) == ladder(401) and encoder.pending == [] and encoder.problems == []
-    assert session.lazy_capture.problems == [] and held.calls == sorted(ladder(401), reverse=True)
-    # From now on a take is encoded through its rung (on the CUDA, a graph replay).
-    used = []
-    original = encoder.encode_wave
-    monkeypatch.setattr(encoder, "encode_wave", lambda wave: used.append(original(wave)) or used[-1])
-    _, after, _ = _turn(session, 1.3)
-    assert used and used[0] is not None and after.frames == baseline.frames
+    used = _through_rungs(encoder, monkeypatch)
+    assert encoder.rungs == {} and encoder.pending == sorted(RUNGS, reverse=True) and session.captures_pending
+    before = _turn(session, 1.3)
+    eager_take = _last_take(session)
+    assert used == [False] and before.frames > 0 and before.first_pcm_s is not None
+    threads = set(threading.enumerate())
+    # One rung per call, longest first, on this thread.
+    assert session.capture_behind_ready() is True
+    assert sorted(encoder.rungs) == [401] and encoder.pending == [201]
+    assert session.capture_behind_ready() is False
+    assert sorted(encoder.rungs) == RUNGS and encoder.pending == [] and not session.captures_pending
+    assert session.capture_behind_ready() is False  # nothing left: nothing runs
+    assert set(threading.enumerate()) == threads
+    capture = session.lazy_capture
+    assert capture.done and capture.problems == [] and encoder.problems == []
+    assert set(capture.seconds) == {f"encoder rung of {frames} mel frames" for frames in RUNGS}
+    assert capture.finished_after_s is not None and capture.finished_after_s >= sum(capture.seconds.values())
+    # The same take again, now through its rung: the rows the eager encoder gave (the padding is masked).
+    session.reset()
+    after = _turn(session, 1.3)
+    rung_take = _last_take(session)
+    assert used == [False, True] and after.frames == before.frames
+    assert rung_take.mel.shape == eager_take.mel.shape and _rel(rung_take.mel, eager_take.mel) < 1e-4
+    assert rung_take.embeddings.shape == eager_take.embeddings.shape
+    assert _rel(rung_take.embeddings, eager_take.embeddings) < 2e-2
     session.close()
 
 
-def test_a_voice_switched_under_a_capture_has_it_prepared_again(tiny_model_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    """The check compares the new graphs with a warm-up run on the weights of that moment: a switch in between
-    makes that reference stale, so the rung is prepared again (and its check passes on the new weights)."""
+def test_a_voice_switched_between_two_rungs_leaves_both_checked_on_the_weights_of_their_moment(
+        tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Each rung is warmed up, captured and checked in one go between turns, so a switch can only come between two
+    rungs: both pass their checks and give the new voice's rows."""
     from engine.bench.small_cards import write_lora_voice
 
     session = _session(tiny_model_dir)
     conformer = {name: tuple(m.weight.shape) for name, m in session.loaded.model.named_modules()
                  if isinstance(m, torch.nn.Linear) and name.startswith("conformer.")}
     write_lora_voice(tmp_path / "voice", conformer, torch.Generator().manual_seed(3))
-    held = HeldCapture(monkeypatch)
-    session.start_lazy_capture()
-    assert held.entered.wait(30)
-    session.switch_voice(str(tmp_path / "voice"))  # the device is free: the capture is outside its lock
-    held.release.set()
-    assert session.wait_for_graphs(120)
-    longest = max(ladder(401))
-    assert held.calls.count(longest) == 2 and sorted(session.encoder_graphs.rungs) == ladder(401)
-    assert session.encoder_graphs.problems == [] and session.voices.voice_name == "voice"
+    assert session.capture_behind_ready() is True
+    session.switch_voice(str(tmp_path / "voice"))
+    session.wait_for_graphs()
+    encoder = session.encoder_graphs
+    assert sorted(encoder.rungs) == RUNGS and encoder.problems == [] and session.lazy_capture.problems == []
+    assert session.voices.voice_name == "voice"
+    _turn(session, 1.3)  # through the 201-frame rung, made after the switch
+    _turn(session, 3.0)  # through the 401-frame rung, made before it
+    with torch.inference_mode():
+        eager = session.embed(session.conversation.span(0, session.loaded.device))[0]  # liquid-audio's own, new voice
+        rows = session.embed_from(0)[0]  # the takes' rows as the rungs made them
+    assert rows.shape == eager.shape and _rel(rows, eager) < 2e-2
     session.close()
 
 
-def test_a_failed_capture_leaves_its_rung_eager_and_the_others_in_use(tiny_model_dir: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("failure", ["raises", "wrong rows"])
+def test_a_failed_capture_leaves_its_rung_eager_and_the_others_in_use(tiny_model_dir: Path, monkeypatch, failure: str) -> None:
     session = _session(tiny_model_dir)
-    original = EncoderGraphs._prepare
+    if failure == "raises":
+        original = EncoderGraphs._capture_and_check
 
-    def failing(graphs: EncoderGraphs, frames: int, stream) -> object:  # noqa: ANN001
-        if frames == 201:
-            raise RuntimeError("no graph today")
-        return original(graphs, frames, stream)
+        def capture_and_check(graphs: EncoderGraphs, rung) -> object:  # noqa: ANN001
+            if rung.frames == 201:
+                raise RuntimeError("no graph today")
+            return original(graphs, rung)
 
-    monkeypatch.setattr(EncoderGraphs, "_prepare", failing)
-    session.start_lazy_capture()
-    assert session.wait_for_graphs(120)
-    assert sorted(session.encoder_graphs.rungs) == [401] and session.encoder_graphs.pending == []
-    assert session.lazy_capture.problems == ["encoder rung of 201 mel frames: RuntimeError: no graph today"]
-    assert session.encoder_graphs.problems == ["201 frames: RuntimeError: no graph today"]
-    _, stats, _ = _turn(session, 1.3)  # a 1.3 s take fits the 4 s rung
-    assert stats.frames > 0
+        monkeypatch.setattr(EncoderGraphs, "_capture_and_check", capture_and_check)
+        expected = "RuntimeError: no graph today"
+    else:  # the 201-frame rung's "replay" writes rows that are not the eager encoder's: its check refuses it
+        run = EncoderGraphs._run
+
+        def wrong(graphs: EncoderGraphs, rung, name: str) -> None:  # noqa: ANN001
+            run(graphs, rung, name)
+            if rung.frames == 201 and name == "encode":
+                rung.rows.add_(1.0)
+
+        monkeypatch.setattr(EncoderGraphs, "_run", wrong)
+        expected = "rows off by"
+    used = _through_rungs(session.encoder_graphs, monkeypatch)
+    session.wait_for_graphs()
+    encoder = session.encoder_graphs
+    assert sorted(encoder.rungs) == [401] and encoder.pending == [] and not session.captures_pending
+    (problem,) = session.lazy_capture.problems
+    assert problem.startswith("encoder rung of 201 mel frames: ") and expected in problem
+    (noted,) = encoder.problems
+    assert noted.startswith("201 frames: ") and expected in noted
+    stats = _turn(session, 1.3)  # a 1.3 s take: the 4 s rung holds it
+    assert used == [True] and stats.frames > 0
+    assert session.capture_behind_ready() is False  # a failed rung is not tried again
     session.close()
 
 
-def test_closing_a_session_stops_its_capture(tiny_model_dir: Path, monkeypatch) -> None:
+def test_a_session_closed_with_rungs_pending_never_captures_them(tiny_model_dir: Path, monkeypatch) -> None:
     session = _session(tiny_model_dir)
-    held = HeldCapture(monkeypatch)
-    session.start_lazy_capture()
-    assert held.entered.wait(30)
-    closer, _ = _in_thread(session.close)
-    time.sleep(0.05)
-    held.release.set()  # the capture in progress ends; no other starts
-    closer.join(timeout=60)
-    assert not closer.is_alive() and session.lazy_capture.done.is_set()
-    assert held.calls == [max(ladder(401))] and np.all([not t.name == "lazy-capture" for t in threading.enumerate()])
+    made: list[int] = []
+    original = EncoderGraphs.make_rung
+    monkeypatch.setattr(EncoderGraphs, "make_rung", lambda graphs, frames: made.append(frames) or original(graphs, frames))
+    threads = set(threading.enumerate())
+    assert session.capture_behind_ready() is True and made == [401]
+    capture = session.lazy_capture
+    session.close()
+    assert capture.done and not session.captures_pending and session.encoder_graphs is None
+    assert session.capture_behind_ready() is False
+    session.wait_for_graphs()  # nothing to wait for
+    assert made == [401] and capture.finished_after_s is None
+    assert set(threading.enumerate()) == threads
+
+
+def test_rungs_come_one_per_idle_tick_of_the_engine_thread_and_presses_before_and_during_them_are_answered(
+        audio_env, monkeypatch) -> None:  # noqa: ANN001
+    """A real EngineWorker with the demo model (its session given the deferred rungs the GPU session has): the first
+    press comes before any rung is in (its take is encoded eagerly); the second is sent while the first rung is being
+    made, so it waits for that rung only, and the take goes through it; the rest come on later idle ticks, one each,
+    always on the engine thread while it is idle and no turn holds the session."""
+    made: list[tuple[int, str, object, bool]] = []
+    per_tick: list[int] = []
+    encoded: list[tuple[list[int], bool]] = []
+    eng: Engine | None = None
+
+    def opener(source, **kwargs):  # noqa: ANN001, ANN202
+        session = ChatSession.open(source, **kwargs)  # the demo model on the CPU: no encoder graphs of its own
+        session.encoder_graphs = _deferred_encoder(session.loaded, max_seconds=6.0)
+        session.queue_lazy_capture()
+        return session
+
+    make_rung = EncoderGraphs.make_rung
+
+    def watched_make_rung(graphs: EncoderGraphs, frames: int) -> object:
+        worker = eng.worker
+        made.append((frames, threading.current_thread().name, worker.phase, worker.turn is not None))
+        if len(made) == 1:
+            eng.send(p.StartTake())  # pressed while this rung is made
+        return make_rung(graphs, frames)
+
+    tick = EngineWorker._tick
+
+    def counted_tick(worker: EngineWorker) -> None:
+        before = len(made)
+        tick(worker)
+        per_tick.append(len(made) - before)
+
+    encode_take = ChatSession.encode_take
+
+    def watched_encode_take(session: ChatSession, wave):  # noqa: ANN001, ANN202
+        mel, rows = encode_take(session, wave)
+        encoded.append((sorted(session.encoder_graphs.rungs), rows is not None))
+        return mel, rows
+
+    monkeypatch.setattr(EncoderGraphs, "make_rung", watched_make_rung)
+    monkeypatch.setattr(EngineWorker, "_tick", counted_tick)
+    monkeypatch.setattr(ChatSession, "encode_take", watched_encode_take)
+
+    def take(after: int) -> int:
+        """A take whose press was sent after event `after`: held, released, answered; the index after its IDLE."""
+        eng.wait_state(p.EngineState.RECORDING, timeout=120, after=after)
+        start = len(eng.seen)
+        time.sleep(0.4)
+        eng.send(p.EndTake())
+        eng.wait_for(lambda e: isinstance(e, p.TurnMetrics), after=start)
+        idle = eng.wait_for(lambda e: isinstance(e, p.StateChanged) and e.state is p.EngineState.IDLE, after=start)
+        return next(i for i in range(start, len(eng.seen)) if eng.seen[i] is idle) + 1
+
+    eng = Engine(session_opener=opener)
+    try:
+        # The press is queued behind the Load: read right after it, before any idle tick could make a rung.
+        eng.send(p.SelectDevices(None, SPEAKER), p.ApplySettings(SamplingSettings(), DEFAULT_PROMPT, 1.0),
+                 p.Load(source="demo", demo=True), p.StartTake())
+        after_first = take(0)
+        assert encoded == [([], False)]  # before any rung: the eager encoder
+        take(after_first)  # the press sent from inside the first rung's making
+        assert encoded[1] == ([601], True)  # waited for that rung only, and went through it
+        session = eng.worker.session
+        deadline = time.monotonic() + 60
+        while session.captures_pending and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not session.captures_pending and sorted(session.encoder_graphs.rungs) == ladder(601), session.lazy_capture.problems
+        before_third = len(eng.seen)
+        eng.send(p.StartTake())
+        take(before_third)
+        assert encoded[2] == (ladder(601), True)
+        assert [frames for frames, *_ in made] == sorted(ladder(601), reverse=True)
+        assert all(name == "voicechat-engine" for _, name, _, _ in made)
+        assert all(phase is Phase.IDLE for _, _, phase, _ in made)
+        assert not any(turn for *_, turn in made)  # never while a turn is under way
+        assert max(per_tick) == 1 and sum(per_tick) == len(made)  # one rung per tick at most, only in ticks
+        assert session.lazy_capture.problems == [] and eng.errors() == []
+        assert len(eng.of(p.UserTakeAdded)) == 3 and len(eng.of(p.TurnMetrics)) == 3
+    finally:
+        eng.stop()
+    assert not np.any([t.name == "lazy-capture" for t in threading.enumerate()])

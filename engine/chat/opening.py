@@ -4,8 +4,9 @@ What a first turn needs is made before "ready"; the rest follows behind it (issu
 - before: the weights (read by several threads through pinned memory, engine/model/row_reads.py), the step
   and prefill graphs, the audio decoder's graphs and the depthformer grid fitted beside it, the audio
   encoder's static buffers, a warm-up turn, the system prompt prefilled;
-- behind (engine/realtime/lazy_capture.py): the audio encoder's rungs, captured on a thread of their own
-  while the window already says "ready"; a take no rung holds yet is encoded eagerly, in real time.
+- behind (engine/realtime/lazy_capture.py): the audio encoder's rungs, queued and captured one at a time between
+  turns on the thread that runs them (`ChatSession.capture_behind_ready`, the engine thread's idle tick) while
+  the window already says "ready"; a take no rung holds yet is encoded eagerly, in real time.
 Imports that only the opening needs (librosa and numba through liquid-audio's preprocessor, the real-time
 engine, the streaming decoder) start on a helper thread at once and load while the weights are read, and
 the NVRTC kernels start compiling before the folder is even checked.
@@ -157,7 +158,7 @@ def open_session(
         fallback_reason=fallback_reason,
         graphs_ready=graphs_ready,
         model_id=model_id,
-        # Its rungs are captured behind "ready" (start_lazy_capture); its buffers and positional table now.
+        # Its rungs are captured behind "ready" (queue_lazy_capture); its buffers and positional table now.
         encoder_graphs=_encoder_graphs_or_none(loaded, pool=backend.graph_pool, defer=True) if graphs_ready else None,
     )
     clock.mark("encoder_buffers")
@@ -181,8 +182,8 @@ def open_session(
     session._prefill_ahead()  # the system prompt (on a GPU the warm-up's reset has done it)
     clock.mark("ready")
     session.startup = clock.stages
+    session.queue_lazy_capture()
     report(Progress("ready", 1.0))
-    session.start_lazy_capture()
     return session
 
 

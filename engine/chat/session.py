@@ -212,11 +212,8 @@ class ChatSession:
         self._graphs_ready = graphs_ready
         self._fallback_reason = fallback_reason
         self._lock = threading.Lock()  # one turn at a time; held by respond() from the take to its last piece
-        # The device, held by every turn and every change of the session's state from start to end; the graphs
-        # captured behind "ready" (engine/realtime/lazy_capture.py) take it only for a check between turns.
-        self._device = threading.Lock()
+        # The graphs left behind "ready" (the audio encoder's rungs), captured between turns: `capture_behind_ready`.
         self.lazy_capture: LazyCapture | None = None
-        self._weights_version = 0  # one more with every voice switch (a lazy capture's reference goes stale)
         self.startup: dict[str, float] = {}  # seconds from ChatSession.open's call to each stage (engine/chat/opening.py)
         # Why the voice asked for at open() was not merged (the model's own voice is used), or None.
         self.voice_problem: LoraError | None = None
@@ -398,8 +395,7 @@ class ChatSession:
         if not self._lock.acquire(blocking=False):
             raise SessionBusy(f"{what} while a turn is being generated")
         try:
-            with self._device:  # waits for a lazy capture's check at most (milliseconds)
-                yield
+            yield
         finally:
             self._lock.release()
 
@@ -407,7 +403,6 @@ class ChatSession:
         """Merge another voice in place; on LoraError the previous voice stays."""
         with self._exclusive("switch_voice"):
             voice = self.voices.load(lora) if lora else None
-            self._weights_version += 1
             self.voices.apply(voice)
             if self.loaded.device.type == "cuda":
                 graphs.empty_cache()  # the merge's chunks: the card holds what it held before the switch
@@ -471,29 +466,46 @@ class ChatSession:
         if self.loaded.device.type == "cuda":
             self._ready_reserved = torch.cuda.memory_reserved(self.loaded.device)
 
-    def start_lazy_capture(self) -> None:
-        """Capture what the session did not need before "ready" (the audio encoder's rungs) on a thread of its
-        own, never in a turn's way (engine/realtime/lazy_capture.py)."""
+    def queue_lazy_capture(self) -> None:
+        """Queue what the session did not capture before "ready" (the audio encoder's rungs) for
+        `capture_behind_ready` (engine/realtime/lazy_capture.py); ChatSession.open does, once it is ready."""
         jobs = self.encoder_graphs.jobs() if self.encoder_graphs is not None else []
-        if not jobs or self.lazy_capture is not None:
-            return
+        if jobs and self.lazy_capture is None:
+            self.lazy_capture = LazyCapture(jobs, after_each=self._after_lazy_capture)
 
-        def committed() -> None:  # under the device lock: the warm-up's blocks back, the new graphs' pool counted as the session's
-            if self.loaded.device.type == "cuda":
-                graphs.empty_cache()
-            self.note_ready_memory()
+    def _after_lazy_capture(self) -> None:
+        """After each graph captured behind "ready": the warm-up's blocks handed back, and the new graphs' pool
+        counted as the session's own (see _release_cached_memory)."""
+        if self.loaded.device.type == "cuda":
+            graphs.empty_cache()
+        self.note_ready_memory()
 
-        self.lazy_capture = LazyCapture(jobs, device=self.loaded.device, device_lock=self._device,
-                                        weights_version=lambda: self._weights_version, after_commit=committed, on_done=committed)
-        self.lazy_capture.start()
+    @property
+    def captures_pending(self) -> bool:
+        """Whether graphs left behind "ready" are still to be captured."""
+        return self.lazy_capture is not None and not self.lazy_capture.done
 
-    def wait_for_graphs(self, timeout: float | None = None) -> bool:
-        """Wait until every graph captured behind "ready" is in use (or given up); whether that happened."""
-        return self.lazy_capture is None or self.lazy_capture.wait(timeout)
+    def capture_behind_ready(self) -> bool:
+        """Capture the next graph left behind "ready" (an encoder rung: its warm-up, capture and check, ~0.1 s on
+        the H100's host), if any; whether more remain. Between turns, on the thread that runs them (the engine
+        thread's idle tick: engine/worker/thread.py), so that no other CUDA work meets the capture; SessionBusy
+        while a turn holds the session."""
+        if not self.captures_pending:
+            return False
+        with self._exclusive("capture_behind_ready"):
+            assert self.lazy_capture is not None
+            return self.lazy_capture.run_next()
+
+    def wait_for_graphs(self) -> None:
+        """Capture now every graph still left behind "ready" (the bench, and tests that need every graph in use)."""
+        if self.captures_pending:
+            with self._exclusive("wait_for_graphs"):
+                assert self.lazy_capture is not None
+                self.lazy_capture.run_all()
 
     def close(self) -> None:
         if self.lazy_capture is not None:
-            self.lazy_capture.stop()
+            self.lazy_capture.drop()  # the rungs not yet in are never captured
         close = getattr(self.backend, "close", None)
         if close is not None:
             close()
@@ -556,7 +568,7 @@ class ChatSession:
         max_new_tokens: int | None = None,
     ) -> Iterator[TurnOutput]:
         check_take(wave_16k, SAMPLE_RATE_IN, max_take_seconds)
-        with self._lock, self._device:
+        with self._lock:
             yield from self._respond(wave_16k, sampling, max_answer_seconds, cancel, max_new_tokens, max_take_seconds)
 
     def _respond(
@@ -592,7 +604,7 @@ class ChatSession:
         if self.loaded.device.type != "cuda" or self._ready_reserved is None:
             return
         if torch.cuda.memory_reserved(self.loaded.device) > self._ready_reserved + RELEASE_CACHED_ABOVE_BYTES:
-            graphs.empty_cache()  # (not while a lazy capture captures: then after a later turn)
+            graphs.empty_cache()
 
     def _encode(self, wave_16k: np.ndarray) -> Turn:
         """The take (its features, and rows if the encoder graphs made them) in the conversation, and the

@@ -8,11 +8,11 @@ before the rows are laid out. Run that way, every turn's first audio waited on t
 
 Every take has its own length, so each rung of a fixed ladder of lengths gets two graphs: `features` (the
 take's samples, zero-padded to the rung → log-mel frames) and `encode` (log-mel frames → conformer → adapter
-rows). The app's session captures them behind "ready" (`defer`, `jobs`: engine/realtime/lazy_capture.py), the
-longest first; until a rung is in, a take of its length goes the eager way. Padding changes no valid value: the preprocessor masks samples and
-frames past the take's length (its STFT pads with zeros, as the padding does), and the conformer masks
-padded frames (liquid-audio itself pads takes of different lengths into one batch); the adapter works row
-by row. `encode_wave` replays both graphs with no host-device sync; `encode_mel` replays only `encode`,
+rows). The app's session captures them behind "ready", one rung at a time between turns (`defer`, `jobs`:
+engine/realtime/lazy_capture.py), the longest first; until a rung is in, a take of its length goes the eager way.
+Padding changes no valid value: the preprocessor masks samples and frames past the take's length (its STFT
+pads with zeros, as the padding does), and the conformer masks padded frames (liquid-audio itself pads takes
+of different lengths into one batch); the adapter works row by row. `encode_wave` replays both graphs with no host-device sync; `encode_mel` replays only `encode`,
 for a take whose log-mel frames were kept (a rebuild after a voice switch or a restore). Takes longer than
 the longest rung, and rungs whose capture or start-up check failed, go the eager way (None here).
 
@@ -22,13 +22,12 @@ the same padded computation that the graphs replay.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -41,6 +40,8 @@ from engine.realtime.chunked_subsampling import chunk_subsampling
 log = logging.getLogger(__name__)
 
 MEL_FRAMES_PER_SECOND = 100  # the preprocessor's 10 ms hop
+
+T = TypeVar("T")
 
 
 def ladder(max_frames: int) -> list[int]:
@@ -81,18 +82,6 @@ class _Rung:
 
 
 @dataclass
-class _Prepared:
-    """A rung captured behind "ready", with what its check compares against (the warm-up's results)."""
-
-    rung: _Rung
-    take: torch.Tensor  # (1, samples) the check's take, on the device
-    samples: int
-    expected_mel: torch.Tensor  # the preprocessor on the unpadded take
-    expected_rows: torch.Tensor  # the conformer and adapter on the padded frames, eagerly
-    expected_length: torch.Tensor
-
-
-@dataclass
 class RungJob:
     """A rung of `EncoderGraphs` as a job for engine/realtime/lazy_capture.py."""
 
@@ -103,26 +92,8 @@ class RungJob:
     def name(self) -> str:
         return f"encoder rung of {self.frames} mel frames"
 
-    def prepare(self, stream: torch.cuda.Stream | None) -> _Prepared:
-        return self.graphs._prepare(self.frames, stream)
-
-    def commit(self, prepared: _Prepared, stream: torch.cuda.Stream | None) -> str | None:
-        graphs = self.graphs
-        started = time.perf_counter()
-        try:
-            problem = graphs._commit(prepared, stream)
-        finally:
-            graphs.capture_seconds[self.frames] = time.perf_counter() - started
-        if not problem:
-            graphs.pending.remove(self.frames)
-        return problem
-
-    def abandon(self, problem: str) -> None:
-        """The rung stays eager (its capture failed, or its check): no longer pending, and the problem noted."""
-        graphs = self.graphs
-        if self.frames in graphs.pending:
-            graphs.pending.remove(self.frames)
-        graphs.problems.append(f"{self.frames} frames: {problem}")
+    def run(self) -> str | None:
+        return self.graphs.make_rung(self.frames)
 
 
 class EncoderGraphs:
@@ -146,7 +117,8 @@ class EncoderGraphs:
         `pool`: the graph memory pool to capture into, shared with graphs that never run at the same time
         as a take's encoding (the step graphs: a take is encoded before its prefill, on the same stream);
         None: a pool of its own. `defer`: no rung now; each is made later by its job (`jobs`, run by
-        engine/realtime/lazy_capture.py behind the session's "ready"), takes of its length encoded eagerly until then."""
+        engine/realtime/lazy_capture.py between turns behind the session's "ready"), takes of its length encoded
+        eagerly until then."""
         self._pool = pool
         self.conformer = model.conformer
         self.adapter = model.audio_adapter
@@ -164,10 +136,10 @@ class EncoderGraphs:
         self._staged = torch.cuda.Event() if on_cuda else None  # the last copy out of the staging buffer
         self._fit_positional_table(int(mel2emb_len(lengths[-1])))
         # The conformer grows its positional table on the first input longer than any before (module state that must
-        # not change inside a capture, nor under a capture on another thread): grown now for the longest rung.
+        # not change inside a capture, nor between a graph's capture and its replay): grown now for the longest rung.
         self.conformer.update_max_seq_length(seq_length=lengths[-1], device=device)
         chunk_subsampling(self.conformer)  # the longest rung's subsampling no longer sets the graph pool's size
-        # Rungs in use, by frames. Replaced whole when one is added (a turn that reads it sees the old or the new one).
+        # Rungs in use, by frames (a rung made behind "ready" is added once its check has passed).
         self.rungs: dict[int, _Rung] = {}
         self.problems: list[str] = []
         self.capture_seconds: dict[int, float] = {}  # per rung: eager runs, capture and checks
@@ -230,48 +202,66 @@ class EncoderGraphs:
 
     @torch.inference_mode()
     def _capture(self, lengths: list[int]) -> None:
-        """Per rung, for each step: an eager run on a random take padded to the rung (it warms up cuFFT,
-        cuDNN and cuBLAS for the rung's shapes), the capture, and one replay, whose valid values must
-        match the eager reference: the preprocessor on the unpadded take, and the conformer and adapter
-        on the padded frames (that padding gives the unpadded result is the conformer's own masking:
-        tests/test_encoder_graphs.py on the CPU, tests/test_gpu_engine.py on the GPU)."""
-        pool = self._pool if self._pool is not None else torch.cuda.graph_pool_handle()
-        side = graphs.side_stream(self.device)
-        generator = torch.Generator(device=self.device).manual_seed(0)
-        # Longest first. Its eager run grows the conformer's position tables for the longest input it
-        # will see (module state that must not change inside a capture), and the shared pool's blocks,
-        # freed at the end of each capture, then fit every shorter rung's tensors. Shortest first, each
-        # rung needed larger blocks than any freed before it: the pool grew with every rung (H200:
-        # 1.47 GB for the 23 rungs up to 60 s).
+        """Every rung now (`make_rung`), longest first: the shared pool's blocks, freed at the end of each capture,
+        then fit every shorter rung's tensors. Shortest first, each rung needed larger blocks than any freed before
+        it: the pool grew with every rung (H200: 1.47 GB for the 23 rungs up to 60 s)."""
         for frames in sorted(lengths, reverse=True):
-            started = time.perf_counter()
-            try:
-                rung = self._new_rung(frames)
-                problem = self._capture_rung(rung, pool, side, generator)
-            except Exception as error:  # this rung stays eager (the others may still capture)
-                problem = f"{type(error).__name__}: {error}"
-            self.capture_seconds[frames] = time.perf_counter() - started
-            self.reserved_after[frames] = torch.cuda.memory_reserved(self.device)
-            if problem:
-                self.problems.append(f"{frames} frames: {problem}")
-                log.warning("audio encoder graphs for %d mel frames not used: %s", frames, problem)
-                continue
-            self.rungs[frames] = rung
+            self.make_rung(frames)
 
-    def _capture_rung(self, rung: _Rung, pool: object, side: torch.cuda.Stream, generator: torch.Generator) -> str | None:
-        """Both steps of one rung on a random take shorter than the rung: None when both graphs are good."""
+    @torch.inference_mode()
+    def make_rung(self, frames: int) -> str | None:
+        """One rung captured and checked (without capture, its eager steps checked on its buffers) and put in use;
+        None when it is, else why not (takes of its length then stay eager; the other rungs are not affected)."""
+        started = time.perf_counter()
+        try:
+            if self.capturing and self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()  # one pool for every rung of this ladder
+            rung = self._new_rung(frames)
+            problem = self._capture_and_check(rung)
+        except Exception as error:  # this rung stays eager (the others may still capture)
+            problem = f"{type(error).__name__}: {error}"
+        self.capture_seconds[frames] = time.perf_counter() - started
+        if self.device.type == "cuda":
+            self.reserved_after[frames] = torch.cuda.memory_reserved(self.device)
+        if frames in self.pending:
+            self.pending.remove(frames)
+        if problem:
+            self.problems.append(f"{frames} frames: {problem}")
+            log.warning("audio encoder graphs for %d mel frames not used: %s", frames, problem)
+            return problem
+        self.rungs[frames] = rung
+        return None
+
+    def _eagerly(self, run: Callable[[], T]) -> T:
+        """`run()` eagerly: on CUDA on the side stream (graphs.warm_up), which sets up cuFFT, cuDNN and cuBLAS
+        for the rung's shapes before its capture."""
+        return graphs.warm_up(self.device, run) if self.device.type == "cuda" else run()
+
+    def _record(self, rung: _Rung, name: str) -> None:
+        """The rung's step `name` captured as its graph (where graphs are captured: else it stays eager)."""
+        if self.capturing:
+            step = self._features if name == "features" else self._encode
+            rung.graphs[name], _ = graphs.capture(lambda: step(rung), pool=self._pool)
+
+    def _capture_and_check(self, rung: _Rung) -> str | None:
+        """Both steps of one rung on a random take shorter than the rung: an eager run of each, its capture, and
+        one replay, whose valid values must match the eager reference: the preprocessor on the unpadded take, and
+        the conformer and adapter on the padded frames (that padding gives the unpadded result is the conformer's
+        own masking: tests/test_encoder_graphs.py on the CPU, tests/test_gpu_engine.py on the GPU). None when both
+        graphs are good."""
         take_frames = rung.frames - rung.frames // 7  # shorter than the rung, so the padding is masked
         samples = (take_frames - 1) * self.hop + self.hop // 3  # not a whole number of hops
+        generator = torch.Generator(device=self.device).manual_seed(rung.frames)
         take = 0.1 * torch.randn((1, samples), device=self.device, generator=generator)
         rung.wave.zero_()
         rung.wave[:, :samples].copy_(take)
         rung.samples.fill_(samples)
         rung.length.fill_(samples // self.hop + 1)
 
-        graphs.warm_up(self.device, lambda: self._features(rung), side=side)
-        rung.graphs["features"], _ = graphs.capture(lambda: self._features(rung), pool=pool)
+        self._eagerly(lambda: self._features(rung))
+        self._record(rung, "features")
         rung.mel.fill_(float("nan"))  # the replay must write every frame
-        rung.graphs["features"].replay()
+        self._run(rung, "features")
         expected_mel, _ = self.preprocessor(take, torch.tensor([samples], device=self.device))  # unpadded
         frames = expected_mel.shape[-1]
         if frames != samples // self.hop + 1:
@@ -284,10 +274,10 @@ class EncoderGraphs:
             self._encode(rung)
             return rung.rows.clone(), rung.encoded_length.clone()
 
-        expected_rows, expected_length = graphs.warm_up(self.device, encode_and_copy, side=side)
-        rung.graphs["encode"], _ = graphs.capture(lambda: self._encode(rung), pool=pool)
+        expected_rows, expected_length = self._eagerly(encode_and_copy)
+        self._record(rung, "encode")
         rung.rows.fill_(float("nan"))
-        rung.graphs["encode"].replay()
+        self._run(rung, "encode")
         valid = int(mel2emb_len(frames))
         if int(expected_length[0]) != valid or int(rung.encoded_length[0]) != valid:
             return f"encoded length {int(rung.encoded_length[0])} (eager {int(expected_length[0])}) instead of {valid}"
@@ -299,64 +289,6 @@ class EncoderGraphs:
     def jobs(self) -> list["RungJob"]:
         """One capture job per rung still to make, longest first (as `_capture` goes, for the shared pool)."""
         return [RungJob(self, frames) for frames in self.pending]
-
-    @torch.inference_mode()
-    def _prepare(self, frames: int, stream: torch.cuda.Stream | None) -> "_Prepared":
-        """A rung's warm-up on scratch buffers of its own (a take shorter than the rung, padded as `_capture_rung`
-        pads it), which is also the check's reference, then its graphs captured on its own buffers (where it is
-        captured): nothing a turn reads is written."""
-        rung = self._new_rung(frames)
-        take_frames = frames - frames // 7
-        samples = (take_frames - 1) * self.hop + self.hop // 3
-        generator = torch.Generator(device=self.device).manual_seed(frames)
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            take = 0.1 * torch.randn((1, samples), device=self.device, generator=generator)
-            scratch = dataclasses.replace(
-                self._new_rung(frames), wave=torch.zeros((1, frames * self.hop), dtype=torch.float32, device=self.device)
-            )
-            scratch.wave[:, :samples].copy_(take)
-            scratch.samples.fill_(samples)
-            scratch.length.fill_(samples // self.hop + 1)
-            self._features(scratch)  # the warm-up: cuFFT, cuDNN and cuBLAS set up for the rung's shapes
-            self._encode(scratch)
-            expected_mel, _ = self.preprocessor(take, torch.tensor([samples], device=self.device))  # unpadded
-            prepared = _Prepared(rung, take, samples, expected_mel, scratch.rows.clone(), scratch.encoded_length.clone())
-        if self.capturing:
-            rung.graphs["features"], _ = graphs.capture_concurrently(lambda: self._features(rung), stream=stream, pool=self._pool)
-            rung.graphs["encode"], _ = graphs.capture_concurrently(lambda: self._encode(rung), stream=stream, pool=self._pool)
-        return prepared
-
-    @torch.inference_mode()
-    def _commit(self, prepared: "_Prepared", stream: torch.cuda.Stream | None) -> str | None:
-        """The rung's two steps (its graphs' replays, or on the CPU the eager steps) on the take the warm-up had, on
-        the buffers turns use (no turn runs meanwhile), against the warm-up's results; the rung in use if they agree."""
-        rung, samples = prepared.rung, prepared.samples
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            rung.wave.zero_()
-            rung.wave[:, :samples].copy_(prepared.take)
-            rung.samples.fill_(samples)
-            rung.length.fill_(samples // self.hop + 1)
-            rung.mel.fill_(float("nan"))  # the replay must write every frame
-            self._run(rung, "features")
-            frames = prepared.expected_mel.shape[-1]
-            if frames != samples // self.hop + 1:
-                return f"the preprocessor made {frames} frames of {samples} samples"
-            error = _relative_error(rung.mel[..., :frames], prepared.expected_mel)
-            if not error < 1e-4 or bool(rung.mel[..., frames:].any()):
-                return f"log-mel frames off by {error:.3g} (relative) against the eager preprocessor, or not zero after the take"
-            rung.rows.fill_(float("nan"))
-            self._run(rung, "encode")
-            valid = int(mel2emb_len(frames))
-            expected_length = int(prepared.expected_length[0])
-            if expected_length != valid or int(rung.encoded_length[0]) != valid:
-                return f"encoded length {int(rung.encoded_length[0])} (eager {expected_length}) instead of {valid}"
-            error = _relative_error(rung.rows[:valid], prepared.expected_rows[:valid])
-            if not error < 2e-2:
-                return f"rows off by {error:.3g} (relative) against the eager encoder"
-        self.rungs = {**self.rungs, rung.frames: rung}
-        if self.device.type == "cuda":
-            self.reserved_after[rung.frames] = torch.cuda.memory_reserved(self.device)
-        return None
 
     # ------------------------------------------------------------------ use
 

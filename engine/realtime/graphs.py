@@ -27,9 +27,11 @@ import torch
 
 T = TypeVar("T")
 
-# Held by every capture on the engine's thread, and by a lazy capture's whole warm-up and capture on its own thread
-# (engine/realtime/lazy_capture.py): a capture in CUDA's global mode must not see another thread's allocations, and
-# PyTorch refuses to empty its allocator's cache while any thread captures (an internal assert, not an error).
+# Held by every capture: two captures never overlap, and `empty_cache` skips while one is under way, since PyTorch
+# refuses to empty its allocator's cache while any thread captures (an internal assert, not an error). Every capture
+# of the app runs on the engine's thread (the encoder's rungs behind "ready" too: engine/realtime/lazy_capture.py);
+# a capture in CUDA's global mode must not meet another thread's CUDA work (H100 run with a capture thread: "operation
+# not permitted when stream is capturing" on the other thread, "Offset increment outside graph capture" from its RNG).
 CAPTURE_LOCK = threading.Lock()
 
 
@@ -124,29 +126,6 @@ def capture(step: Callable[[], T], *, pool: Any = None) -> tuple[torch.cuda.CUDA
 def _capture_stream(index: int) -> torch.cuda.Stream:
     """The stream every capture on the engine's thread records on (one: cuBLAS keeps a workspace per stream)."""
     return torch.cuda.Stream(index)
-
-
-def capture_concurrently(step: Callable[[], T], *, stream: torch.cuda.Stream, pool: Any = None) -> tuple[torch.cuda.CUDAGraph, T]:
-    """`capture` for a thread other than the one that runs the turns (engine/realtime/lazy_capture.py): on
-    `stream` (idle, a non-blocking pool stream, which the legacy default stream never waits on), in CUDA's
-    thread-local capture mode, so that the other thread's calls meanwhile (allocations, synchronizations,
-    copies) neither break the capture nor are refused; and without `torch.cuda.graph`'s device-wide
-    synchronize and emptying of the allocator's caches, which would make the capture wait for the other
-    thread's work and take memory from under it. The capture records and runs nothing. The caller holds
-    CAPTURE_LOCK (the lazy capture does, for the job's warm-up and capture)."""
-    graph = torch.cuda.CUDAGraph()
-    stream.synchronize()
-    with torch.cuda.stream(stream):
-        collecting = gc.isenabled()
-        gc.disable()
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            result = step()
-        finally:
-            graph.capture_end()
-            if collecting:
-                gc.enable()
-    return graph, result
 
 
 def per_call_us(device: torch.device, run: Callable[[], object], *, calls: int = 20, replays: int = 5,

@@ -371,6 +371,16 @@ class EngineWorker:
                 self.audio.rescan()
             except Exception as exc:  # noqa: BLE001 - PortAudio did not start again: said; the engine keeps running
                 self._report(exc, "audio_device")
+        if (self.phase is Phase.IDLE and self.session is not None and self._commands.empty() and not self._pending
+                and self.session.captures_pending):
+            # One graph left behind "ready" (an encoder rung, ~0.1 s) per idle tick, on this thread, so that no turn's
+            # CUDA work meets its capture: a press that comes meanwhile waits for one rung at most, and the recorder
+            # backdates it (no audio is lost); a take whose rung is not in yet is encoded eagerly.
+            try:
+                self.session.capture_behind_ready()
+            except Exception as exc:  # noqa: BLE001 - a bug, said once: the rest stays eager, the engine keeps running
+                self.session.lazy_capture.drop()
+                self._report(exc)
 
     # ------------------------------------------------------------------ commands: set-up
 
