@@ -394,9 +394,12 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
 @torch.inference_mode(False)
 def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isolated_user_dirs) -> None:
     """The product's own path: ChatSession.open on CUDA (step, prefill and decoder graphs, then the warm-up turn;
-    the encoder's rungs behind "ready", on their own thread, beside the first turns), and turns of many take lengths
-    in a small context, so that trims, rebuilds from position 0 and prefills near the end of the context (eager
-    tails) all run on the GPU, while the rungs are captured and after."""
+    the encoder's rungs behind "ready", one captured between each two of the first turns, as the engine thread's idle
+    ticks do, then the rest at once), and turns of many take lengths in a small context, so that trims, rebuilds from
+    position 0 and prefills near the end of the context (eager tails) all run on the GPU, before, between and after
+    the rungs' captures."""
+    import threading
+
     import numpy as np
 
     from engine.protocol import SamplingSettings
@@ -408,16 +411,20 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
     backend = session.backend
     assert session.info.fallback_reason is None and session.info.graphs_ready
     assert set(backend.graphs) == {"decode", "text_head", "audio_head", *(f"prefill_{r}" for r in PREFILL_BUCKETS if r <= 320)}
-    assert session.encoder_graphs is not None and session.lazy_capture is not None
+    assert session.encoder_graphs is not None and session.encoder_graphs.rungs == {} and session.captures_pending
     assert {"loaded", "step_graphs", "decoder_graphs", "ready"} <= set(session.startup)
     rng = np.random.default_rng(0)
     trims = 0
     captured_during_turns = []
     for i, seconds in enumerate([0.7, 3.3, 9.1, 1.2, 7.6, 2.2, 5.5, 0.9, 4.4, 6.1]):
         if i == 6:  # the second half: every rung in use
-            assert session.wait_for_graphs(300)
+            threads = set(threading.enumerate())
+            session.wait_for_graphs()
+            assert set(threading.enumerate()) <= threads  # captured on this thread, none started
             assert session.encoder_graphs.problems == [] and session.lazy_capture.problems == []
             assert sorted(session.encoder_graphs.rungs) == ladder(6001) and session.encoder_graphs.pending == []
+        elif 0 < i < 6:
+            assert session.capture_behind_ready()  # one rung between two turns (more remain)
         captured_during_turns.append(len(session.encoder_graphs.rungs))
         wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
         outputs = list(session.respond(wave, SamplingSettings(greedy=i % 2 == 0), max_answer_seconds=1.5))
@@ -435,7 +442,7 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
                 got = session.embed_from(0)
             assert got.shape == expected.shape and _rel(got, expected) < 2e-2
     assert trims >= 3
-    assert captured_during_turns[-1] == len(ladder(6001))
+    assert captured_during_turns == [0, 1, 2, 3, 4, 5] + [len(ladder(6001))] * 4
     # A rung captured behind "ready": its replay is its eager steps, bit for bit.
     encoder = session.encoder_graphs
     with torch.inference_mode():
@@ -447,55 +454,97 @@ def test_the_app_session_opens_with_every_graph_and_survives_context_trims(isola
         encoder._encode(rung)
     assert torch.equal(rung.mel, replayed[0]) and torch.equal(rung.rows, replayed[1])
     session.close()
-    assert not session.lazy_capture._thread.is_alive()
+    assert not session.captures_pending and session.capture_behind_ready() is False
 
 
 @torch.inference_mode(False)
-def test_a_slow_capture_behind_ready_never_makes_a_turn_late(isolated_user_dirs, monkeypatch) -> None:
-    """The first captures behind "ready" are slowed to a second each (the capture itself, on the capture thread):
-    turns taken right after the session opened are answered meanwhile (the eager encoder) in real time, their
-    first audio far sooner than one slowed capture; then every rung comes in and is checked."""
+def test_turns_before_and_between_the_rung_captures_are_answered_and_the_rungs_match_the_eager_encoder(isolated_user_dirs) -> None:
+    """ChatSession.open on CUDA, then turns at once (before any rung: the eager encoder) and between the rungs'
+    captures (each on this thread, between two turns, as the engine thread's idle tick makes them): every turn is
+    answered in real time, a take whose rung is in goes through it, and the rows a rung gives are the eager encoder's
+    for the same take. Then, for takes just inside every rung, a replay gives liquid-audio's own features and
+    `_prefill` rows."""
+    import threading
     import time
 
     import numpy as np
 
-    from engine.chat.session import ChatSession, TurnDone
+    from engine.chat.session import ChatSession, TurnDone, _lone_take
+    from engine.chat.conversation import Conversation
     from engine.protocol import SamplingSettings
-    from engine.realtime import graphs
-    from engine.realtime.encoder_graphs import ladder
+    from engine.realtime.encoder_graphs import MEL_FRAMES_PER_SECOND, ladder
 
-    original = graphs.capture_concurrently
-    slowed: list[float] = []
-
-    def slow(step, *, stream, pool=None):  # noqa: ANN001
-        if len(slowed) < 3:
-            slowed.append(1.0)
-            time.sleep(1.0)
-        return original(step, stream=stream, pool=pool)
-
-    monkeypatch.setattr(graphs, "capture_concurrently", slow)
     session = ChatSession.open(None, demo=True, context_tokens=512)
+    encoder = session.encoder_graphs
+    assert encoder is not None and encoder.rungs == {} and encoder.pending == sorted(ladder(6001), reverse=True)
     rng = np.random.default_rng(1)
-    during = []
-    for seconds in (2.7, 1.1, 4.9):
-        pending = len(session.encoder_graphs.pending)
-        wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
-        started = time.perf_counter()
-        outputs = list(session.respond(wave, SamplingSettings(greedy=True), max_answer_seconds=1.0))
+    through: list[bool] = []
+    original = encoder.encode_wave
+
+    def encode_wave(wave):  # noqa: ANN001, ANN202
+        result = original(wave)
+        through.append(result is not None)
+        return result
+
+    encoder.encode_wave = encode_wave  # on this session's object only
+    turns = []
+    takes = {seconds: (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32) for seconds in (2.7, 1.1, 4.9, 13.3)}
+
+    def turn(seconds: float) -> None:
+        outputs = list(session.respond(takes[seconds], SamplingSettings(greedy=True), max_answer_seconds=1.0))
         (done,) = [o for o in outputs if isinstance(o, TurnDone)]
-        during.append((pending, done.stats.first_pcm_s, time.perf_counter() - started, done.stats.frames))
-    assert all(pending > 0 for pending, *_ in during), during  # the captures were still going on
-    assert all(first < 0.5 and frames > 0 for _, first, _, frames in during), during  # not one slowed capture's wait
-    assert session.wait_for_graphs(300) and slowed == [1.0, 1.0, 1.0]
-    assert session.encoder_graphs.problems == [] and sorted(session.encoder_graphs.rungs) == ladder(6001)
+        take = list(session.conversation.audio_in_pieces())[-1]
+        turns.append((seconds, len(encoder.rungs), through[-1], done.stats.first_pcm_s, done.stats.frames, take.embeddings.clone()))
+        session.reset()
+
+    for seconds in (2.7, 1.1):  # right after ready: no rung yet
+        turn(seconds)
+    captures = []
+    while True:
+        threads = set(threading.enumerate())
+        started = time.perf_counter()
+        more = session.capture_behind_ready()
+        captures.append(time.perf_counter() - started)
+        assert set(threading.enumerate()) <= threads  # captured on this thread, none started
+        if len(encoder.rungs) in (1, 4, 9) or not more:  # between captures, and after the last
+            for seconds in takes:
+                turn(seconds)
+        if not more:
+            break
+    assert len(captures) == len(ladder(6001)) and encoder.problems == [] and session.lazy_capture.problems == []
+    assert sorted(encoder.rungs) == ladder(6001) and not session.captures_pending
+    assert all(first < 0.5 and frames > 0 for _, _, _, first, frames, _ in turns), [t[:5] for t in turns]
+    for seconds, rungs, went_through, *_ in turns:  # a take went through a rung exactly when one held it
+        frames = int(seconds * MEL_FRAMES_PER_SECOND) + 1
+        holds = any(length >= frames for length in sorted(ladder(6001), reverse=True)[:rungs])
+        assert went_through == holds, (seconds, rungs)
+    assert any(went for _, rungs, went, *_ in turns if rungs < len(ladder(6001))), "no turn between the captures used a rung"
+    eager = {seconds: rows for seconds, rungs, went, _, _, rows in turns if not went}
+    for seconds, _, went, _, _, rows in turns:  # the same take: a rung's rows are the eager encoder's
+        if went and seconds in eager:
+            assert rows.shape == eager[seconds].shape and _rel(rows, eager[seconds]) < 2e-2, seconds
+    loaded = session.loaded
+    with torch.inference_mode():
+        for frames in ladder(6001):  # a take just inside each rung
+            wave = (0.1 * rng.standard_normal((frames - 2) * 160 + 37)).astype(np.float32)
+            device_wave = torch.from_numpy(wave)[None].cuda()
+            expected_mel, _ = loaded.processor.audio(device_wave, torch.tensor([wave.shape[0]], device="cuda"))
+            conversation = Conversation(loaded.processor.text, codebooks=loaded.codebooks)
+            take = conversation.add_audio_turn("user", expected_mel[0].float()).pieces[1]
+            expected_rows = loaded.model._prefill(**_lone_take(take, loaded.codebooks, loaded.device).as_kwargs())[0]
+            mel, rows = original(wave)
+            assert encoder.rung_for(mel.shape[1]).frames == frames
+            assert mel.shape == take.mel.shape and rows.shape == expected_rows.shape, frames
+            assert _rel(mel, take.mel) < 1e-4 and _rel(rows, expected_rows) < 2e-2, frames
     session.close()
 
 
 @torch.inference_mode()
-def test_encoder_rungs_captured_on_another_thread_beside_eager_work_match_the_eager_encoder(full_size) -> None:
-    """At full size: the ladder's rungs captured by the lazy capture's thread (thread-local capture mode) while this
-    thread keeps the GPU busy with liquid-audio's eager encoder (allocations, synchronizations): every rung passes
-    its check, and for takes between the rungs a replay gives liquid-audio's own features and `_prefill` rows."""
+def test_encoder_rungs_captured_one_by_one_between_eager_encodings_match_the_eager_encoder(full_size) -> None:
+    """At full size: the ladder's rungs captured one job at a time (engine/realtime/lazy_capture.py) into a shared
+    pool, with liquid-audio's eager encoder run on takes of random lengths between every two captures (as turns run
+    between the engine thread's idle ticks): every rung passes its check, and for takes between the rungs a replay
+    gives liquid-audio's own features and `_prefill` rows."""
     import threading
 
     import numpy as np
@@ -510,20 +559,24 @@ def test_encoder_rungs_captured_on_another_thread_beside_eager_work_match_the_ea
     graphs = EncoderGraphs(model, full_size.processor.audio, max_seconds=30.0, dtype=full_size.dtype, device=full_size.device,
                            pool=pool, defer=True)
     assert graphs.rungs == {} and graphs.pending == sorted(ladder(3001), reverse=True)
-    capture = LazyCapture(graphs.jobs(), device=full_size.device, device_lock=threading.Lock())
-    capture.start()
+    capture = LazyCapture(graphs.jobs())
+    threads = set(threading.enumerate())
     rng = np.random.default_rng(3)
-    busy = 0
-    while not capture.done.is_set() and busy < 200:  # eager encodings on this thread meanwhile
+
+    def eager_encoding() -> None:
         wave = torch.from_numpy((0.1 * rng.standard_normal(int(rng.uniform(0.5, 20) * 16000))).astype(np.float32))[None].cuda()
         mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
         conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
         take = conversation.add_audio_turn("user", mel[0].float()).pieces[1]
         model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())
-        torch.cuda.synchronize()
-        busy += 1
-    assert capture.wait(300) and capture.problems == [] and graphs.problems == [], (capture.problems, graphs.problems)
-    assert busy > 0 and sorted(graphs.rungs) == ladder(3001)
+
+    eager_encoding()
+    while capture.run_next():
+        eager_encoding()
+    torch.cuda.synchronize()
+    assert capture.done and capture.problems == [] and graphs.problems == [], (capture.problems, graphs.problems)
+    assert sorted(graphs.rungs) == ladder(3001) and set(threading.enumerate()) <= threads
+    assert set(capture.seconds) == {f"encoder rung of {frames} mel frames" for frames in ladder(3001)}
     for seconds in (0.43, 3.97, 11.3, 27.3):
         wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
         device_wave = torch.from_numpy(wave)[None].cuda()
