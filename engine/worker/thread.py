@@ -240,9 +240,10 @@ class EngineWorker:
             if message is not None:
                 self._on_take_message(message)
                 return
-            # While sound is playing wake up often to notice its end; otherwise sleep longer.
-            playing = self.phase in (Phase.PLAYING_OUT, Phase.REPLAYING)
-            command = self._next_command(0.01 if playing else 0.1)
+            # While sound is playing, or graphs are still to be captured behind "ready" (one per idle tick), wake up
+            # often; otherwise sleep longer.
+            busy = self.phase in (Phase.PLAYING_OUT, Phase.REPLAYING) or bool(getattr(self.session, "captures_pending", False))
+            command = self._next_command(0.01 if busy else 0.1)
         if command is not None:
             self._submit(command)
 
