@@ -426,7 +426,9 @@ def _child(args: list[str], timeout: float) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def run_voice_training(out: Path, *, learning: bool = True) -> dict[str, Any]:
+def run_voice_training(out: Path, *, learning: bool = True, runs: list[int] | None = None,
+                       learning_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`runs`: indices into SPEED_RUNS (default all); `learning_options`: prompts, steps, rates for the check."""
     from engine.bench.small_cards import DESKTOP_GB, OUTSIDE_ALLOCATOR_GB, allocator_cap_bytes
 
     work = Path(tempfile.mkdtemp(prefix="voicechat-voice-training-"))
@@ -440,7 +442,7 @@ def run_voice_training(out: Path, *, learning: bool = True) -> dict[str, Any]:
     section["checkpoint"] = _child(["--write", str(folder)], timeout=900)
     section["checkpoint"]["write_s"] = time.perf_counter() - started
     runs = []
-    for label, gib, precision in SPEED_RUNS:
+    for label, gib, precision in [SPEED_RUNS[i] for i in runs] if runs is not None else SPEED_RUNS:
         run = _child(["--speed", str(folder), "--cap-bytes", str(allocator_cap_bytes(gib)), "--precision", precision], timeout=600)
         run.update(card=label, card_gib=gib, precision=precision)
         runs.append(run)
@@ -449,7 +451,9 @@ def run_voice_training(out: Path, *, learning: bool = True) -> dict[str, Any]:
     section["speed"] = runs
     section["card_estimates"] = estimate_minutes(runs)
     if learning:
-        section["learning"] = _child(["--learn", str(folder)], timeout=1200)
+        options = learning_options or {}
+        arguments = [f"--{key}={value}" for key, value in options.items()]
+        section["learning"] = _child(["--learn", str(folder), *arguments], timeout=1200)
         print(json.dumps(section["learning"].get("held_out_agreement_with_teacher", section["learning"])), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "voice_training.json").write_text(json.dumps(section, indent=1))
@@ -475,6 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-bytes", type=int)
     parser.add_argument("--precision", choices=("bf16", "int8"), default="bf16")
     parser.add_argument("--no-learning", action="store_true")
+    parser.add_argument("--runs", default=None, help="comma-separated indices into SPEED_RUNS (default: all)")
+    parser.add_argument("--prompts", type=int, default=LEARNING_PROMPTS, help="the learning check's prompts")
+    parser.add_argument("--steps", type=int, default=STUDENT_STEPS, help="the learning check's student steps")
+    parser.add_argument("--rates", default=",".join(f"{r:g}" for r in STUDENT_LRS), help="the student's learning rates to choose from")
     args = parser.parse_args(argv)
     if args.child_out:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -486,10 +494,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.speed:
             result = measure_speed(args.speed, args.cap_bytes, args.precision)
         else:
-            result = learning_check(args.learn)
+            result = learning_check(args.learn, prompts=args.prompts, steps=args.steps,
+                                    learning_rates=tuple(float(r) for r in args.rates.split(",")))
         args.child_out.write_text(json.dumps(result))
         return 0
-    run_voice_training(args.out, learning=not args.no_learning)
+    options = {"prompts": args.prompts, "steps": args.steps, "rates": args.rates}
+    run_voice_training(args.out, learning=not args.no_learning, runs=[int(i) for i in args.runs.split(",")] if args.runs else None,
+                       learning_options=options)
     return 0
 
 
