@@ -226,7 +226,7 @@ def test_one_launch_depthformer_frame_matches_the_plain_ops_and_any_grid_size(de
     over random inputs; and bit for bit the same logits whatever the number of blocks that hand each
     other its phases' vectors (a block reading a word before its writer would show as a difference)."""
     from engine.realtime.sampling import DeviceSampling
-    from engine.realtime.static_model import StaticDepthformer
+    from engine.realtime.static_depthformer import StaticDepthformer
 
     depthformer = StaticDepthformer(full_size.model, DeviceSampling(device))
     step = depthformer.fused
@@ -268,7 +268,7 @@ def test_one_launch_frame_chooses_each_code_as_the_sampler_kernel_does(device, f
     Greedy and sampled (k 4 at T 1, k 64 at T 0.7); a first code of end-of-audio ends the whole frame."""
     from engine.constants import END_OF_AUDIO
     from engine.realtime.sampling import DeviceSampling
-    from engine.realtime.static_model import StaticDepthformer
+    from engine.realtime.static_depthformer import StaticDepthformer
 
     depthformer = StaticDepthformer(full_size.model, DeviceSampling(device))
     sampling = depthformer.sampling
@@ -604,7 +604,7 @@ def test_int8_depthformer_kernel_matches_the_plain_dequantized_ops_and_any_grid_
 
     from engine.model.quantized import quantize_model
     from engine.realtime.sampling import DeviceSampling
-    from engine.realtime.static_model import StaticDepthformer
+    from engine.realtime.static_depthformer import StaticDepthformer
 
     model = copy.deepcopy(full_size.model)
     quantize_model(model, device=device)

@@ -22,7 +22,7 @@ from engine.bench.random_model import random_full_size_model
 from engine.model.quantized import quantize_model
 from engine.realtime.kernels import sources
 from engine.realtime.sampling import DeviceSampling
-from engine.realtime.static_model import StaticDepthformer
+from engine.realtime.static_depthformer import StaticDepthformer
 
 KERNEL = "depthformer_frame"  # main() switches to depthformer_frame_int8 for the int8 pass
 # Compile-time variants to time beside the shipped kernel, as {name: {define: value}}. Run 31 timed

@@ -29,7 +29,9 @@ from engine.chat.decoding import SamplingSettings
 from engine.realtime import graphs
 from engine.realtime.sampling import DeviceSampling
 from engine.model.quantized import Int8Matrix
-from engine.realtime.static_model import StaticBackbone, StaticDepthformer, layer_weight, lookup, plain
+from engine.realtime.static_depthformer import StaticDepthformer
+from engine.realtime.static_model import StaticBackbone
+from engine.realtime.static_weights import layer_weight, lookup, plain
 from engine.realtime.streaming import StreamingState
 
 if TYPE_CHECKING:  # the real-time layer does not import the loading layer (and through it the protocol)
