@@ -23,14 +23,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from engine.errors import LoraError
 from engine.model.checkpoint import CheckpointTensors
 from engine.model.quantized import QuantizedLinear, quantize_rows, row_chunks
 
 log = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
 
 
