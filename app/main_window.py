@@ -72,6 +72,7 @@ from app.engine_messages import TEMPLATES, engine_parts, engine_str, engine_text
 from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, keys_clash, looks_like_path
+from app.voices.ui import VoiceUi
 from app.widgets.banner import MessageBanner
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalKeys
@@ -213,6 +214,8 @@ class MainWindow(QMainWindow):
         # The history: a dock beside the conversation, and saved conversations read behind the live one.
         self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed)
         toolbar.addAction(self.history.toggle_action)
+        self.voices = VoiceUi(self)  # the 声 menu, the voice wizard, a voice's zip (app/voices)
+        self.voices.add_to(toolbar)
         splitter = self.splitter = QSplitter(Qt.Orientation.Horizontal, central)
         splitter.setObjectName("conversation_and_latency")
         splitter.setChildrenCollapsible(False)  # a pane dragged too small would cut its text
@@ -541,6 +544,7 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.settings, self.devices, self)
         dialog.precision.set_status(self.precision_status, self.measured_rtf)
         dialog.accepted.connect(lambda: self.apply_settings(dialog.result_settings()))
+        dialog.create_voice_requested.connect(self.voices.open_wizard)
         dialog.finished.connect(dialog.deleteLater)
         self.settings_dialog = dialog
         dialog.open()
@@ -660,6 +664,8 @@ class MainWindow(QMainWindow):
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
         if self.history.handles(event):
             self.history.on_event(event)
+        elif self.voices.take(event):
+            pass
         elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
         elif isinstance(event, HandsFreeState):
@@ -1011,6 +1017,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_layout()
         QApplication.instance().removeEventFilter(self.key_filter)
+        self.voices.close()
         if self.global_key is not None:
             self.global_key.stop()
             self.global_key = None

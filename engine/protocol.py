@@ -685,6 +685,7 @@ class VoiceTrainingPlan:
     fits: bool
     estimated_seconds: float | None
     device_name: str
+    rank: int = 0  # the LoRA rank a training gets unless it is told one (the wizard's 詳細 shows it)
 
 
 @dataclass(frozen=True)

@@ -167,10 +167,11 @@ class VoiceTrainingHost:
             estimate = voice_plan.estimated_seconds(flop, voice_plan.card_tensor_tflops(name, torch.cuda.get_device_properties(index)))
             plan_ = p.VoiceTrainingPlan(command.data_dir, command.precision, clips, seconds / 60, need, free, free + held,
                                         unload_needed=need > free and held > 0, fits=need <= free + held,
-                                        estimated_seconds=estimate, device_name=name)
+                                        estimated_seconds=estimate, device_name=name, rank=DEFAULT_RANK)
         else:
             plan_ = p.VoiceTrainingPlan(command.data_dir, command.precision, clips, seconds / 60, need, None, None,
-                                        unload_needed=False, fits=True, estimated_seconds=None, device_name="CPU")
+                                        unload_needed=False, fits=True, estimated_seconds=None, device_name="CPU",
+                                        rank=DEFAULT_RANK)
         return plan_
 
     def post_plan(self, command: p.PlanVoiceTraining) -> None:
