@@ -58,10 +58,13 @@ class VoiceMenu(QMenu):
 
         choice(self.tr("The model's own voice"), None)
         listed = False
-        for voice in installed_voices(paths.voices_dir()):
-            text = voice.name
+        voices = installed_voices(paths.voices_dir())
+        names = [voice.name for voice in voices]
+        for voice in voices:
+            # Two voices with one name (a voice and its shared copy imported back): their folders tell them apart.
+            text = voice.name if names.count(voice.name) == 1 else f"{voice.name} — {voice.folder.name}"
             if voice.card is not None:
-                text = self.tr("%1 (%2 min of speech)").replace("%1", voice.name).replace("%2", f"{voice.card.minutes:.1f}")
+                text = self.tr("%1 (%2 min of speech)").replace("%1", text).replace("%2", f"{voice.card.minutes:.1f}")
             choice(text, str(voice.folder), str(voice.folder))
             listed = listed or same_folder(voice.folder, current)
         if current is not None and not listed:  # a folder chosen elsewhere: shown, so that the check mark is somewhere

@@ -6,7 +6,7 @@ ClipRecorded; the data folder is the record of which sentences have a take."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QKeySequence
+from PySide6.QtGui import QFont, QKeySequence, QShortcut
 from PySide6.QtWidgets import QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
 from engine.protocol import ClipRecorded, InputLevel, PlayClip, StartClip, StopClip
@@ -48,7 +48,11 @@ class RecordPage(WizardPage):
                 (self.redo_button, Qt.Key.Key_R, "R"), (self.skip_button, Qt.Key.Key_S, "S"),
                 (self.previous_button, Qt.Key.Key_Left, "←"), (self.next_button, Qt.Key.Key_Right, "→"))
         for button, key, name in keys:
-            button.setShortcut(QKeySequence(key))
+            # A shortcut of the page, not of the button: a button's own shortcut clicks it after an animation, and a
+            # quick Space on the focused button would then click it twice (start and stop at once).
+            shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            shortcut.setAutoRepeat(False)
+            shortcut.activated.connect(lambda button=button: button.click() if button.isEnabled() else None)
             button.setToolTip(self.tr("Key: %1").replace("%1", name))
             button.setAutoDefault(False)
         self.record_button.clicked.connect(self.toggle_recording)

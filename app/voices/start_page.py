@@ -56,6 +56,12 @@ class StartPage(WizardPage):
         self.projects.activated.connect(lambda _index: self.continue_radio.setChecked(True))
 
     def initializePage(self) -> None:  # noqa: N802 - Qt's name
+        self.refresh()
+
+    def refresh(self) -> None:
+        """The voices in the making, read again (also when the user comes back to this page: the voice begun since is
+        then chosen under 「続ける」)."""
+        current = self.voice_wizard.project
         self.summaries = voice_projects()
         self.projects.clear()
         for summary in self.summaries:
@@ -66,6 +72,8 @@ class StartPage(WizardPage):
             self.projects.addItem(self.tr("(no voice in the making yet)"))
         # A voice whose training can go on is what a user who comes back most likely wants.
         waiting = next((index for index, summary in enumerate(self.summaries) if summary.resumable), None)
+        if current is not None:
+            waiting = next((index for index, summary in enumerate(self.summaries) if summary.project == current), waiting)
         if waiting is not None:
             self.projects.setCurrentIndex(waiting)
             self.continue_radio.setChecked(True)

@@ -64,6 +64,8 @@ class VoiceWizard(QWizard):
         return self.train_page.running
 
     def _page_changed(self, page_id: int) -> None:
+        if page_id == self.START and self.project is not None:  # back at the start: the voice begun is listed now
+            self.start_page.refresh()
         # Hands-free listening would take the reading for a question: it pauses while the record page is shown.
         self.host.pause_hands_free(page_id == self.RECORD and self.isVisible())
 
