@@ -391,3 +391,29 @@ def test_the_window_shows_the_training_state(qtbot, window) -> None:  # noqa: AN
     assert window.state_indicator.label.text() == "声を学習中（会話は一時停止）"
     engine().post(p.StateChanged(p.EngineState.IDLE))
     qtbot.waitUntil(lambda: window.state is p.EngineState.IDLE)
+
+
+@pytest.mark.parametrize("language", ["ja", "en"])
+def test_nothing_is_cut_off_on_the_wizards_pages(qtbot, isolated_user_dirs: Path, tmp_path: Path, language: str) -> None:  # noqa: ANN001
+    """The wizard's pages as scripts/screenshots.py renders them (a voice in the making, a take with a problem, the
+    clips, a training under way with its curves, the finished voice): no text cut off, and no English in Japanese."""
+    import importlib.util
+
+    from app_helpers import clipped_texts
+    from PySide6.QtGui import QFontDatabase
+
+    if not QFontDatabase.families(QFontDatabase.WritingSystem.Japanese):
+        pytest.skip("no Japanese font: text widths would be a fallback's (apt-get install fonts-noto-cjk)")
+    spec = importlib.util.spec_from_file_location("screenshots", Path(__file__).parents[1] / "scripts" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    screenshots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshots)
+    seen = []
+    for name, widget in screenshots.voice_wizard_states(language, tmp_path):
+        seen.append(name)
+        qtbot.wait(60)
+        assert clipped_texts(widget) == [], name
+        if language == "ja":
+            assert english_texts(widget, ("NVIDIA GeForce RTX 3060", "script", *FORMAT_NAMES)) == [], name
+    assert seen == ["voice-wizard-start", "voice-wizard-record", "voice-wizard-review", "voice-wizard-train",
+                    "voice-wizard-done"]

@@ -2595,10 +2595,6 @@
       <translation>学習を始める(&amp;S)</translation>
     </message>
     <message>
-      <source>&amp;Steps</source>
-      <translation>ステップ数(&amp;S)</translation>
-    </message>
-    <message>
       <source>, about %1 left</source>
       <translation>、残り約 %1</translation>
     </message>
@@ -2629,10 +2625,6 @@
     <message>
       <source>GPU memory (%1): the training needs about %2 GB; %3 GB are free now, %4 GB with the chat model unloaded.</source>
       <translation>GPU メモリ（%1）：学習には約 %2 GB 必要です。いまの空きは %3 GB、会話用のモデルを外すと %4 GB です。</translation>
-    </message>
-    <message>
-      <source>LoRA ran&amp;k</source>
-      <translation>LoRA のランク(&amp;K)</translation>
     </message>
     <message>
       <source>Loading the model for training…</source>
@@ -2765,6 +2757,14 @@
     <message>
       <source>%1 (recommended)</source>
       <translation>%1（おすすめ）</translation>
+    </message>
+    <message>
+      <source>Steps</source>
+      <translation>ステップ数</translation>
+    </message>
+    <message>
+      <source>LoRA rank</source>
+      <translation>LoRA のランク</translation>
     </message>
   </context>
   <context>

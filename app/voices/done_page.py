@@ -15,7 +15,7 @@ class DonePage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("The voice is ready"))
-        self.setSubTitle(self.tr("It is in the voice menu (声) from now on, like any other voice."))
+        self.intro.setText(self.tr("It is in the voice menu (声) from now on, like any other voice."))
         self.card_label = QLabel(self)
         self.card_label.setWordWrap(True)
         self.use_button = QPushButton(self.tr("&Use this voice"), self)
@@ -33,6 +33,7 @@ class DonePage(WizardPage):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addWidget(self.card_label)
         layout.addLayout(buttons)
         layout.addWidget(self.use_status)

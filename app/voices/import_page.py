@@ -44,7 +44,7 @@ class ImportPage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("Import recordings"))
-        self.setSubTitle(self.tr("Choose a folder of audio files (wav, flac, ogg, mp3) with their transcripts: same-name "
+        self.intro.setText(self.tr("Choose a folder of audio files (wav, flac, ogg, mp3) with their transcripts: same-name "
                                  ".txt files, or a list file of 'file|text' lines (as GPT-SoVITS and Style-Bert-VITS2 "
                                  "write them). Files without a transcript are transcribed by the model for you to check."))
         self.scan: FolderScan | None = None
@@ -89,6 +89,7 @@ class ImportPage(WizardPage):
         work.addWidget(self.progress, 1)
         work.addWidget(self.stop_button)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addLayout(top)
         layout.addLayout(work)
         layout.addWidget(self.status)

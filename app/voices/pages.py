@@ -46,6 +46,9 @@ class WizardPage(QWizardPage):
     def __init__(self, wizard: VoiceWizard) -> None:
         super().__init__(wizard)
         self.voice_wizard = wizard
+        # What the page is for, in the page (the wizard's header shows its title; a long subtitle there is cut off).
+        self.intro = QLabel(self)
+        self.intro.setWordWrap(True)
         self.error_label = QLabel(self)
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #c62828;")

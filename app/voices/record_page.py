@@ -22,7 +22,7 @@ class RecordPage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("Read aloud"))
-        self.setSubTitle(self.tr("Read each sentence in the voice you want the model to have, in a quiet room. Space "
+        self.intro.setText(self.tr("Read each sentence in the voice you want the model to have, in a quiet room. Space "
                                  "starts the recording and stops it; a good take moves on to the next sentence."))
         self.index = 0
         self.recording = False
@@ -75,6 +75,7 @@ class RecordPage(WizardPage):
         level.addWidget(QLabel(self.tr("Microphone"), self))
         level.addWidget(self.level, 1)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addWidget(self.position)
         layout.addWidget(self.sentence)
         layout.addLayout(level)

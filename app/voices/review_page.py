@@ -34,7 +34,7 @@ class ReviewPage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("Check the speech"))
-        self.setSubTitle(self.tr("Every clip the voice is trained on. Correct a transcript by editing it (F2), play a "
+        self.intro.setText(self.tr("Every clip the voice is trained on. Correct a transcript by editing it (F2), play a "
                                  "clip, or remove the ones you do not want."))
         self.clips: list[DataClip] = []
         self.table = QTableWidget(0, 4, self)
@@ -73,6 +73,7 @@ class ReviewPage(WizardPage):
         buttons.addStretch(1)
         buttons.addWidget(self.transcribe_button)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)

@@ -15,7 +15,7 @@ class StartPage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("Create a voice"))
-        self.setSubTitle(self.tr("Train a voice of your own for the model: collect your speech (read sentences aloud, "
+        self.intro.setText(self.tr("Train a voice of your own for the model: collect your speech (read sentences aloud, "
                                  "or import recordings), check it, train, and try the voice."))
         self.new_radio = QRadioButton(self.tr("&New voice, named:"), self)
         self.name_edit = QLineEdit(self)
@@ -41,6 +41,7 @@ class StartPage(WizardPage):
         form.addRow(self.continue_radio, self.projects)
         sources = QLabel(self.tr("The speech:"), self)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addLayout(form)
         layout.addSpacing(8)
         layout.addWidget(sources)

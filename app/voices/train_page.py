@@ -51,7 +51,7 @@ class TrainPage(WizardPage):
     def __init__(self, wizard) -> None:  # noqa: ANN001
         super().__init__(wizard)
         self.setTitle(self.tr("Train the voice"))
-        self.setSubTitle(self.tr("The voice is trained in a process of its own: the app and the speech you collected "
+        self.intro.setText(self.tr("The voice is trained in a process of its own: the app and the speech you collected "
                                  "are safe whatever happens to it. You can close this window; the training goes on."))
         self.plan: VoiceTrainingPlan | None = None
         self.running = False
@@ -72,8 +72,8 @@ class TrainPage(WizardPage):
         for box in (self.steps, self.rank):
             box.setValue(0)
         details_form = QFormLayout(self.details)
-        details_form.addRow(self.tr("&Steps"), self.steps)
-        details_form.addRow(self.tr("LoRA ran&k"), self.rank)
+        details_form.addRow(self.tr("Steps"), self.steps)
+        details_form.addRow(self.tr("LoRA rank"), self.rank)
         details_note = QLabel(self.tr("A higher rank learns more of the voice and needs more memory; more steps take "
                                       "longer. Resume keeps the settings the training started with."), self.details)
         details_note.setWordWrap(True)
@@ -116,6 +116,7 @@ class TrainPage(WizardPage):
         results.addWidget(self.plot, 3)
         results.addLayout(preview_column, 2)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.intro)
         layout.addWidget(self.plan_label)
         layout.addLayout(form)
         layout.addWidget(self.details)
