@@ -228,3 +228,14 @@ def test_a_voice_recorded_imported_trained_stopped_resumed_used_and_shared(qtbot
     assert win.confirmed_lora == str(out_dir) and win.settings.lora == str(out_dir)
     assert load_settings(tmp_path / "settings.json").settings.lora == str(out_dir)
     assert not voice_action(win, broken).isChecked() and voice_action(win, out_dir).isChecked()
+
+    # A shared zip whose voice does not load is refused whole, said as a sharing problem (not as a refused switch).
+    bad_zip = tmp_path / "こわれた.zip"
+    with zipfile.ZipFile(bad_zip, "w") as archive:
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            archive.write(broken / name, arcname=name)
+    monkeypatch.setattr(dialogs, "ask_zip_to_open", lambda *args: str(bad_zip))
+    menu_action(win, "声を読み込む…").trigger()
+    qtbot.waitUntil(lambda: "声の共有" in win.banner.text, timeout=30_000)
+    assert "LoRA" in win.banner.text and not (paths.voices_dir() / "こわれた").exists()
+    assert win.confirmed_lora == str(out_dir) and load_settings(tmp_path / "settings.json").settings.lora == str(out_dir)
