@@ -237,5 +237,5 @@ def test_a_voice_recorded_imported_trained_stopped_resumed_used_and_shared(qtbot
     monkeypatch.setattr(dialogs, "ask_zip_to_open", lambda *args: str(bad_zip))
     menu_action(win, "声を読み込む…").trigger()
     qtbot.waitUntil(lambda: "声の共有" in win.banner.text, timeout=30_000)
-    assert "LoRA" in win.banner.text and not (paths.voices_dir() / "こわれた").exists()
+    assert "adapter_config.json の r は" in win.banner.text and not (paths.voices_dir() / "こわれた").exists()
     assert win.confirmed_lora == str(out_dir) and load_settings(tmp_path / "settings.json").settings.lora == str(out_dir)

@@ -417,3 +417,38 @@ def test_nothing_is_cut_off_on_the_wizards_pages(qtbot, isolated_user_dirs: Path
             assert english_texts(widget, ("NVIDIA GeForce RTX 3060", "script", *FORMAT_NAMES)) == [], name
     assert seen == ["voice-wizard-start", "voice-wizard-record", "voice-wizard-review", "voice-wizard-train",
                     "voice-wizard-done"]
+
+
+def test_the_record_pages_keys_work_wherever_the_focus_is_in_the_wizard(qtbot, window) -> None:  # noqa: ANN001
+    """Space on the wizard's focused Next button records (it left the page before); one press is one start."""
+    from PySide6.QtTest import QTest
+    from PySide6.QtWidgets import QApplication
+
+    wizard = window.voices.open_wizard()
+    qtbot.addWidget(wizard)
+    wizard.start_page.name_edit.setText("ゆき")
+    wizard.next()
+    clip = VoiceData(paths.voice_data_dir() / "ゆき").add_clip(speech(READING_SCRIPT[0]), 24_000, READING_SCRIPT[0],
+                                                            ScriptLine(0))
+    engine().post(p.ClipRecorded(str(clip.path.parents[1]), clip.name, clip.seconds, (), 0))  # a take: Next is enabled
+    record = wizard.record_page
+    qtbot.waitUntil(lambda: record.index == 1)
+    wizard.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is wizard)
+
+    def press(key: Qt.Key, button) -> list[type]:  # noqa: ANN001
+        button.setFocus()
+        qtbot.waitUntil(lambda: QApplication.focusWidget() is button)
+        mark = len(window.bridge.sent)
+        QTest.keyClick(button, key)
+        qtbot.wait(150)
+        assert wizard.currentId() == wizard.RECORD
+        return [type(command) for command in window.bridge.sent[mark:]]
+
+    assert press(Qt.Key.Key_Space, wizard.button(wizard.WizardButton.NextButton)) == [p.StartClip]
+    assert press(Qt.Key.Key_Space, record.record_button) == [p.StopClip] and record.stopping
+    assert press(Qt.Key.Key_Space, record.record_button) == []  # its check is awaited: nothing more to stop
+    engine().post(p.ClipRecorded(str(clip.path.parents[1]), "script-002", 2.2, (), 1))
+    qtbot.waitUntil(lambda: record.index == 2)
+    press(Qt.Key.Key_Right, wizard.button(wizard.WizardButton.BackButton))
+    assert record.index == 3

@@ -25,7 +25,8 @@ class RecordPage(WizardPage):
         self.intro.setText(self.tr("Read each sentence in the voice you want the model to have, in a quiet room. Space "
                                  "starts the recording and stops it; a good take moves on to the next sentence."))
         self.index = 0
-        self.recording = False
+        self.recording = False  # from the start of a take until the engine has saved and checked it
+        self.stopping = False  # the take was stopped; its check is awaited
         self.skipped: set[int] = set()
         self.position = QLabel(self)
         self.sentence = QLabel(self)
@@ -49,8 +50,9 @@ class RecordPage(WizardPage):
                 (self.previous_button, Qt.Key.Key_Left, "←"), (self.next_button, Qt.Key.Key_Right, "→"))
         for button, key, name in keys:
             # A shortcut of the page, not of the button: a button's own shortcut clicks it after an animation, and a
-            # quick Space on the focused button would then click it twice (start and stop at once).
-            shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            # quick Space on the focused button would then click it twice (start and stop at once). For the whole
+            # window (active while this page is shown), so that Space never reaches the wizard's focused Next button.
+            shortcut = QShortcut(QKeySequence(key), self, context=Qt.ShortcutContext.WindowShortcut)
             shortcut.setAutoRepeat(False)
             shortcut.activated.connect(lambda button=button: button.click() if button.isEnabled() else None)
             button.setToolTip(self.tr("Key: %1").replace("%1", name))
@@ -144,8 +146,11 @@ class RecordPage(WizardPage):
 
     def toggle_recording(self) -> None:
         if self.recording:
-            self.send(StopClip())
-            self._set_take_status(self.tr("Checking the take…"), "")
+            if not self.stopping:
+                self.stopping = True
+                self.send(StopClip())
+                self._set_take_status(self.tr("Checking the take…"), "")
+                self._update()
             return
         self.start_recording()
 
@@ -177,7 +182,7 @@ class RecordPage(WizardPage):
         """The page is left while recording: the take is dropped."""
         if self.recording:
             self.send(StopClip(keep=False))
-            self.recording = False
+            self.recording = self.stopping = False
             self._update()
 
     def cleanupPage(self) -> None:  # noqa: N802 - Back
@@ -199,7 +204,7 @@ class RecordPage(WizardPage):
     def on_clip(self, event: ClipRecorded) -> None:
         if self.voice_wizard.project is None or event.data_dir != str(self.project.data_dir):
             return
-        self.recording = False
+        self.recording = self.stopping = False
         problems = engine_parts(event.problems)
         number = (event.script_index if event.script_index is not None else self.index) + 1
         if not event.saved:
@@ -223,6 +228,6 @@ class RecordPage(WizardPage):
     def recording_failed(self) -> None:
         """The engine could not record (no microphone, no model for a clip...): the page stops waiting."""
         if self.recording:
-            self.recording = False
+            self.recording = self.stopping = False
             self._set_take_status("", "")
             self._update()

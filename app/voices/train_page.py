@@ -141,9 +141,9 @@ class TrainPage(WizardPage):
                                else self.tr("int8, less memory"), "int8")
         self.precision.setCurrentIndex(1 if int8_first else 0)
         self.precision.blockSignals(False)
-        if not self.running:
+        if not self.running:  # (back on this page during a training: it shows that training as it goes)
             self._restore_from_log()
-        self.ask_plan()
+            self.ask_plan()
 
     def _restore_from_log(self) -> None:
         """After a restart, or a voice continued: the last run's curves, previews and where it stopped."""
