@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QWizard
 
@@ -95,7 +94,9 @@ class VoiceWizard(QWizard):
         elif isinstance(event, p.EngineError) and event.kind in VOICE_ERROR_KINDS:
             self._on_error(event)
         elif isinstance(event, p.EngineError) and event.kind in ("take", "audio_device"):
-            self.record_page.recording_failed()  # the take could not be recorded; the banner says why
+            # The take could not be recorded (the banner says why); a speaker's problem during a take is no reason.
+            if event.kind == "take" or self.host.window.state is not p.EngineState.RECORDING:
+                self.record_page.recording_failed()
             return False
         else:
             return False
@@ -129,9 +130,3 @@ class VoiceWizard(QWizard):
     def showEvent(self, event) -> None:  # noqa: ANN001, N802
         super().showEvent(event)
         self._page_changed(self.currentId())
-
-    def keyPressEvent(self, event) -> None:  # noqa: ANN001, N802
-        if event.key() == Qt.Key.Key_Escape:  # Esc closes as the Close button does (hidden during a training)
-            self.reject()
-            return
-        super().keyPressEvent(event)
