@@ -42,9 +42,7 @@ from engine.voices.voice_card import PREVIEW_FILE
 from app.engine_messages import engine_text
 from app.voices.loss_plot import LossPlot
 from app.voices.pages import WizardPage, duration_text, gigabytes
-
-# int8 is recommended below this much GPU memory (as the precision settings do for the chat model).
-INT8_RECOMMENDED_BELOW_BYTES = 8 * 10**9
+from app.widgets.precision import RECOMMEND_BELOW_BYTES
 
 
 class TrainPage(WizardPage):
@@ -134,7 +132,7 @@ class TrainPage(WizardPage):
         self.precision.blockSignals(True)
         self.precision.clear()
         total = self.voice_wizard.host.card_total_bytes()
-        int8_first = total is not None and total < INT8_RECOMMENDED_BELOW_BYTES
+        int8_first = total is not None and total < RECOMMEND_BELOW_BYTES  # as for the chat model
         recommended = self.tr("%1 (recommended)")
         self.precision.addItem(recommended.replace("%1", "bf16") if not int8_first and total is not None else "bf16", "bf16")
         self.precision.addItem(recommended.replace("%1", self.tr("int8, less memory")) if int8_first
