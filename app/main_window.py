@@ -73,6 +73,7 @@ from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.settings_flow import SettingsFlow
+from app.voices.ui import VoiceUi
 from app.widgets.banner import MessageBanner
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalKeys
@@ -213,6 +214,8 @@ class MainWindow(QMainWindow):
         self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed,
                                  on_live_deleted=self._reset_now)
         toolbar.addAction(self.history.toggle_action)
+        self.voices = VoiceUi(self)  # the 声 menu, the voice wizard, a voice's zip (app/voices)
+        self.voices.add_to(toolbar)
         splitter = self.splitter = QSplitter(Qt.Orientation.Horizontal, central)
         splitter.setObjectName("conversation_and_latency")
         splitter.setChildrenCollapsible(False)  # a pane dragged too small would cut its text
@@ -596,6 +599,8 @@ class MainWindow(QMainWindow):
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
         if self.history.handles(event):
             self.history.on_event(event)
+        elif self.voices.take(event):
+            pass
         elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
         elif isinstance(event, HandsFreeState):
@@ -866,6 +871,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         self.save_layout()
         QApplication.instance().removeEventFilter(self.key_filter)
+        self.voices.close()
         if self.global_key is not None:
             self.global_key.stop()
             self.global_key = None

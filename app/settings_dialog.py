@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtCore import QDir, Qt
+from PySide6.QtCore import QDir, Qt, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.voices.menu import VoiceMenu
 from app.widgets.ptt import key_from_text, key_to_text
 from app.widgets.precision import PrecisionBox
 from engine import validation
@@ -47,6 +48,8 @@ def keys_clash(settings: Settings) -> bool:
 class SettingsDialog(QDialog):
     """`demo_in_use`: the demo model runs though the settings name another (`voicechat --demo`); the model tab
     shows the demo, as the status bar does."""
+
+    create_voice_requested = Signal()  # 「声を作る…」: the main window opens the voice wizard
 
     def __init__(self, settings: Settings, devices: Devices | None, parent: QWidget | None = None, *,
                  demo_in_use: bool = False) -> None:
@@ -341,14 +344,25 @@ class SettingsDialog(QDialog):
                                                     browse_voice.setEnabled(not on)))
         self.voice_folder.setEnabled(s.lora is not None)
         browse_voice.setEnabled(s.lora is not None)
+        # The app's voices (app/voices): one is picked into the field, applied with OK like the rest.
+        self.voice_list = QPushButton(self.tr("My voices"), voice_box)
+        self.voice_list.setMenu(VoiceMenu(self._voice_in_field, self.voice_list, tools=False))
+        self.voice_list.menu().chosen.connect(self._pick_voice)
+        create_voice = QPushButton(self.tr("Create a voice…"), voice_box)
+        create_voice.clicked.connect(self.create_voice_requested.emit)
         v_row = QHBoxLayout()
         v_row.addWidget(self.voice_folder, 1)
         v_row.addWidget(browse_voice)
+        voices_row = QHBoxLayout()
+        voices_row.addWidget(self.voice_list)
+        voices_row.addWidget(create_voice)
+        voices_row.addStretch(1)
         voice_note = QLabel(self.tr("Switching the voice is done in place, without reloading."), voice_box)
         voice_note.setStyleSheet("color: #666;")
         v_layout = QVBoxLayout(voice_box)
         v_layout.addWidget(self.voice_none)
         v_layout.addLayout(v_row)
+        v_layout.addLayout(voices_row)
         v_layout.addWidget(voice_note)
 
         layout = QVBoxLayout(tab)
@@ -364,6 +378,14 @@ class SettingsDialog(QDialog):
         if self.model_folder_radio.isChecked():
             return ("folder", self.model_folder.text().strip(), self.revision.text().strip())
         return ("hub", self.model_hub_id.text().strip(), self.revision.text().strip())
+
+    def _voice_in_field(self) -> str | None:
+        return None if self.voice_none.isChecked() else (self.voice_folder.text().strip() or None)
+
+    def _pick_voice(self, folder: str | None) -> None:
+        self.voice_none.setChecked(folder is None)
+        if folder is not None:
+            self.voice_folder.setText(folder)
 
     def _browse(self, target: QLineEdit, title: str) -> None:
         # From the folder in the field, else the user's home (never the app's working folder).

@@ -49,6 +49,7 @@ class SettingsFlow(QObject):
         dialog = SettingsDialog(w.settings, w.devices, w, demo_in_use=w.demo_override)
         dialog.precision.set_status(w.precision_status, w.measured_rtf)
         dialog.accepted.connect(lambda: self.apply(dialog.result_settings()))
+        dialog.create_voice_requested.connect(w.voices.open_wizard)
         dialog.finished.connect(dialog.deleteLater)
         w.settings_dialog = dialog
         dialog.open()

@@ -14,3 +14,8 @@ ANSWER_SAMPLE_RATE = 24_000  # what the model speaks: the decoder produces it, t
 FRAME_SAMPLES = 1920  # one audio frame of an answer: 80 ms at 24 kHz
 FRAME_SECONDS = FRAME_SAMPLES / ANSWER_SAMPLE_RATE
 END_OF_AUDIO = 2048  # the audio code that ends the speech of an answer (liquid-audio's)
+
+# A voice is a PEFT LoRA adapter folder: these two files make a folder a voice (engine/model/lora.py reads them;
+# the window lists the voices that have them without loading torch).
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"

@@ -284,11 +284,28 @@ class CancelVoiceTraining:
     """Stop the training after a checkpoint (it can be resumed)."""
 
 
+@dataclass(frozen=True)
+class ExportVoice:
+    """Write the voice in `folder` as one zip file to share (checked as a switch would check it); answered by
+    `VoiceExported`."""
+
+    folder: str
+    zip_path: str
+
+
+@dataclass(frozen=True)
+class ImportVoice:
+    """Unpack a shared voice's zip into a new folder of the app's voices (checked first; nothing is written for a
+    zip that holds no usable voice); answered by `VoiceImported`."""
+
+    zip_path: str
+
+
 Command = (
     Load | StartTake | EndTake | Cancel | ApplySettings | SwitchVoice | SelectDevices | ListDevices | Reset
     | ReplayTurn | Export | Shutdown | Ping | ListHistory | OpenHistory | ContinueHistory | DeleteHistory
     | ReplayHistoryTurn | ExportHistory | HistoryOptions | SetHandsFree | StartClip | StopClip | PlayClip
-    | TranscribeClip | PlanVoiceTraining | StartVoiceTraining | CancelVoiceTraining
+    | TranscribeClip | PlanVoiceTraining | StartVoiceTraining | CancelVoiceTraining | ExportVoice | ImportVoice
 )
 
 
@@ -508,7 +525,9 @@ class MessagePart:
 class EngineError:
     """Something the user must be told about. The engine keeps running unless `fatal`."""
 
-    kind: str  # "model", "lora", "audio_device", "take", "gpu_memory", "settings", "export", "history", "internal"
+    # "model", "lora", "audio_device", "take", "gpu_memory", "settings", "export", "history", "voice_data",
+    # "voice_training", "voice_sharing" (exporting or importing a voice's zip), "internal"
+    kind: str
     message: str
     fatal: bool = False
     details: str = ""
@@ -669,6 +688,7 @@ class VoiceTrainingPlan:
     fits: bool
     estimated_seconds: float | None
     device_name: str
+    rank: int = 0  # the LoRA rank a training gets unless it is told one (the wizard's 詳細 shows it)
 
 
 @dataclass(frozen=True)
@@ -712,13 +732,25 @@ class VoiceTrainingEnded:
     values: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class VoiceExported:
+    folder: str
+    zip_path: str
+
+
+@dataclass(frozen=True)
+class VoiceImported:
+    zip_path: str
+    folder: str  # the new voice's folder in the app's voices
+
+
 Event = (
     Progress | StateChanged | EngineInfo | UserTakeAdded | TakeRejected | AssistantTurnStarted | TextDelta
     | AudioChunkQueued | LiveRtf | TurnMetrics | AssistantTurnFinished | InputLevel | ContextUsage | ContextTrimmed
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
     | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus | HandsFreeState
     | PrecisionInUse | EngineNotice | ClipRecorded | ClipTranscribed | VoiceTrainingPlan | VoiceTrainingProgress
-    | VoiceTrainingHeldOut | VoiceTrainingPreview | VoiceTrainingEnded
+    | VoiceTrainingHeldOut | VoiceTrainingPreview | VoiceTrainingEnded | VoiceExported | VoiceImported
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

@@ -264,6 +264,10 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
     first.hide()
     _close(window)
 
+    # The 「声を作る」 wizard, page by page, and the voice menu (issue 43).
+    for name, widget in voice_wizard_states(language, tmp):
+        saved.append(_grab(widget, out / f"{name}-{language}.png"))
+
     # The smallest window and the longest errors (issue 27): nothing may be cut off there.
     for name, widget in small_window_states(language, tmp):
         saved.append(_grab(widget, out / f"{name}-{language}.png"))
@@ -341,6 +345,76 @@ def small_window_states(language: str, tmp: Path):  # noqa: ANN201 - a generator
         _settle(app)
         yield f"window-cpu-{size[0]}x{size[1]}", window
         _close(window)
+
+
+def voice_wizard_states(language: str, tmp: Path):  # noqa: ANN201 - a generator of (name, widget)
+    """The voice wizard's pages with a voice in the making (speech from Open JTalk in a data folder under `tmp`, never
+    the user's own folders), fed the events the engine sends: (picture name, widget) once each is on screen."""
+    import pyopenjtalk
+
+    from app.i18n import install_translator
+    from engine import paths
+    from engine import protocol as p
+    from engine.settings import Settings
+    from engine.voices.dataset import ScriptLine, VoiceData
+    from engine.voices.reading_script import READING_SCRIPT
+    from engine.voices.voice_card import VoiceCard
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    install_translator(app, language)
+    saved_home = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp / "voice-shots")
+    try:
+        data = VoiceData(paths.voice_data_dir() / "ゆき")
+        for index in range(4):
+            samples, rate = pyopenjtalk.tts(READING_SCRIPT[index])
+            data.add_clip((samples / 32768.0).astype("float32"), rate, READING_SCRIPT[index], ScriptLine(index))
+        window = _new_window(Settings(model_source="LiquidAI/LFM2.5-Audio-1.5B-JP"), tmp)
+        window.on_event(p.PrecisionInUse("bf16", "bf16", (), 5_000_000_000, 6_000_000_000))  # type: ignore[attr-defined]
+        wizard = window.voices.open_wizard()  # type: ignore[attr-defined]
+        wizard.resize(820, 640)
+        yield "voice-wizard-start", wizard
+        wizard.start_page.continue_radio.setChecked(True)
+        wizard.next()
+        record = wizard.record_page
+        wizard.on_event(p.ClipRecorded(str(data.folder), "script-005", 2.4, (
+            p.MessagePart("There is too much background noise: the voice is only {snr} dB above it (at least {minimum} dB "
+                          "is needed). Record in a quieter place, away from fans, air conditioners and traffic.",
+                          (("minimum", "20"), ("snr", "14"))),), 4))
+        record.level.set_level(0.08, 0.4, False)
+        yield "voice-wizard-record", record.window()
+        wizard.back()
+        wizard.start_page.review_radio.setChecked(True)
+        wizard.next()
+        yield "voice-wizard-review", wizard
+        wizard.next()
+        train = wizard.train_page
+        out_dir = paths.voices_dir() / "ゆき"
+        events = [p.VoiceTrainingPlan(str(data.folder), "int8", 4, 0.2, 3_400_000_000, 2_000_000_000, 4_800_000_000, True,
+                                      True, 754.0, "NVIDIA GeForce RTX 3060", 16)]
+        wizard.on_event(events[0])
+        train.start_button.click()
+        for step in range(1, 121):
+            wizard.on_event(p.VoiceTrainingProgress("train", step, 300, 6.2 * 0.993 ** step + 1.4, 5.0, 3.0, 2.4 * (300 - step)))
+            if step % 30 == 0:
+                wizard.on_event(p.VoiceTrainingHeldOut(step, 6.0 * 0.994 ** step + 1.7))
+                wizard.on_event(p.VoiceTrainingPreview(step, str(out_dir / f".voice-training/previews/step-{step:06d}.wav")))
+        yield "voice-wizard-train", wizard
+        out_dir.mkdir(parents=True, exist_ok=True)
+        card = VoiceCard("ゆき", 24.6, 212, 300, 2.31, 2.05, "2026-01-01T00:00:00Z", None, "int8", 16)
+        (out_dir / "voice.json").write_bytes(card.to_json())
+        (out_dir / "adapter_config.json").write_text("{}", encoding="utf-8")
+        wizard.on_event(p.VoiceTrainingEnded("done", str(out_dir), 300))
+        yield "voice-wizard-done", wizard
+        wizard.done(0)
+        window.voices.menu.rebuild()  # type: ignore[attr-defined]
+        _close(window)
+    finally:
+        if saved_home is None:
+            os.environ.pop("XDG_DATA_HOME", None)
+        else:
+            os.environ["XDG_DATA_HOME"] = saved_home
 
 
 class _NoEngine:

@@ -51,9 +51,11 @@ def test_the_window_loads_no_torch() -> None:
 
 
 def test_the_voice_data_modules_load_no_torch() -> None:
-    """The window's voice wizard imports them: reading, checking and importing speech must not load torch (the
-    training modules beside them do: they run in the training process and the engine thread)."""
-    modules = [f"engine.voices.{name}" for name in ("reading_script", "clip_check", "importing", "dataset")]
+    """The window's voice wizard imports them: reading, checking and importing speech, a voice's card and a run's
+    log must not load torch (the training modules beside them do: they run in the training process and the engine
+    thread)."""
+    modules = [f"engine.voices.{name}" for name in ("reading_script", "clip_check", "importing", "dataset", "voice_card",
+                                                    "run_files")]
     assert set(modules) <= set(_modules("engine.voices"))
     loaded = _loaded_after(modules)
     assert "engine.voices.dataset" in loaded

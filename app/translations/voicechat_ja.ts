@@ -1911,6 +1911,14 @@
       <source>Precision</source>
       <translation>精度</translation>
     </message>
+    <message>
+      <source>Create a voice…</source>
+      <translation>声を作る…</translation>
+    </message>
+    <message>
+      <source>My voices</source>
+      <translation>作った声</translation>
+    </message>
   </context>
   <context>
     <name>StateIndicator</name>
@@ -1955,6 +1963,10 @@
     <message>
       <source>Hearing you</source>
       <translation>あなたの声を聞いています</translation>
+    </message>
+    <message>
+      <source>Training a voice (the conversation pauses)</source>
+      <translation>声を学習中（会話は一時停止）</translation>
     </message>
   </context>
   <context>
@@ -2192,6 +2204,706 @@
     <message>
       <source>The language changes the next time VoiceChat starts.</source>
       <translation>表示言語は次回の起動時に切り替わります。</translation>
+    </message>
+  </context>
+  <context>
+    <name>DonePage</name>
+    <message>
+      <source>%1: trained on %2 min of speech (%3 clips) in %4 steps.</source>
+      <translation>%1：%2 分の音声（%3 クリップ）で %4 ステップ学習しました。</translation>
+    </message>
+    <message>
+      <source>&amp;Export…</source>
+      <translation>書き出す…(&amp;E)</translation>
+    </message>
+    <message>
+      <source>&amp;Play its preview</source>
+      <translation>試し聞き(&amp;P)</translation>
+    </message>
+    <message>
+      <source>&amp;Use this voice</source>
+      <translation>この声を使う(&amp;U)</translation>
+    </message>
+    <message>
+      <source>It is in the voice menu (声) from now on, like any other voice.</source>
+      <translation>これからは「声」メニューにほかの声と同じように並びます。</translation>
+    </message>
+    <message>
+      <source>Loss on the held-out clips: %1.</source>
+      <translation>学習に使っていないクリップでの損失：%1。</translation>
+    </message>
+    <message>
+      <source>Switching to the voice… the status bar shows it once the model speaks with it.</source>
+      <translation>声を切り替えています…切り替わるとステータスバーに表示されます。</translation>
+    </message>
+    <message>
+      <source>The voice %1 is in %2.</source>
+      <translation>声「%1」は %2 にあります。</translation>
+    </message>
+    <message>
+      <source>The voice is ready</source>
+      <translation>声ができました</translation>
+    </message>
+  </context>
+  <context>
+    <name>ImportPage</name>
+    <message>
+      <source>%1 audio files: %2 clips, %3 of them usable (%4 min of speech).</source>
+      <translation>音声ファイル %1 個：クリップ %2 個、そのうち使えるのは %3 個（音声 %4 分）です。</translation>
+    </message>
+    <message>
+      <source>%1 clips were imported (%2 min).</source>
+      <translation>%1 個のクリップを取り込みました（%2 分）。</translation>
+    </message>
+    <message>
+      <source>%1: %2</source>
+      <translation>%1：%2</translation>
+    </message>
+    <message>
+      <source>&amp;Import the checked clips</source>
+      <translation>チェックしたクリップを取り込む(&amp;I)</translation>
+    </message>
+    <message>
+      <source>Check</source>
+      <translation>チェック</translation>
+    </message>
+    <message>
+      <source>Choose a &amp;folder…</source>
+      <translation>フォルダーを選ぶ…(&amp;F)</translation>
+    </message>
+    <message>
+      <source>Choose a folder of audio files (wav, flac, ogg, mp3) with their transcripts: same-name .txt files, or a list file of 'file|text' lines (as GPT-SoVITS and Style-Bert-VITS2 write them). Files without a transcript are transcribed by the model for you to check.</source>
+      <translation>音声ファイル（wav・flac・ogg・mp3）と文字起こしの入ったフォルダーを選んでください。文字起こしは同じ名前の .txt ファイルか、「ファイル|テキスト」の行を並べたリストファイル（GPT-SoVITS や Style-Bert-VITS2 の形式）で用意します。文字起こしのないファイルはモデルが書き起こすので、確認してください。</translation>
+    </message>
+    <message>
+      <source>Choose the folder of recordings</source>
+      <translation>録音のフォルダーを選ぶ</translation>
+    </message>
+    <message>
+      <source>Copying the clips into the voice's folder…</source>
+      <translation>クリップを声のフォルダーにコピーしています…</translation>
+    </message>
+    <message>
+      <source>Done. The transcripts in italics were written by the model: check them here or on the next page.</source>
+      <translation>完了しました。斜体の文字起こしはモデルが書いたものです。ここか次のページで確認してください。</translation>
+    </message>
+    <message>
+      <source>File</source>
+      <translation>ファイル</translation>
+    </message>
+    <message>
+      <source>Import recordings</source>
+      <translation>録音を取り込む</translation>
+    </message>
+    <message>
+      <source>Length</source>
+      <translation>長さ</translation>
+    </message>
+    <message>
+      <source>Reading the audio files…</source>
+      <translation>音声ファイルを読んでいます…</translation>
+    </message>
+    <message>
+      <source>S&amp;top</source>
+      <translation>中止(&amp;T)</translation>
+    </message>
+    <message>
+      <source>Stopped.</source>
+      <translation>中止しました。</translation>
+    </message>
+    <message>
+      <source>The model is transcribing the clips without a transcript: %1 of %2.</source>
+      <translation>文字起こしのないクリップをモデルが書き起こしています：%2 個中 %1 個。</translation>
+    </message>
+    <message>
+      <source>Transcript</source>
+      <translation>文字起こし</translation>
+    </message>
+    <message>
+      <source>Use</source>
+      <translation>使う</translation>
+    </message>
+    <message>
+      <source>Written by the model: check it and correct it if needed.</source>
+      <translation>モデルが書きました。確認して、必要なら直してください。</translation>
+    </message>
+    <message>
+      <source>good</source>
+      <translation>良好</translation>
+    </message>
+    <message>
+      <source>… and %1 more</source>
+      <translation>…ほか %1 件</translation>
+    </message>
+  </context>
+  <context>
+    <name>LossPlot</name>
+    <message>
+      <source>Loss curves</source>
+      <translation>損失の推移</translation>
+    </message>
+    <message>
+      <source>held-out clips</source>
+      <translation>学習に使っていないクリップ</translation>
+    </message>
+    <message>
+      <source>held-out loss at step %1: %2</source>
+      <translation>ステップ %1 の検証用クリップの損失：%2</translation>
+    </message>
+    <message>
+      <source>step %1</source>
+      <translation>ステップ %1</translation>
+    </message>
+    <message>
+      <source>training</source>
+      <translation>学習</translation>
+    </message>
+    <message>
+      <source>training loss at step %1: %2</source>
+      <translation>ステップ %1 の学習の損失：%2</translation>
+    </message>
+  </context>
+  <context>
+    <name>RecordPage</name>
+    <message>
+      <source>%1 clips so far. %2</source>
+      <translation>ここまでのクリップ：%1 個。%2</translation>
+    </message>
+    <message>
+      <source>Checking the take…</source>
+      <translation>録音をチェックしています…</translation>
+    </message>
+    <message>
+      <source>Key: %1</source>
+      <translation>キー：%1</translation>
+    </message>
+    <message>
+      <source>Next →</source>
+      <translation>次の文 →</translation>
+    </message>
+    <message>
+      <source>Not recorded yet.</source>
+      <translation>まだ録音していません。</translation>
+    </message>
+    <message>
+      <source>Nothing was kept: %1 Press Space to try again.</source>
+      <translation>保存しませんでした：%1 スペースキーでもう一度録音できます。</translation>
+    </message>
+    <message>
+      <source>Play</source>
+      <translation>再生</translation>
+    </message>
+    <message>
+      <source>Read aloud</source>
+      <translation>読み上げて録音する</translation>
+    </message>
+    <message>
+      <source>Read each sentence in the voice you want the model to have, in a quiet room. Space starts the recording and stops it; a good take moves on to the next sentence.</source>
+      <translation>静かな部屋で、モデルに話してほしい声で一文ずつ読んでください。スペースキーで録音を始め、もう一度押すと止まります。問題のない録音なら次の文に進みます。</translation>
+    </message>
+    <message>
+      <source>Record</source>
+      <translation>録音</translation>
+    </message>
+    <message>
+      <source>Recorded: %1.</source>
+      <translation>録音済み：%1。</translation>
+    </message>
+    <message>
+      <source>Recording… read the sentence, then press Space.</source>
+      <translation>録音中…文を読んだらスペースキーを押してください。</translation>
+    </message>
+    <message>
+      <source>Redo</source>
+      <translation>やり直し</translation>
+    </message>
+    <message>
+      <source>Sentence %1 of %2</source>
+      <translation>文 %1 / %2</translation>
+    </message>
+    <message>
+      <source>Sentence %1 was saved (%2) and sounds good.</source>
+      <translation>文 %1 を保存しました（%2）。問題ありません。</translation>
+    </message>
+    <message>
+      <source>Sentence %1 was saved (%2), but: %3 Press Space to record it again, or go on.</source>
+      <translation>文 %1 を保存しましたが（%2）、%3 スペースキーで録り直すか、このまま進んでください。</translation>
+    </message>
+    <message>
+      <source>Skip</source>
+      <translation>スキップ</translation>
+    </message>
+    <message>
+      <source>Space</source>
+      <translation>スペース</translation>
+    </message>
+    <message>
+      <source>Stop</source>
+      <translation>停止</translation>
+    </message>
+    <message>
+      <source>← Previous</source>
+      <translation>← 前の文</translation>
+    </message>
+    <message>
+      <source>Microphone</source>
+      <translation>マイク</translation>
+    </message>
+  </context>
+  <context>
+    <name>ReviewPage</name>
+    <message>
+      <source>%1 clips have no transcript. Write their text, let the model transcribe them, or remove them.</source>
+      <translation>%1 個のクリップに文字起こしがありません。文字を入力するか、モデルに書き起こさせるか、削除してください。</translation>
+    </message>
+    <message>
+      <source>%1 clips, %2 of them usable.</source>
+      <translation>クリップ %1 個、そのうち使えるのは %2 個です。</translation>
+    </message>
+    <message>
+      <source>&amp;Play</source>
+      <translation>再生(&amp;P)</translation>
+    </message>
+    <message>
+      <source>&amp;Remove</source>
+      <translation>削除(&amp;R)</translation>
+    </message>
+    <message>
+      <source>&amp;Transcribe the clips without text</source>
+      <translation>文字起こしのないクリップを書き起こす(&amp;T)</translation>
+    </message>
+    <message>
+      <source>Check the speech</source>
+      <translation>音声を確認する</translation>
+    </message>
+    <message>
+      <source>Clip</source>
+      <translation>クリップ</translation>
+    </message>
+    <message>
+      <source>Every clip the voice is trained on. Correct a transcript by editing it (F2), play a clip, or remove the ones you do not want.</source>
+      <translation>声の学習に使うすべてのクリップです。文字起こしは編集して直せます（F2）。再生して確かめ、不要なものは削除してください。</translation>
+    </message>
+    <message>
+      <source>State</source>
+      <translation>状態</translation>
+    </message>
+    <message>
+      <source>There is no usable clip yet: record or import speech first (Back).</source>
+      <translation>使えるクリップがまだありません。先に音声を録音するか取り込んでください（戻る）。</translation>
+    </message>
+    <message>
+      <source>no transcript</source>
+      <translation>文字起こしなし</translation>
+    </message>
+    <message>
+      <source>too long (over %1): left out</source>
+      <translation>長すぎます（%1 超）：使いません</translation>
+    </message>
+    <message>
+      <source>too short (under %1): left out</source>
+      <translation>短すぎます（%1 未満）：使いません</translation>
+    </message>
+    <message>
+      <source>Key: %1</source>
+      <translation>キー：%1</translation>
+    </message>
+    <message>
+      <source>Length</source>
+      <translation>長さ</translation>
+    </message>
+    <message>
+      <source>Transcript</source>
+      <translation>文字起こし</translation>
+    </message>
+    <message>
+      <source>good</source>
+      <translation>良好</translation>
+    </message>
+  </context>
+  <context>
+    <name>StartPage</name>
+    <message>
+      <source> — trained</source>
+      <translation> ― 学習済み</translation>
+    </message>
+    <message>
+      <source> — training stopped at step %1 of %2</source>
+      <translation> ― 学習はステップ %1 / %2 で止まっています</translation>
+    </message>
+    <message>
+      <source>%1: %2 clips, %3 min</source>
+      <translation>%1：%2 クリップ、%3 分</translation>
+    </message>
+    <message>
+      <source>&amp;Continue a voice:</source>
+      <translation>作りかけの声を続ける(&amp;C):</translation>
+    </message>
+    <message>
+      <source>&amp;Import a folder of recordings (wav, flac, ogg, mp3) with transcripts</source>
+      <translation>録音のフォルダーを取り込む（wav・flac・ogg・mp3 と文字起こし）(&amp;I)</translation>
+    </message>
+    <message>
+      <source>&amp;New voice, named:</source>
+      <translation>新しい声の名前(&amp;N):</translation>
+    </message>
+    <message>
+      <source>&amp;Record: read sentences aloud, one at a time</source>
+      <translation>読み上げて録音する（一文ずつ）(&amp;R)</translation>
+    </message>
+    <message>
+      <source>(no voice in the making yet)</source>
+      <translation>（作りかけの声はまだありません）</translation>
+    </message>
+    <message>
+      <source>A voice named %1 exists already. The new one replaces it once it is trained (you are asked first).</source>
+      <translation>「%1」という声はすでにあります。新しい声は学習が終わると置き換わります（その前に確認します）。</translation>
+    </message>
+    <message>
+      <source>A voice named %1 is being made already: choose it under Continue, or another name.</source>
+      <translation>「%1」という声はすでに作りかけです。「作りかけの声を続ける」で選ぶか、別の名前にしてください。</translation>
+    </message>
+    <message>
+      <source>Create a voice</source>
+      <translation>声を作る</translation>
+    </message>
+    <message>
+      <source>Go on with the speech collected so far (&amp;check and train)</source>
+      <translation>集めた音声で先に進む（確認して学習）(&amp;C)</translation>
+    </message>
+    <message>
+      <source>Its folder is named %1.</source>
+      <translation>フォルダー名は「%1」になります。</translation>
+    </message>
+    <message>
+      <source>Its training stopped before the end; on the training page, Resume goes on from the last checkpoint.</source>
+      <translation>この声の学習は途中で止まっています。学習のページの「再開」で最後のチェックポイントから続けられます。</translation>
+    </message>
+    <message>
+      <source>The folder %1 could not be made: %2</source>
+      <translation>フォルダー %1 を作れませんでした：%2</translation>
+    </message>
+    <message>
+      <source>The speech:</source>
+      <translation>音声：</translation>
+    </message>
+    <message>
+      <source>Train a voice of your own for the model: collect your speech (read sentences aloud, or import recordings), check it, train, and try the voice.</source>
+      <translation>モデルに自分の声を学習させます。音声を集め（文を読み上げるか、録音を取り込む）、確認して、学習し、声を試します。</translation>
+    </message>
+    <message>
+      <source>for example: my-voice</source>
+      <translation>例：わたしの声</translation>
+    </message>
+  </context>
+  <context>
+    <name>TrainPage</name>
+    <message>
+      <source> (loss %1)</source>
+      <translation>（損失 %1）</translation>
+    </message>
+    <message>
+      <source>%1 clips, %2 min of speech.</source>
+      <translation>クリップ %1 個、音声 %2 分。</translation>
+    </message>
+    <message>
+      <source>&amp;Play the preview</source>
+      <translation>試し聞き(&amp;P)</translation>
+    </message>
+    <message>
+      <source>&amp;Resume</source>
+      <translation>再開(&amp;R)</translation>
+    </message>
+    <message>
+      <source>&amp;Start training</source>
+      <translation>学習を始める(&amp;S)</translation>
+    </message>
+    <message>
+      <source>, about %1 left</source>
+      <translation>、残り約 %1</translation>
+    </message>
+    <message>
+      <source>A higher rank learns more of the voice and needs more memory; more steps take longer. Resume keeps the settings the training started with.</source>
+      <translation>ランクを上げると声をより細かく学習しますが、メモリを多く使います。ステップ数を増やすと時間がかかります。再開するときは、学習を始めたときの設定のままです。</translation>
+    </message>
+    <message>
+      <source>A training of this voice stopped at step %1 of %2. Resume goes on from there.</source>
+      <translation>この声の学習はステップ %1 / %2 で止まっています。「再開」でそこから続けます。</translation>
+    </message>
+    <message>
+      <source>Base precision</source>
+      <translation>モデルの精度</translation>
+    </message>
+    <message>
+      <source>Cancel</source>
+      <translation>キャンセル</translation>
+    </message>
+    <message>
+      <source>Choose int8.</source>
+      <translation>int8 を選んでください。</translation>
+    </message>
+    <message>
+      <source>Details</source>
+      <translation>詳細</translation>
+    </message>
+    <message>
+      <source>GPU memory (%1): the training needs about %2 GB; %3 GB are free now, %4 GB with the chat model unloaded.</source>
+      <translation>GPU メモリ（%1）：学習には約 %2 GB 必要です。いまの空きは %3 GB、会話用のモデルを外すと %4 GB です。</translation>
+    </message>
+    <message>
+      <source>Loading the model for training…</source>
+      <translation>学習用にモデルを読み込んでいます…</translation>
+    </message>
+    <message>
+      <source>Preparing the clips: %1 of %2.</source>
+      <translation>クリップを準備しています：%2 個中 %1 個。</translation>
+    </message>
+    <message>
+      <source>Replace it</source>
+      <translation>置き換える</translation>
+    </message>
+    <message>
+      <source>Replace the voice?</source>
+      <translation>声を置き換えますか？</translation>
+    </message>
+    <message>
+      <source>Resume goes on from the last checkpoint.</source>
+      <translation>「再開」で最後のチェックポイントから続けられます。</translation>
+    </message>
+    <message>
+      <source>St&amp;op</source>
+      <translation>停止(&amp;O)</translation>
+    </message>
+    <message>
+      <source>Start over</source>
+      <translation>最初から学習する</translation>
+    </message>
+    <message>
+      <source>Start over?</source>
+      <translation>最初から学習しますか？</translation>
+    </message>
+    <message>
+      <source>Starting the training…</source>
+      <translation>学習を始めています…</translation>
+    </message>
+    <message>
+      <source>Step %1</source>
+      <translation>ステップ %1</translation>
+    </message>
+    <message>
+      <source>Step %1 of %2</source>
+      <translation>ステップ %1 / %2</translation>
+    </message>
+    <message>
+      <source>Stopped at step %1. Resume goes on from the last checkpoint.</source>
+      <translation>ステップ %1 で停止しました。「再開」で最後のチェックポイントから続けられます。</translation>
+    </message>
+    <message>
+      <source>Stopping after this step (the last checkpoint is kept)…</source>
+      <translation>このステップのあとで止めます（最後のチェックポイントは残ります）…</translation>
+    </message>
+    <message>
+      <source>The chat model is unloaded while the voice trains: the conversation pauses and comes back by itself when the training ends.</source>
+      <translation>学習のあいだ会話用のモデルを外します。会話は一時停止し、学習が終わると自動的に戻ります。</translation>
+    </message>
+    <message>
+      <source>The chat model stays loaded: you can go on talking while the voice trains.</source>
+      <translation>会話用のモデルは読み込んだままです。学習中も会話を続けられます。</translation>
+    </message>
+    <message>
+      <source>The training failed: %1</source>
+      <translation>学習に失敗しました：%1</translation>
+    </message>
+    <message>
+      <source>The voice %1 exists already. The new one replaces it once it is trained (until then the old one stays usable).</source>
+      <translation>声「%1」はすでにあります。新しい声は学習が終わると置き換わります（それまでは今の声を使えます）。</translation>
+    </message>
+    <message>
+      <source>The voice is finished (%1 steps).</source>
+      <translation>声ができました（%1 ステップ）。</translation>
+    </message>
+    <message>
+      <source>The voice is trained in a process of its own: the app and the speech you collected are safe whatever happens to it. You can close this window; the training goes on.</source>
+      <translation>声の学習は別のプロセスで行います。学習に何が起きても、アプリと集めた音声はそのまま残ります。このウィンドウを閉じても学習は続きます。</translation>
+    </message>
+    <message>
+      <source>The voice so far, at each checkpoint:</source>
+      <translation>チェックポイントごとの声：</translation>
+    </message>
+    <message>
+      <source>There is no CUDA GPU: the voice trains on the CPU (%1), which is very slow.</source>
+      <translation>CUDA 対応の GPU がありません。CPU（%1）で学習するので、とても時間がかかります。</translation>
+    </message>
+    <message>
+      <source>This card cannot train the voice at this precision, even with the chat model unloaded.</source>
+      <translation>この GPU では、会話用のモデルを外しても、この精度で学習できません。</translation>
+    </message>
+    <message>
+      <source>This voice has a training that stopped before the end. Starting over drops it; Resume goes on from it instead.</source>
+      <translation>この声には途中で止まった学習があります。最初から学習するとそれは消えます。続けるには「再開」を使ってください。</translation>
+    </message>
+    <message>
+      <source>This voice is trained. Training it again replaces it once the new one is finished.</source>
+      <translation>この声は学習済みです。もう一度学習すると、終わったときに新しい声に置き換わります。</translation>
+    </message>
+    <message>
+      <source>Time: about %1 (an estimate from this card's published speed).</source>
+      <translation>所要時間：約 %1（この GPU の公表性能からの推定）。</translation>
+    </message>
+    <message>
+      <source>Time: no estimate for this device.</source>
+      <translation>所要時間：この装置では推定できません。</translation>
+    </message>
+    <message>
+      <source>Train the voice</source>
+      <translation>声を学習する</translation>
+    </message>
+    <message>
+      <source>Working out what the training needs…</source>
+      <translation>学習に必要なものを調べています…</translation>
+    </message>
+    <message>
+      <source>automatic</source>
+      <translation>自動</translation>
+    </message>
+    <message>
+      <source>automatic (%1)</source>
+      <translation>自動（%1）</translation>
+    </message>
+    <message>
+      <source>automatic (from the amount of speech)</source>
+      <translation>自動（音声の量から）</translation>
+    </message>
+    <message>
+      <source>int8, less memory</source>
+      <translation>int8（省メモリ）</translation>
+    </message>
+    <message>
+      <source>%1 (recommended)</source>
+      <translation>%1（おすすめ）</translation>
+    </message>
+    <message>
+      <source>Steps</source>
+      <translation>ステップ数</translation>
+    </message>
+    <message>
+      <source>LoRA rank</source>
+      <translation>LoRA のランク</translation>
+    </message>
+  </context>
+  <context>
+    <name>VoiceDialogs</name>
+    <message>
+      <source>Export the voice</source>
+      <translation>声を書き出す</translation>
+    </message>
+    <message>
+      <source>Import a voice</source>
+      <translation>声を読み込む</translation>
+    </message>
+    <message>
+      <source>Voice files (*.zip)</source>
+      <translation>声のファイル (*.zip)</translation>
+    </message>
+  </context>
+  <context>
+    <name>VoiceFormat</name>
+    <message>
+      <source>%1 h %2 min</source>
+      <translation>%1 時間 %2 分</translation>
+    </message>
+    <message>
+      <source>%1 min %2 s</source>
+      <translation>%1 分 %2 秒</translation>
+    </message>
+    <message>
+      <source>%1 s</source>
+      <translation>%1 秒</translation>
+    </message>
+  </context>
+  <context>
+    <name>VoiceMenu</name>
+    <message>
+      <source>%1 (%2 min of speech)</source>
+      <translation>%1（%2 分の音声）</translation>
+    </message>
+    <message>
+      <source>Choose a folder…</source>
+      <translation>フォルダーから選ぶ…</translation>
+    </message>
+    <message>
+      <source>Export this voice…</source>
+      <translation>この声を書き出す…</translation>
+    </message>
+    <message>
+      <source>Import a voice…</source>
+      <translation>声を読み込む…</translation>
+    </message>
+    <message>
+      <source>The model's own voice</source>
+      <translation>モデル本来の声</translation>
+    </message>
+    <message>
+      <source>Create a voice…</source>
+      <translation>声を作る…</translation>
+    </message>
+  </context>
+  <context>
+    <name>VoiceUi</name>
+    <message>
+      <source>Choose the voice folder (a LoRA adapter)</source>
+      <translation>声のフォルダー（LoRA アダプター）を選ぶ</translation>
+    </message>
+    <message>
+      <source>Choose, create, import or export a voice</source>
+      <translation>声を選ぶ・作る・読み込む・書き出す</translation>
+    </message>
+    <message>
+      <source>Sharing a voice</source>
+      <translation>声の共有</translation>
+    </message>
+    <message>
+      <source>The training of %1 failed: %2</source>
+      <translation>「%1」の学習に失敗しました：%2</translation>
+    </message>
+    <message>
+      <source>The training of %1 was stopped; it can be resumed.</source>
+      <translation>「%1」の学習を停止しました。あとで再開できます。</translation>
+    </message>
+    <message>
+      <source>The voice %1 is finished: choose it in the voice menu.</source>
+      <translation>声「%1」ができました。「声」メニューから選べます。</translation>
+    </message>
+    <message>
+      <source>The voice %1 was imported: choose it in the voice menu.</source>
+      <translation>声「%1」を読み込みました。「声」メニューから選べます。</translation>
+    </message>
+    <message>
+      <source>The voice goes on training; Voice → Create a voice… shows its progress.</source>
+      <translation>声の学習は続いています。「声」→「声を作る…」で進み具合を見られます。</translation>
+    </message>
+    <message>
+      <source>The voice was exported to %1.</source>
+      <translation>声を %1 に書き出しました。</translation>
+    </message>
+    <message>
+      <source>Voice training</source>
+      <translation>声の学習</translation>
+    </message>
+    <message>
+      <source>Voice</source>
+      <translation>声</translation>
+    </message>
+  </context>
+  <context>
+    <name>VoiceWizard</name>
+    <message>
+      <source>Close</source>
+      <translation>閉じる</translation>
+    </message>
+    <message>
+      <source>Create a voice</source>
+      <translation>声を作る</translation>
     </message>
   </context>
 </TS>

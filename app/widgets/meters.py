@@ -18,11 +18,12 @@ STATE_COLORS: dict[EngineState, str] = {
     EngineState.THINKING: "#ef6c00",
     EngineState.SPEAKING: "#1565c0",
     EngineState.NO_MODEL: "#6d4c41",
+    EngineState.TRAINING: "#6a1b9a",
 }
 
 
 class StateIndicator(QWidget):
-    """A coloured dot and the state's name (読み込み中 / 待機中 / 録音中 / 考え中 / 話し中)."""
+    """A coloured dot and the state's name (読み込み中 / 待機中 / 録音中 / 考え中 / 話し中 / 声を学習中)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -59,6 +60,8 @@ class StateIndicator(QWidget):
             return self.tr("Thinking")
         if state is EngineState.SPEAKING:
             return self.tr("Speaking")
+        if state is EngineState.TRAINING:
+            return self.tr("Training a voice (the conversation pauses)")
         return self.tr("No model")
 
     @property

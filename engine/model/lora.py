@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from engine.errors import LoraError
 from engine.model.checkpoint import CheckpointTensors
 from engine.model.pristine import PristineRows, RowChunk
@@ -33,8 +34,6 @@ from engine.model.row_reads import SLOT_BYTES, RowReader
 
 log = logging.getLogger(__name__)
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 _KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+)\.lora_(?P<which>[AB])(?:\.[^.]+)?\.weight$")
 
 

@@ -18,11 +18,12 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from engine.files import write_atomically
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is written or read: the window reads the log and the paths
+    import torch
 
 WORK_FOLDER = ".voice-training"
 LOG_FILE = "training.json"
@@ -101,6 +102,8 @@ class Checkpoint:
     log: dict[str, Any]
 
     def save(self, out_dir: Path) -> None:
+        import torch
+
         buffer = io.BytesIO()
         torch.save({"format": CHECKPOINT_FORMAT, **asdict(self)}, buffer)
         write_atomically(checkpoint_path(out_dir), buffer.getvalue())
@@ -110,6 +113,8 @@ class Checkpoint:
         path = checkpoint_path(out_dir)
         if not path.is_file():
             return None
+        import torch
+
         stored = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(stored, dict) or stored.get("format") != CHECKPOINT_FORMAT:
             raise ValueError("unknown checkpoint format")

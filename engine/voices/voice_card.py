@@ -6,6 +6,9 @@ switch reads: engine/model/lora.py); the card says what the voice is. Publishing
 hidden files beside the old ones and renames them into place, the weights first and the card last: a crash
 leaves either the previous voice, or a folder without adapter_config.json (no voice), never a config that
 describes other weights.
+
+Torch-free at import (the window reads cards and lists voices with it); exporting and importing check the voice
+with engine/model/lora.py's load_voice, which needs torch, and run on the engine thread.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from engine.constants import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from engine.errors import LoraError, VoiceTrainingError
 from engine.files import write_atomically
-from engine.model.lora import ADAPTER_CONFIG, ADAPTER_WEIGHTS, load_voice
 
 VOICE_CARD = "voice.json"
 PREVIEW_FILE = "preview.wav"
@@ -70,6 +73,27 @@ def holds_voice(folder: Path) -> bool:
     return (Path(folder) / ADAPTER_CONFIG).is_file() or (Path(folder) / ADAPTER_WEIGHTS).is_file()
 
 
+@dataclass(frozen=True)
+class InstalledVoice:
+    folder: Path
+    card: VoiceCard | None  # None: a voice without a card (an adapter copied in by hand)
+
+    @property
+    def name(self) -> str:
+        return self.card.name if self.card is not None and self.card.name else self.folder.name
+
+
+def installed_voices(voices_dir: Path) -> list[InstalledVoice]:
+    """The voices in `voices_dir` (every folder that is a voice; hidden ones, such as an import being unpacked, left
+    out), by name."""
+    try:
+        folders = [path for path in Path(voices_dir).iterdir() if path.is_dir() and not path.name.startswith(".")]
+    except OSError:
+        return []
+    voices = [InstalledVoice(folder, VoiceCard.read(folder)) for folder in folders if (folder / ADAPTER_CONFIG).is_file()]
+    return sorted(voices, key=lambda voice: (voice.name.casefold(), voice.folder.name))
+
+
 def publish_voice(staged: Path, out_dir: Path, card: VoiceCard, preview_wav: bytes | None) -> None:
     """Move the adapter files peft wrote into `staged` (a folder on the same disk) into `out_dir`, with the
     card and the preview. An existing voice there is replaced (the caller has made sure the user wants it)."""
@@ -86,6 +110,8 @@ def publish_voice(staged: Path, out_dir: Path, card: VoiceCard, preview_wav: byt
 
 def export_voice(folder: Path, zip_path: Path) -> None:
     """The voice as one zip file (its adapter, card and preview) written whole or not at all."""
+    from engine.model.lora import load_voice
+
     folder, zip_path = Path(folder), Path(zip_path)
     load_voice(folder)  # a voice that does not load is not shared
     buffer = io.BytesIO()
@@ -102,6 +128,8 @@ def export_voice(folder: Path, zip_path: Path) -> None:
 def import_voice(zip_path: Path, voices_dir: Path, *, name: str | None = None) -> Path:
     """Unpack a shared voice into a new folder of `voices_dir` (named after the zip, or `name`, made unique)
     and return it. Refused, with nothing written, when the zip is not a voice."""
+    from engine.model.lora import load_voice
+
     zip_path = Path(zip_path)
     try:
         archive = zipfile.ZipFile(zip_path)
@@ -117,13 +145,13 @@ def import_voice(zip_path: Path, voices_dir: Path, *, name: str | None = None) -
         if any(info.file_size > MAX_VOICE_FILE_BYTES for info in members.values()):
             raise VoiceTrainingError.of("{file} holds a file too large for a voice.", file=zip_path)
         voices_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(_unique(voices_dir, "." + _safe_name(name or zip_path.stem) + ".importing"))
+        staging = Path(_unique(voices_dir, "." + voice_folder_name(name or zip_path.stem) + ".importing"))
         staging.mkdir()
         try:
             for member in members:
                 write_atomically(staging / member, archive.read(member))
             load_voice(staging)  # the same check every voice gets before it is merged
-            target = Path(_unique(voices_dir, _safe_name(name or zip_path.stem)))
+            target = Path(_unique(voices_dir, voice_folder_name(name or zip_path.stem)))
             os.replace(staging, target)
         except (LoraError, OSError, zipfile.BadZipFile) as error:
             shutil.rmtree(staging, ignore_errors=True)
@@ -133,8 +161,9 @@ def import_voice(zip_path: Path, voices_dir: Path, *, name: str | None = None) -
     return target
 
 
-def _safe_name(name: str) -> str:
-    """A folder name from a voice's name: what Windows and Linux both accept."""
+def voice_folder_name(name: str) -> str:
+    """A folder name from a voice's name: what Windows and Linux both accept (the wizard names a new voice's data
+    and voice folders with it)."""
     cleaned = re.sub(r'[<>:"/\\|?*\x00-\x1f]', "_", name).strip(" .")
     return cleaned[:80] or "voice"
 

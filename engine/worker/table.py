@@ -163,6 +163,9 @@ _ROWS: dict[type, tuple[Rule, ...]] = {
     p.StartVoiceTraining: (_REFUSE_TRAINING, AFTER, RUN, AFTER,        AFTER,   AFTER,   AFTER,      CANCEL,   AFTER,     _TRAINING_TRAINING),
     p.CancelVoiceTraining: (RUN,    RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN,       RUN),
     TrainingProcessEnded: (RUN,     AFTER,        RUN, AFTER,          AFTER,   AFTER,   AFTER,      AFTER,    AFTER,     RUN),
+    # Sharing a voice: files only (the voice is read to check it), never between two pieces of an answer.
+    p.ExportVoice:   (RUN,          AFTER,        RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER,     RUN),
+    p.ImportVoice:   (RUN,          AFTER,        RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER,     RUN),
 }
 TABLE: dict[tuple[type, Phase], Rule] = {
     (command, phase): rule for command, rules in _ROWS.items() for phase, rule in zip(_COLUMNS, rules, strict=True)

@@ -65,6 +65,7 @@ _COMMAND_ERROR_KIND = {
     "ReplayTurn": "take", "ExportHistory": "export", "ReplayHistoryTurn": "take", "StartClip": "take",
     "StopClip": "take", "PlayClip": "voice_training", "TranscribeClip": "voice_training",
     "PlanVoiceTraining": "voice_training", "StartVoiceTraining": "voice_training", "TrainingProcessEnded": "voice_training",
+    "ExportVoice": "voice_sharing", "ImportVoice": "voice_sharing",
 }
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from engine import paths
 from engine import protocol as p
 from engine.constants import ANSWER_SAMPLE_RATE
-from engine.errors import VoiceTrainingError
+from engine.errors import UserFacingError, VoiceTrainingError
 from engine.worker.table import Phase, TrainingProcessEnded
 
 log = logging.getLogger(__name__)
@@ -169,10 +169,11 @@ class VoiceTrainingHost:
             estimate = voice_plan.estimated_seconds(*work, alone or budget, tflops)
             plan_ = p.VoiceTrainingPlan(command.data_dir, command.precision, clips, seconds / 60, need, free, free + held,
                                         unload_needed=need > free and held > 0, fits=need <= free + held,
-                                        estimated_seconds=estimate, device_name=name)
+                                        estimated_seconds=estimate, device_name=name, rank=DEFAULT_RANK)
         else:
             plan_ = p.VoiceTrainingPlan(command.data_dir, command.precision, clips, seconds / 60, need, None, None,
-                                        unload_needed=False, fits=True, estimated_seconds=None, device_name="CPU")
+                                        unload_needed=False, fits=True, estimated_seconds=None, device_name="CPU",
+                                        rank=DEFAULT_RANK)
         return plan_
 
     def post_plan(self, command: p.PlanVoiceTraining) -> None:
@@ -291,6 +292,31 @@ class VoiceTrainingHost:
         except subprocess.TimeoutExpired:
             process.kill()
 
+    # ------------------------------------------------------------------ sharing a voice
+
+    # Their failures are of the kind "voice_sharing" whatever raised them (a voice that does not load raises
+    # LoraError, whose kind "lora" the window reads as a refused voice switch).
+
+    def export(self, command: p.ExportVoice) -> None:
+        from engine.voices.voice_card import export_voice
+
+        try:
+            export_voice(Path(command.folder), Path(command.zip_path))
+        except UserFacingError as error:
+            self.worker._post(p.EngineError.from_exception("voice_sharing", error))
+            return
+        self.worker._post(p.VoiceExported(command.folder, command.zip_path))
+
+    def import_zip(self, command: p.ImportVoice) -> None:
+        from engine.voices.voice_card import import_voice
+
+        try:
+            folder = import_voice(Path(command.zip_path), paths.voices_dir())
+        except UserFacingError as error:
+            self.worker._post(p.EngineError.from_exception("voice_sharing", error))
+            return
+        self.worker._post(p.VoiceImported(command.zip_path, str(folder)))
+
     # ------------------------------------------------------------------ the GPU
 
     def _unload(self) -> None:
@@ -401,5 +427,7 @@ HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     p.StartVoiceTraining: lambda worker, command: worker.voice_training.start(command),
     p.CancelVoiceTraining: lambda worker, command: worker.voice_training.cancel(command),
     TrainingProcessEnded: lambda worker, command: worker.voice_training.ended(command),
+    p.ExportVoice: lambda worker, command: worker.voice_training.export(command),
+    p.ImportVoice: lambda worker, command: worker.voice_training.import_zip(command),
 }
 
