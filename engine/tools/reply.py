@@ -198,7 +198,7 @@ class _SaidByReply(logging.Filter):
     problem as its error line instead, so the console must not say it twice (once as a warning)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name == "engine.chat.session" and str(record.msg).startswith("voice ")
+        return not (record.name == "engine.chat.opening" and str(record.msg).startswith("voice ")
                     and "not merged" in str(record.msg))
 
 
@@ -261,7 +261,7 @@ def run_reply(args: argparse.Namespace) -> int:
         return 2
     quiet_library_logs()
     said_here = _SaidByReply()
-    logging.getLogger("engine.chat.session").addFilter(said_here)
+    logging.getLogger("engine.chat.opening").addFilter(said_here)  # where ChatSession.open says it
     try:
         summary = reply_file(
             Path(args.input),
@@ -284,7 +284,7 @@ def run_reply(args: argparse.Namespace) -> int:
             print("hint: add --demo to try the app with the tiny random demo model.", file=sys.stderr)
         return 2
     finally:
-        logging.getLogger("engine.chat.session").removeFilter(said_here)
+        logging.getLogger("engine.chat.opening").removeFilter(said_here)
     for line in summary.lines():
         print(line)
     return 0
