@@ -30,7 +30,7 @@ def test_each_run_without_out_gets_a_new_dated_folder_and_says_where(tmp_path: P
     results = tmp_path / "bench" / "results"
     written = []
     for _ in range(2):
-        args = build_parser().parse_args(["bench", "--modes", "recipe", "--long-turns", "0", "--no-small-cards"])
+        args = build_parser().parse_args(["bench", "--modes", "recipe", "--long-turns", "0", "--no-small-cards", "--no-voice-training"])
         assert args.out is None
         assert bench.run_bench(args) == 0
         folders = sorted(results.iterdir(), key=lambda p: p.stat().st_mtime_ns)

@@ -932,7 +932,7 @@
     <message>
       <location filename="../first_run.py" line="48" />
       <source>VoiceChat needs the LFM2.5-Audio-1.5B-JP model (about 3 GB). Choose how to get it:</source>
-      <translation>VoiceChat には LFM2.5-Audio-1.5B-JP モデル（約 3 GB）が必要です。入手方法を選んでください：</translation>
+      <translation>LFM2.5-Audio-1.5B-JP モデル（約 3 GB）が必要です。入手方法を選んでください：</translation>
     </message>
     <message>
       <location filename="../first_run.py" line="55" />
