@@ -82,8 +82,9 @@ def test_speech_during_an_answer_stops_it_and_becomes_the_next_take(engine: Engi
     assert take.duration_s >= 1.2  # the utterance, its pre-roll and tail: no syllable lost
     metrics = engine.wait_for(lambda e: isinstance(e, p.TurnMetrics) and e.turn_id == take.turn_id + 1, timeout=60,
                               after=mark)
-    # Latency from the end of speech, with the end-of-speech wait as its own figure (about 0.6 s).
-    assert metrics.end_of_speech_wait_ms is not None and 400 <= metrics.end_of_speech_wait_ms
+    # Latency from the end of speech, with the end-of-speech wait as its own figure (until the answer may be
+    # heard: the default 0.3 s of silence; the answer was prepared meanwhile, from the take's handover on).
+    assert metrics.end_of_speech_wait_ms is not None and 250 <= metrics.end_of_speech_wait_ms
     assert metrics.audio_encoded_ms >= metrics.end_of_speech_wait_ms
 
 

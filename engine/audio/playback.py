@@ -205,6 +205,8 @@ class StreamingPlayer(DeviceStream):
         self._write_pos = 0  # producer-owned
         self._read_pos = 0  # callback-owned
         self._flush_to = 0  # set by flush(); the callback never reads below it
+        # hold(): the callback reads nothing at or after this position until release_hold() (None: no hold).
+        self._hold_at: int | None = None
         self._utterance: _Utterance | None = None
         self._frames_played = 0
         # What was handed to the device, by output frame (the last 2 s): the hands-free echo reference.
@@ -290,6 +292,26 @@ class StreamingPlayer(DeviceStream):
             return None
         return utterance
 
+    def hold(self) -> None:
+        """Hold the current utterance's sound (hands-free: the answer is prepared while the user may still go on
+        speaking); its chunks are queued as usual and nothing of them is heard until `release_hold()`."""
+        with self._lock:
+            self._hold_at = self._write_pos
+
+    def release_hold(self) -> None:
+        """Let the held utterance be heard, from its first sample: the safety margin before it is skipped where
+        its audio is queued already (it was made for chunks that have not arrived yet)."""
+        with self._lock:
+            utterance = self._current_utterance()
+            if self._hold_at is not None and utterance is not None and utterance.first_pos is not None \
+                    and self._write_pos > utterance.first_pos:
+                self._flush_to = max(self._flush_to, min(utterance.first_pos, self._write_pos))
+            self._hold_at = None
+
+    @property
+    def holding(self) -> bool:
+        return self._hold_at is not None
+
     def flush(self) -> int:
         """Barge-in: drop everything queued, at once, from any thread. The current utterance is closed, so late
         chunks from the cancelled answer are dropped until the next `begin_utterance`. Returns frames dropped."""
@@ -297,6 +319,7 @@ class StreamingPlayer(DeviceStream):
         self._flush_generation += 1
         self._utterance = None
         self._flush_to = self._write_pos
+        self._hold_at = None
         return dropped
 
     def _write(self, samples: np.ndarray, generation: int, timeout: float | None) -> bool:
@@ -337,7 +360,8 @@ class StreamingPlayer(DeviceStream):
         if status.output_underflow:
             self._device_underflows += 1
         read = max(self._read_pos, self._flush_to)
-        available = self._write_pos - read
+        hold_at = self._hold_at
+        available = (self._write_pos if hold_at is None else min(self._write_pos, hold_at)) - read
         count = min(frames, available)
         if count > 0:
             ring_read(self._ring, read, outdata[:count])

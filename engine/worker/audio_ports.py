@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import protocol as p
 from engine.worker.records import ANSWER_RATE
-from engine.worker.table import VoiceStarted
+from engine.worker.table import VoiceStarted, VoiceTurnOver
 from engine.worker.takes import TakeReady, Takes
 
 log = logging.getLogger(__name__)
@@ -166,8 +166,9 @@ class AudioPorts:
                                    max_take_s=float(self.takes._options.get("max_take_s", 60.0)))
             self.listener = VoiceListener(
                 recorder, player, options,
-                on_start=lambda seq, event: self._put_command(VoiceStarted(seq, time.monotonic())),
+                on_start=lambda seq, event, continues: self._put_command(VoiceStarted(seq, time.monotonic(), continues)),
                 on_take=lambda take: self.takes.channel.put(TakeReady(take)),
+                on_turn=lambda seq, settled: self._put_command(VoiceTurnOver(seq, settled)),
                 on_error=lambda exc: self._post(p.EngineError(kind="take", message="Hands-free listening failed.",
                                                               details=repr(exc))))
             self._listener_key = key
