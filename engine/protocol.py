@@ -367,6 +367,7 @@ class TurnsWithdrawn:
     as one new take."""
 
     turn_ids: tuple[int, ...]
+    heard_s: float = 0.0  # how much of the half-answer had been heard (0: none, its sound was still held)
 
 
 @dataclass(frozen=True)

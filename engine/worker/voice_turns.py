@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from engine import protocol as p
+from engine.worker.records import ANSWER_RATE
 from engine.worker.table import VoiceStarted, VoiceTurnOver
 
 # Beyond the listener's join window: the answer is heard and the take settled even if the listener never says so.
@@ -41,6 +42,7 @@ class Provisional:
     deadline: float  # monotonic: heard and settled from here on, whatever the listener says
     turn_over: bool  # its answer may be heard
     turn_id: int | None = None  # the answer's turn id, once it started
+    heard_s: float = 0.0  # withdrawn: how much of its answer had been heard
 
 
 class VoiceTurns:
@@ -92,6 +94,11 @@ class VoiceTurns:
             turn = worker.turn
             if turn is not None and turn.turn_id == current.turn_id:
                 turn.withdrawn = True  # stopped by the table's cancel step: no metrics, no record kept
+                turn.note_heard(worker.audio.queued_samples())
+                current.heard_s = (turn.heard_samples or 0) / ANSWER_RATE
+            else:  # it has played out
+                answers = [r for r in worker.book.provisional if r.role == "assistant"]
+                current.heard_s = sum(r.duration_s for r in answers)
             return
         self.settle(worker)
 
@@ -146,4 +153,4 @@ class VoiceTurns:
             worker.session.withdraw_after(current.last_kept)
             worker._post_context()
         if withdrawn:
-            worker._post(p.TurnsWithdrawn(tuple(r.turn_id for r in withdrawn)))
+            worker._post(p.TurnsWithdrawn(tuple(r.turn_id for r in withdrawn), current.heard_s))
