@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.protocol import (
+    AnswerInterrupted,
     ApplySettings,
     AssistantTurnFinished,
     AssistantTurnStarted,
@@ -62,6 +63,7 @@ from engine.protocol import (
     TakeRejected,
     TextDelta,
     TurnMetrics,
+    TurnsWithdrawn,
     UserTakeAdded,
 )
 from engine.model.store import looks_like_repo_id
@@ -336,7 +338,9 @@ class MainWindow(QMainWindow):
         self.bridge.send(SetHandsFree(enabled=s.hands_free, muted=muted, end_of_speech_s=s.end_of_speech_s,
                                       min_speech_s=s.min_speech_s, echo_cancellation=s.echo_cancellation))
         self.mute_action.setEnabled(s.hands_free)
+        self.mute_action.setText(self.tr("Microphone muted (unmute)") if muted else self.tr("Mute microphone"))
         self.state_indicator.set_hands_free(s.hands_free, muted)
+        self.latency.set_hands_free(s.hands_free)
         self.ptt.setToolTip(self.tr("Hands-free is on: just speak. Holding the button still records a take.")
                             if s.hands_free else "")
 
@@ -662,9 +666,8 @@ class MainWindow(QMainWindow):
             self.history.on_event(event)
         elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
-        elif isinstance(event, HandsFreeState):
-            if event.enabled and not event.listening and self.settings.hands_free:
-                self.state_indicator.label.setText(self.tr("Hands-free waits for the model"))
+        elif isinstance(event, HandsFreeState) and event.enabled and not event.listening and self.settings.hands_free:
+            self.state_indicator.label.setText(self.tr("Hands-free waits for the model"))
         elif isinstance(event, StateChanged):
             self.set_state(event.state)
         elif isinstance(event, TextDelta):
@@ -683,6 +686,8 @@ class MainWindow(QMainWindow):
             self.latency.start_turn()
         elif isinstance(event, AssistantTurnFinished):
             self.transcript.finish_assistant(event.turn_id, event.text, event.duration_s, event.cancelled)
+        elif isinstance(event, (TurnsWithdrawn, AnswerInterrupted)):
+            self.transcript.on_turn_taking(event)
         elif isinstance(event, TurnMetrics):
             self.latency.add_turn(event)
             if event.cancelled:

@@ -33,6 +33,10 @@
       <source>interrupted</source>
       <translation>中断</translation>
     </message>
+    <message>
+      <source>interrupted after %1 s</source>
+      <translation>%1 秒で中断</translation>
+    </message>
   </context>
   <context>
     <name>ContextGauge</name>
@@ -999,6 +1003,10 @@
       <source>End-of-speech wait</source>
       <translation>話し終わりの待ち時間</translation>
     </message>
+    <message>
+      <source>Since you stopped speaking</source>
+      <translation>話し終えてから</translation>
+    </message>
   </context>
   <context>
     <name>LevelMeter</name>
@@ -1397,6 +1405,10 @@
       <source>%1 · %2</source>
       <translation>%1 · %2</translation>
     </message>
+    <message>
+      <source>Microphone muted (unmute)</source>
+      <translation>マイクはミュート中（解除）</translation>
+    </message>
   </context>
   <context>
     <name>MessageBanner</name>
@@ -1721,6 +1733,10 @@
       <source>Precision</source>
       <translation>精度</translation>
     </message>
+    <message>
+      <source>How long you are silent before the answer is heard (it is prepared meanwhile). Go on speaking after a pause and the whole sentence is answered as one.</source>
+      <translation>黙ってから答えが聞こえ始めるまでの時間です（答えはその間に準備されます）。間を置いてから話し続けると、文全体にまとめて答えます。</translation>
+    </message>
   </context>
   <context>
     <name>StateIndicator</name>
@@ -1765,6 +1781,10 @@
     <message>
       <source>Hearing you</source>
       <translation>あなたの声を聞いています</translation>
+    </message>
+    <message>
+      <source>%1 · microphone muted</source>
+      <translation>%1・マイクはミュート中</translation>
     </message>
   </context>
   <context>
