@@ -39,7 +39,8 @@ MEASURED: dict[str, list[float]] = {
     "paused: kept takes": [], "paused: withdrawn answer heard (s)": [], "paused: end-of-speech wait (ms)": [],
     "paused: end of speech -> first sound (ms)": [],
     "finished: end-of-speech wait (ms)": [], "finished: end of speech -> first sound (ms)": [],
-    "finished: withdrawn (waited for nothing)": [], "backchannel: answers stopped": [],
+    "finished: answer withdrawn inside it": [], "finished: withdrawn answer heard (s)": [],
+    "backchannel: answers stopped": [],
     "interruption: speech -> answer stopped (ms)": [], "listener: CPU per 10 ms frame (ms)": [],
 }
 
@@ -168,8 +169,11 @@ def test_a_finished_sentence_is_answered_after_the_short_wait(engine: Engine, ro
         audio = say(text, rate=room.rate)
         mark = speak(engine, room, audio)
         takes, answers, withdrawn = kept(engine, mark)
-        MEASURED["finished: withdrawn (waited for nothing)"].append(float(bool(withdrawn)))
-        assert len(takes) == 1 and len(answers) == 1 and not withdrawn
+        # A gap inside the sentence (a closure, a breath) longer than the handover may have had an answer prepared
+        # and withdrawn (measured: prepared, and heard, for nothing); what is kept is one take of all of it.
+        MEASURED["finished: answer withdrawn inside it"].append(float(bool(withdrawn)))
+        MEASURED["finished: withdrawn answer heard (s)"] += [w.heard_s for w in withdrawn]
+        assert len(takes) == 1 and len(answers) == 1 and takes[0].duration_s >= len(audio) / room.rate
         metrics = metrics_of(engine, answers[0].turn_id)
         assert metrics.end_of_speech_wait_ms is not None and 250 <= metrics.end_of_speech_wait_ms <= 600
         assert metrics.audio_encoded_ms < metrics.end_of_speech_wait_ms  # prepared during the wait

@@ -652,6 +652,22 @@
       <source>The int8 check was stopped; standard precision (bf16) stays.</source>
       <translation>int8 の確認を中止しました。標準 (bf16) のままにします。</translation>
     </message>
+    <message>
+      <source>Echo cancellation may be unreliable: &quot;{name}&quot; is used through {host_api}, which gives no capture timing. Choose its WASAPI entry in the settings if there is one.</source>
+      <translation>エコー除去がうまく働かないかもしれません:「{name}」は {host_api} 経由で使われていて、録音のタイミング情報がありません。設定で同じ機器の WASAPI の項目があればそちらを選んでください。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable: the microphone &quot;{input}&quot; and the speaker &quot;{output}&quot; are different devices with clocks of their own. Headphones, or a headset&#x27;s own microphone and speaker, work best.</source>
+      <translation>エコー除去がうまく働かないかもしれません: マイク「{input}」とスピーカー「{output}」はそれぞれ別のクロックで動く別の機器です。ヘッドホン、またはヘッドセットのマイクとスピーカーの組み合わせがいちばん確実です。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable over Bluetooth (&quot;{name}&quot;): its delay varies. Wired headphones work best.</source>
+      <translation>Bluetooth(「{name}」)では遅れが変動するため、エコー除去がうまく働かないかもしれません。有線のヘッドホンがいちばん確実です。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable: &quot;{name}&quot; buffers {ms} ms of sound. Choose another device or driver with less delay.</source>
+      <translation>エコー除去がうまく働かないかもしれません:「{name}」は音を {ms} ミリ秒ためてから流します。遅れの少ない別の機器かドライバーを選んでください。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>

@@ -83,6 +83,9 @@ class Segmenter:
     MAX_BARGE_IN_GAP_FRAMES = 20
     # How far back before the first speech frame a run of talk-over frames may date a take's start.
     MAX_TALK_OVER_LEAD_FRAMES = 100
+    # While the answer plays: a short utterance (taken for a backchannel) this little before a take's speech
+    # starts is that take's beginning (「すみません、」 before 「もう一度説明してもらえますか」).
+    MAX_BACKCHANNEL_LEAD_FRAMES = 100
 
     def __init__(self, options: Any) -> None:
         """`options`: a VoiceOptions (engine/audio/voice.py)."""
@@ -109,6 +112,7 @@ class Segmenter:
         self._run: int | None = None  # first frame of the current run of speech or talk-over frames
         self._last_heard = -1  # the last such frame
         self._ended: _Ended | None = None
+        self._short: tuple[int, int] | None = None  # the last utterance too short to start a take: (onset, end)
 
     @property
     def in_take(self) -> bool:
@@ -155,6 +159,8 @@ class Segmenter:
             if self._voiced >= self._min and long_enough:
                 return self._start_take(index)
         elif self._onset is not None and index - self._last_voiced > gap:
+            if playing and ended is None and self._voiced >= self._min:  # speech, taken for a backchannel
+                self._short = (self._onset, self._last_voiced)
             self._onset = None
         if ended is not None and self._onset is None:
             silence = index - ended.last_voiced
@@ -169,6 +175,9 @@ class Segmenter:
     def _start_take(self, index: int) -> SpeechStarted:
         first = self._onset
         assert first is not None
+        if self._short is not None and 0 <= first - self._short[1] <= self.MAX_BACKCHANNEL_LEAD_FRAMES:
+            first = self._short[0]
+        self._short = None
         if self._run is not None and self._run < first:
             first = max(self._run, first - self.MAX_TALK_OVER_LEAD_FRAMES)
         own_start = max(0, first - self._preroll)

@@ -50,6 +50,7 @@ class AudioPorts:
         self._reconciled: Any = None  # the listener the last reconcile_listener left running
         self._listener_key: tuple | None = None
         self._hands_free_posted: p.HandsFreeState | None = None
+        self._echo_advised: tuple | None = None  # the devices the user was last advised on
 
     # ------------------------------------------------------------------ devices
 
@@ -173,12 +174,26 @@ class AudioPorts:
                                                               details=repr(exc))))
             self._listener_key = key
             self.listener.start()
+            if hands_free.echo_cancellation:
+                self._advise_on_echo(recorder, player)
         self.listener.set_muted(hands_free.muted)
         self.post_hands_free(hands_free)
         # Replaced here, or stopped elsewhere since the last call (a device change closes the streams and the
         # listener with them): either way the listener that may have begun a take is not the one running now.
         self._reconciled = self.listener
         return replaced or (previous is not None and previous is not self.listener)
+
+    def _advise_on_echo(self, recorder: Any, player: Any) -> None:
+        """Tell the user (once per pair of devices) when they make echo cancellation unreliable."""
+        from engine.audio.echo_advice import echo_risks
+
+        risks = echo_risks(recorder.device, player.device, input_latency_s=recorder.stream_latency_s,
+                           output_latency_s=player.stream_latency_s)
+        key = (getattr(recorder.device, "name", None), getattr(player.device, "name", None))
+        if risks and key != self._echo_advised:
+            template, values = risks[0]
+            self._post(p.EngineNotice(template.format(**values), template, tuple(sorted(values.items()))))
+        self._echo_advised = key
 
     def stop_listener(self) -> None:
         listener, self.listener = self.listener, None
