@@ -18,11 +18,12 @@ from engine.worker.table import (
     Phase,
     SetPrompt,
     VoiceStarted,
+    VoiceTurnOver,
     describe,
     public_transitions,
 )
 
-COMMANDS = [*typing.get_args(p.Command), SetPrompt, VoiceStarted]
+COMMANDS = [*typing.get_args(p.Command), SetPrompt, VoiceStarted, VoiceTurnOver]
 # What takes the session's lock (ChatSession.reset / set_system_prompt / switch_voice / close + open).
 LOCKING = (SetPrompt, p.Reset, p.SwitchVoice, p.Load)
 TURN = (Phase.THINKING, Phase.SPEAKING)
@@ -42,7 +43,9 @@ def test_nothing_that_takes_the_lock_runs_during_a_turn() -> None:
 def test_only_commands_that_leave_the_turn_alone_run_between_its_pieces() -> None:
     running = {c for c in COMMANDS if TABLE[(c, Phase.SPEAKING)].outcome is Outcome.RUN}
     # SetHandsFree only sets the listener's flags (mute, on/off): it touches neither the session nor the answer.
-    assert running == {p.Ping, p.ListDevices, p.ApplySettings, p.SetHandsFree}
+    # VoiceTurnOver lets a held hands-free answer be heard (the player's hold) and makes its records final: it
+    # must act at once, and it touches neither the session nor the answer's generation.
+    assert running == {p.Ping, p.ListDevices, p.ApplySettings, p.SetHandsFree, VoiceTurnOver}
 
 
 def test_the_engine_rests_only_where_nothing_waits() -> None:
