@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from engine.audio.devices import AudioDevice
 from engine.audio.echo_advice import BLUETOOTH, LARGE_BUFFER, NOT_WASAPI, TWO_CLOCKS, echo_risks
-from engine.audio.turn_taking import Segmenter, SpeechEnded, SpeechStarted, TurnOver, TurnSettled
+from engine.audio.turn_taking import (Segmenter, SpeechEnded, SpeechStarted, TalkOver, TalkOverEnded, TurnOver,
+                                      TurnSettled)
 from engine.audio.voice import VoiceOptions
 from engine.worker.records import RecordBook, TurnRecord
 
@@ -22,16 +23,22 @@ def events_of(frames: list[bool], options: VoiceOptions, playing: bool = False) 
 
 @settings(max_examples=60, deadline=None)
 @given(speech_s=st.floats(0.12, 2.0))
-def test_over_a_playing_answer_only_speech_longer_than_a_backchannel_starts_a_take(speech_s: float) -> None:
+def test_over_a_playing_answer_speech_ducks_it_and_only_speech_longer_than_a_backchannel_starts_a_take(speech_s: float) -> None:
     options = VoiceOptions(barge_in_s=0.8)
     voiced = round(speech_s * 100)
     events = events_of([False] * 50 + [True] * voiced + [False] * 300, options, playing=True)
     starts = [(i, e) for i, e in events if isinstance(e, SpeechStarted)]
+    # The answer is ducked as soon as the speech counts (min_speech_s): the user hears they were noticed.
+    assert events[0] == (50 + 10 - 1, TalkOver(50))
     if voiced < 80:
         assert starts == [], f"{speech_s:.2f} s of speech over the answer started a take"
+        # ...and back to full level once it has ended as a backchannel (after the gaps a voice may have).
+        last = 50 + voiced - 1
+        assert events[1:] == [(last + Segmenter.MAX_BARGE_IN_GAP_FRAMES + 1, TalkOverEnded(50, last))]
     else:
         assert len(starts) == 1 and starts[0][0] == 50 + 80 - 1  # as soon as it outlasts a backchannel
         assert starts[0][1].start == 50 - round(options.preroll_s * 100)  # dated back: nothing of it is lost
+        assert not any(isinstance(e, TalkOverEnded) for _, e in events)
 
 
 @settings(max_examples=60, deadline=None)

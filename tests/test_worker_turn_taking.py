@@ -35,13 +35,17 @@ from room import Room
 pytestmark = [pytest.mark.timeout(1800), pytest.mark.filterwarnings("ignore::DeprecationWarning:sounddevice")]
 CASES = int(os.environ.get("VOICECHAT_TURN_TAKING_CASES", "3"))
 JOIN_S = 1.5  # VoiceOptions.join_s
+SILENT_DB = -70.0  # the speaker is silent below this (the room's noise is on the microphone, not on the speaker)
+DUCKED_BY_DB = 12.0  # the player ducks by 20 dB (engine/audio/playback.py DUCK_DB); the answer's own dips are less
 MEASURED: dict[str, list[float]] = {
-    "paused: kept takes": [], "paused: withdrawn answer heard (s)": [], "paused: end-of-speech wait (ms)": [],
+    "paused: kept takes": [], "paused: withdrawn answer heard (s)": [],
+    "paused: withdrawn answer heard, speaker (s)": [], "paused: end-of-speech wait (ms)": [],
     "paused: end of speech -> first sound (ms)": [],
     "finished: end-of-speech wait (ms)": [], "finished: end of speech -> first sound (ms)": [],
     "finished: answer withdrawn inside it": [], "finished: withdrawn answer heard (s)": [],
-    "backchannel: answers stopped": [],
-    "interruption: speech -> answer stopped (ms)": [], "listener: CPU per 10 ms frame (ms)": [],
+    "backchannel: answers stopped": [], "backchannel: answer ducked, then restored": [],
+    "interruption: speech -> answer ducked (ms)": [], "interruption: speech -> answer stopped (ms)": [],
+    "listener: CPU per 10 ms frame (ms)": [],
 }
 
 
@@ -91,16 +95,24 @@ def at_rest(engine: Engine) -> None:
     raise AssertionError("the engine did not come to rest")
 
 
-def speak(engine: Engine, room: Room, audio: np.ndarray) -> int:
+def speak(engine: Engine, room: Room, audio: np.ndarray) -> tuple[int, int]:
     """The user says `audio`; returns once the join window after it has passed and the engine rests. Returns the
-    index of the first event after the speech began."""
+    index of the first event after the speech began, and the microphone frame it began at."""
     at_rest(engine)
     mark = len(engine.seen)
     first = room.say(audio)
     while room.frames < first + len(audio) + int((JOIN_S + 0.5) * room.rate):
         time.sleep(0.02)
     at_rest(engine)
-    return mark
+    return mark, first
+
+
+def sound_heard(room: Room, start: int, end: int) -> float:
+    """Seconds of sound the speaker played between microphone frames `start` and `end`, in stream time: from its
+    first sounding block to the last (what the user heard of a half-answer)."""
+    levels = np.asarray(room.speaker_db[start // room.block: end // room.block], float)
+    sounding = np.flatnonzero(levels > SILENT_DB)
+    return 0.0 if len(sounding) == 0 else (sounding[-1] + 1 - sounding[0]) * room.block / room.rate
 
 
 def kept(engine: Engine, mark: int) -> tuple[list[p.UserTakeAdded], list[p.AssistantTurnFinished], list[p.TurnsWithdrawn]]:
@@ -124,11 +136,16 @@ def test_a_sentence_with_a_thinking_pause_is_one_take_and_one_answer(engine: Eng
     @settings(max_examples=CASES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(sentence=st.sampled_from(PAUSED_SENTENCES), pause_s=st.floats(0.5, 1.2))
     def case(sentence: tuple[str, str], pause_s: float) -> None:
-        audio, _, _ = paused_sentence(*sentence, pause_s, rate=room.rate)
-        mark = speak(engine, room, audio)
+        audio, pause_start, _ = paused_sentence(*sentence, pause_s, rate=room.rate)
+        mark, first = speak(engine, room, audio)
         takes, answers, withdrawn = kept(engine, mark)
         MEASURED["paused: kept takes"].append(len(takes))
         MEASURED["paused: withdrawn answer heard (s)"] += [w.heard_s for w in withdrawn]
+        # What the user heard of it (the speaker, in stream time, until the end of the sentence: its own answer
+        # comes after the wait).
+        if withdrawn:
+            MEASURED["paused: withdrawn answer heard, speaker (s)"].append(
+                sound_heard(room, first + pause_start, first + len(audio)))
         assert len(takes) == 1, f"{pause_s:.2f} s pause in {sentence}: {len(takes)} takes kept"
         assert takes[0].duration_s >= len(audio) / room.rate, "the kept take is not the whole sentence"
         assert len(answers) == 1 and answers[0].turn_id == takes[0].turn_id + 1
@@ -167,7 +184,7 @@ def test_a_finished_sentence_is_answered_after_the_short_wait(engine: Engine, ro
     @given(text=st.sampled_from(COMPLETE_SENTENCES))
     def case(text: str) -> None:
         audio = say(text, rate=room.rate)
-        mark = speak(engine, room, audio)
+        mark, _ = speak(engine, room, audio)
         takes, answers, withdrawn = kept(engine, mark)
         # A gap inside the sentence (a closure, a breath) longer than the handover may have had an answer prepared
         # and withdrawn (measured: prepared, and heard, for nothing); what is kept is one take of all of it.
@@ -184,40 +201,105 @@ def test_a_finished_sentence_is_answered_after_the_short_wait(engine: Engine, ro
     case()
 
 
+def start_an_answer(engine: Engine) -> int:
+    """A push-to-talk take whose answer (20 s at most) is heard; returns the answer's turn id."""
+    at_rest(engine)
+    mark = len(engine.seen)
+    engine.send(p.StartTake())
+    time.sleep(0.4)
+    engine.send(p.EndTake())
+    started = engine.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=60, after=mark)
+    engine.wait_for(lambda e: isinstance(e, p.TurnMetrics), timeout=60, after=mark)  # its first sound is heard
+    time.sleep(1.0)  # the echo canceller has heard some of it
+    return started.turn_id
+
+
+def finished(engine: Engine, turn_id: int) -> p.AssistantTurnFinished | None:
+    """The answer's generation ended (its sound may still be playing)."""
+    engine.pump()
+    return next((e for e in engine.of(p.AssistantTurnFinished) if e.turn_id == turn_id), None)
+
+
+def heard_now(engine: Engine) -> bool:
+    """An answer is being heard (SPEAKING: generated and played, or played out)."""
+    engine.pump()
+    states = [e.state for e in engine.seen if isinstance(e, p.StateChanged)]
+    return bool(states) and states[-1] is p.EngineState.SPEAKING
+
+
+def what_the_user_heard(room: Room, first: int, end: int) -> tuple[float | None, float | None, bool]:
+    """From the user's first word (microphone frame `first`) to frame `end`, in stream time (the speaker as the
+    room played it): seconds until the answer was ducked (from then on at least DUCKED_BY_DB below its level
+    before, in 50 ms windows, until it stopped), seconds until it stopped (silent for 0.3 s from then on: an
+    underrun of the answer is shorter), and whether it was turned down and came back up meanwhile (restored
+    after a backchannel)."""
+    block = room.block
+    levels = np.asarray(room.speaker_db[: end // block], float)
+    b0 = first // block
+    before = levels[max(0, b0 - 100): b0]
+    reference = float(np.median(before[before > SILENT_DB])) if np.any(before > SILENT_DB) else SILENT_DB
+    after = levels[b0:]
+
+    def loudest(window: int) -> np.ndarray:  # the loudest block of the `window` blocks from each one on
+        return np.array([after[k: k + window].max() for k in range(max(0, len(after) - window + 1))])
+
+    silent = np.flatnonzero(loudest(30) <= SILENT_DB)
+    stop = int(silent[0]) if len(silent) else None
+    smooth = loudest(5)[:stop]
+    loud = np.flatnonzero(smooth > reference - DUCKED_BY_DB)
+    lowered = np.flatnonzero(smooth <= reference - DUCKED_BY_DB)
+    duck = int(loud[-1]) + 1 if len(loud) else 0
+    ducked = duck * block / room.rate if stop is not None and duck < stop else None
+    restored = len(lowered) > 0 and len(loud) > 0 and loud[-1] > lowered[0]
+    return ducked, None if stop is None else stop * block / room.rate, bool(restored)
+
+
 def test_backchannels_do_not_stop_the_answer_and_an_interruption_does(engine: Engine, room: Room) -> None:
+    """「うん」「はい」「へえ」「そうですね」 over an answer: it goes on (ducked while the user speaks, then back to full
+    level); an interruption ducks it at once and stops it once it is longer than a backchannel. Measured in stream
+    time on the speaker, as the user hears it."""
     engine.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 20.0))
     try:
         for round_ in range(max(1, CASES // 3)):
-            at_rest(engine)
-            mark = len(engine.seen)
-            engine.send(p.StartTake())
-            time.sleep(0.4)
-            engine.send(p.EndTake())
-            engine.wait_for(lambda e: isinstance(e, p.TurnMetrics), timeout=60, after=mark)  # the answer is heard
-            time.sleep(1.0)  # the echo canceller has heard some of it
-            speaking = len(engine.seen)
+            answer = start_an_answer(engine)
             for word in BACKCHANNELS:
+                if not heard_now(engine):  # it has played out: another one
+                    done = finished(engine, answer)
+                    assert done is not None and not done.cancelled, "a backchannel stopped the answer"
+                    answer = start_an_answer(engine)
+                speaking = len(engine.seen)
                 audio = say(word, rate=room.rate, level=0.35)
                 first = room.say(audio)
-                while room.frames < first + len(audio) + int(1.2 * room.rate):
+                end = first + len(audio) + int(1.2 * room.rate)
+                while room.frames < end:
                     time.sleep(0.02)
-            engine.pump()
-            stopped = engine.of(p.AnswerInterrupted, speaking)
-            MEASURED["backchannel: answers stopped"].append(float(bool(stopped)))
-            assert not stopped and not engine.of(p.UserTakeAdded, speaking), "a backchannel stopped the answer"
-            states = [e.state for e in engine.seen if isinstance(e, p.StateChanged)]
-            assert states[-1] is p.EngineState.SPEAKING, "the answer did not go on"
+                stopped = engine.of(p.AnswerInterrupted, speaking)
+                MEASURED["backchannel: answers stopped"].append(float(bool(stopped)))
+                assert not stopped and not engine.of(p.UserTakeAdded, speaking), f"「{word}」 stopped the answer"
+                done = finished(engine, answer)
+                assert done is None or not done.cancelled, f"「{word}」 stopped the answer"
+                if heard_now(engine):  # it plays on, at full level again
+                    assert engine.worker.audio.player.gain == 1.0, f"the answer stayed ducked after 「{word}」"
+                    ducked, _, restored = what_the_user_heard(room, first, end)
+                    MEASURED["backchannel: answer ducked, then restored"].append(float(ducked is None and restored))
+            if not heard_now(engine):
+                answer = start_an_answer(engine)
             text = INTERRUPTIONS[round_ % len(INTERRUPTIONS)]
             audio = say(text, rate=room.rate, level=0.35)
             mark = len(engine.seen)
-            said = time.monotonic()
             first = room.say(audio)
             interrupted = engine.wait_for(lambda e: isinstance(e, p.AnswerInterrupted), timeout=30, after=mark)
-            MEASURED["interruption: speech -> answer stopped (ms)"].append((time.monotonic() - said) * 1000)
+            assert interrupted.turn_id == answer
             engine.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 1.5))
             while room.frames < first + len(audio) + int((JOIN_S + 0.5) * room.rate):
                 time.sleep(0.02)
             at_rest(engine)
+            ducked, stopped, _ = what_the_user_heard(room, first, first + int(2.5 * room.rate))
+            assert stopped is not None, "the answer was not heard to stop"
+            # Turned down as soon as the speech counted, well before it was known to be more than a backchannel.
+            assert ducked is not None and stopped - ducked >= 0.3, f"ducked at {ducked} s, stopped at {stopped} s"
+            MEASURED["interruption: speech -> answer ducked (ms)"].append(1000 * (stopped if ducked is None else ducked))
+            MEASURED["interruption: speech -> answer stopped (ms)"].append(1000 * stopped)
             # (The interruptions have a comma's pause too: their first part's answer is withdrawn.)
             takes, _, _ = kept(engine, engine.seen.index(interrupted))
             assert len(takes) == 1 and takes[0].duration_s >= len(audio) / room.rate, \

@@ -14,7 +14,9 @@ three moments after its last voiced frame, each `VoiceOptions` setting long (eng
 
 Speech while the assistant's answer plays (`playing`, the far end active) starts a take only once it has lasted
 `barge_in_s` from its onset (a backchannel such as 「うん」「はい」「そうですね」 is shorter and never stops the
-answer); a continuation of the take just answered starts at once. Speech must last `min_speech_s` (coughs and
+answer); a continuation of the take just answered starts at once. Until then it is `TalkOver`, as soon as it has
+lasted `min_speech_s` (the listener ducks the answer: the user hears at once that they were noticed), and
+`TalkOverEnded` when it ends as a backchannel (the answer comes back to full level). Speech must last `min_speech_s` (coughs and
 clicks are shorter) before a take starts, and the take starts `preroll_s` before the first voiced frame, so no
 syllable is lost; it keeps `tail_s` of the closing silence, and is cut at `max_take_s`.
 """
@@ -60,7 +62,22 @@ class TurnSettled:
     last_voiced: int
 
 
-SegmenterEvent = SpeechStarted | SpeechEnded | TurnOver | TurnSettled
+@dataclass(frozen=True)
+class TalkOver:
+    """Speech over the playing answer (it has lasted min_speech_s), not yet longer than a backchannel."""
+
+    onset: int
+
+
+@dataclass(frozen=True)
+class TalkOverEnded:
+    """The speech of the last TalkOver ended as a backchannel: it starts no take."""
+
+    onset: int
+    last_voiced: int
+
+
+SegmenterEvent = SpeechStarted | SpeechEnded | TurnOver | TurnSettled | TalkOver | TalkOverEnded
 
 
 @dataclass
@@ -113,6 +130,7 @@ class Segmenter:
         self._last_heard = -1  # the last such frame
         self._ended: _Ended | None = None
         self._short: tuple[int, int] | None = None  # the last utterance too short to start a take: (onset, end)
+        self._talking_over = False  # a TalkOver was reported for the speech at `_onset`
 
     @property
     def in_take(self) -> bool:
@@ -156,12 +174,19 @@ class Segmenter:
             self._voiced += 1
             self._last_voiced = index
             long_enough = ended is not None or not playing or index + 1 - self._onset >= self._barge_in
-            if self._voiced >= self._min and long_enough:
-                return self._start_take(index)
+            if self._voiced >= self._min:
+                if long_enough:
+                    return self._start_take(index)
+                if not self._talking_over:
+                    self._talking_over = True
+                    return TalkOver(self._onset)
         elif self._onset is not None and index - self._last_voiced > gap:
             if playing and ended is None and self._voiced >= self._min:  # speech, taken for a backchannel
                 self._short = (self._onset, self._last_voiced)
-            self._onset = None
+            onset, self._onset = self._onset, None
+            if self._talking_over:
+                self._talking_over = False
+                return TalkOverEnded(onset, self._last_voiced)
         if ended is not None and self._onset is None:
             silence = index - ended.last_voiced
             if not ended.turn_over and silence >= self._release:
@@ -178,6 +203,7 @@ class Segmenter:
         if self._short is not None and 0 <= first - self._short[1] <= self.MAX_BACKCHANNEL_LEAD_FRAMES:
             first = self._short[0]
         self._short = None
+        self._talking_over = False
         if self._run is not None and self._run < first:
             first = max(self._run, first - self.MAX_TALK_OVER_LEAD_FRAMES)
         own_start = max(0, first - self._preroll)

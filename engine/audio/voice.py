@@ -32,7 +32,8 @@ import numpy as np
 
 from engine.audio.resample import StreamingResampler
 from engine.audio.ring import ring_read
-from engine.audio.turn_taking import Segmenter, SpeechEnded, SpeechStarted, TurnOver, TurnSettled
+from engine.audio.turn_taking import (Segmenter, SpeechEnded, SpeechStarted, TalkOver, TalkOverEnded, TurnOver,
+                                      TurnSettled)
 from engine.constants import USER_SAMPLE_RATE
 
 RATE = USER_SAMPLE_RATE  # 16 kHz: the model's input rate, and a rate both WebRTC modules run natively
@@ -388,7 +389,11 @@ class VoiceListener:
     `recorder` must offer `listen_source()` (see PushToTalkRecorder); `player`, if given, `played_source()`.
     Callbacks run on this thread: `on_start(seq, event, continues)` (`continues`: the seq of the take this speech
     joins, or None), `on_take(take)`, `on_turn(seq, settled)` (the turn of take `seq` is over: False; nothing
-    continues it any more: True), `on_frame(clean, speech)` (optional, tests and meters)."""
+    continues it any more: True), `on_frame(clean, speech)` (optional, tests and meters).
+
+    The listener also sets the player's gain itself, without waiting for the engine thread: it ducks the answer
+    while the user talks over it (`TalkOver`), restores it when that was a backchannel, and fades it out when the
+    user's speech starts a take (the engine stops the answer right after)."""
 
     def __init__(self, recorder: Any, player: Any, options: VoiceOptions, *,
                  on_start: Callable[[int, SpeechStarted, int | None], None], on_take: Callable[[VoiceTake], None],
@@ -403,6 +408,7 @@ class VoiceListener:
         self._on_turn = on_turn
         self._ended_seq: int | None = None  # the last take handed over, while speech may continue it
         self._take_continues: int | None = None  # the take in progress continues this one
+        self._ducked = False  # this listener turned the player down (TalkOver) and has not restored it
         self._on_frame = on_frame
         self._on_error = on_error
         self._stop = threading.Event()
@@ -426,6 +432,7 @@ class VoiceListener:
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=5)
+        self._restore_answer()
 
     @property
     def running(self) -> bool:
@@ -465,6 +472,7 @@ class VoiceListener:
                     near_buf = far_buf = np.zeros(0, np.float32)
                     segmenter.reset()
                     self._ended_seq = None
+                    self._restore_answer()
                 if captured <= mic_cursor:
                     time.sleep(0.005)
                     continue
@@ -501,6 +509,7 @@ class VoiceListener:
                 if muted and not muted_before:
                     segmenter.reset()
                     self._ended_seq = None
+                    self._restore_answer()
                 muted_before = muted
                 for k in range(frames):
                     near = near_buf[k * FRAME:(k + 1) * FRAME]
@@ -515,8 +524,10 @@ class VoiceListener:
                     self._clean[start:start + FRAME] = clean  # the capacity is a whole number of frames
                     if self._on_frame is not None:
                         self._on_frame(near, clean, speech)
-                    event = segmenter.push(index, speech and not muted, talk_over and not muted,
-                                           processor.far_active)
+                    # The answer plays: its echo may still arrive, or it is being heard, its own pauses
+                    # included (a backchannel in a pause between its sentences must not stop it either).
+                    playing = processor.far_active or (self.player is not None and self.player.is_audible)
+                    event = segmenter.push(index, speech and not muted, talk_over and not muted, playing)
                     if event is not None:
                         self._on_event(event)
                 near_buf = near_buf[frames * FRAME:]
@@ -530,8 +541,24 @@ class VoiceListener:
                 time.sleep(0.1)
                 mic_cursor = None
 
+    def _restore_answer(self) -> None:
+        if self._ducked:
+            self._ducked = False
+            if self.player is not None:
+                self.player.restore()
+
     def _on_event(self, event: object) -> None:
-        if isinstance(event, SpeechStarted):
+        player = self.player
+        if isinstance(event, TalkOver):
+            if player is not None:
+                self._ducked = True
+                player.duck()
+        elif isinstance(event, TalkOverEnded):
+            self._restore_answer()
+        elif isinstance(event, SpeechStarted):
+            if player is not None and player.is_speaking:
+                player.silence()  # the engine stops it (barge-in, or a continuation withdraws it)
+            self._ducked = False
             continues = self._ended_seq if event.continues else None
             self._ended_seq, self._take_continues = None, continues
             self._seq -= 1

@@ -134,11 +134,12 @@ class AudioPorts:
         return max(0, self.player.underruns - before) if self.player is not None else 0
 
     def queued_samples(self) -> int | None:
-        """Answer samples (at ANSWER_RATE) queued but not yet heard; None without a player."""
+        """Answer samples (at ANSWER_RATE) queued but not heard (not yet played, or played silenced: the listener
+        fades out an answer the user's speech will stop); None without a player."""
         player = self.player
         if player is None:
             return None
-        return int(player.buffered_frames * ANSWER_RATE / max(1, player.samplerate))
+        return int(player.unheard_frames * ANSWER_RATE / max(1, player.samplerate))
 
     # ------------------------------------------------------------------ hands-free
 
