@@ -284,6 +284,7 @@ def test_a_withdrawn_take_and_half_answer_leave_the_transcript_and_a_stopped_ans
         emit(event)
     transcript = window.transcript
     assert set(transcript.user_items) == {3} and set(transcript.assistant_items) == {4}
+    assert window.engine_turns == 1  # what an export would write: the withdrawn take is not there any more
     info = transcript.assistant_items[4].info.text()
     assert "2.4 秒で中断" in info and "30.0" not in info
 

@@ -1382,26 +1382,6 @@
       <translation>詳細：%1</translation>
     </message>
     <message>
-      <source>Hands-free</source>
-      <translation>ハンズフリー</translation>
-    </message>
-    <message>
-      <source>Talk without holding the button: the app listens, answers when you pause, and stops its answer when you speak.</source>
-      <translation>ボタンを押さずに話せます。アプリが聞き取り、話し終えると答え、答えの途中で話すと答えを止めます。</translation>
-    </message>
-    <message>
-      <source>Mute microphone</source>
-      <translation>マイクをミュート</translation>
-    </message>
-    <message>
-      <source>Hands-free is on: just speak. Holding the button still records a take.</source>
-      <translation>ハンズフリーがオンです。そのまま話してください。ボタンを押している間の録音もできます。</translation>
-    </message>
-    <message>
-      <source>Hands-free waits for the model</source>
-      <translation>ハンズフリーはモデルの読み込みを待っています</translation>
-    </message>
-    <message>
       <source>The mute key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
       <translation>このシステムでは、ミュートのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
     </message>
@@ -1421,9 +1401,32 @@
       <source>%1 · %2</source>
       <translation>%1 · %2</translation>
     </message>
+  </context>
+  <context>
+    <name>HandsFreeUi</name>
+    <message>
+      <source>Hands-free</source>
+      <translation>ハンズフリー</translation>
+    </message>
+    <message>
+      <source>Talk without holding the button: the app listens, answers when you pause, and stops its answer when you speak.</source>
+      <translation>ボタンを押さずに話せます。アプリが聞き取り、話し終えると答え、答えの途中で話すと答えを止めます。</translation>
+    </message>
+    <message>
+      <source>Mute microphone</source>
+      <translation>マイクをミュート</translation>
+    </message>
     <message>
       <source>Microphone muted (unmute)</source>
       <translation>マイクはミュート中（解除）</translation>
+    </message>
+    <message>
+      <source>Hands-free is on: just speak. Holding the button still records a take.</source>
+      <translation>ハンズフリーがオンです。そのまま話してください。ボタンを押している間の録音もできます。</translation>
+    </message>
+    <message>
+      <source>Hands-free waits for the model</source>
+      <translation>ハンズフリーはモデルの読み込みを待っています</translation>
     </message>
   </context>
   <context>
