@@ -62,6 +62,35 @@ def test_speech_after_a_pause_continues_the_take_within_the_join_window(pause_s:
     assert ended[-1].last_voiced == len(frames) - 301
 
 
+@settings(max_examples=40, deadline=None)
+@given(pause_s=st.floats(0.35, 1.2), click=st.booleans())  # (the click and the speech within join_s)
+def test_over_the_half_answer_the_first_voiced_frame_fades_it_and_a_click_brings_it_back(pause_s: float,
+                                                                                      click: bool) -> None:
+    """The answer to a take that speech may still continue plays (its turn was over after end_silence_s): the
+    continuation's first voiced frame is TalkOver(continues) (the listener fades the half-answer out, before the
+    speech counts and the engine withdraws it); a click (shorter than min_speech_s) is TalkOverEnded (back)."""
+    options = VoiceOptions(end_silence_s=0.3, handover_s=0.2, join_s=1.5, min_speech_s=0.1)
+    segmenter = Segmenter(options)
+    resume = 50 + 100 + round(pause_s * 100)
+    voice = [False] * 50 + [True] * 100 + [False] * (resume - 150) + ([True] * 3 + [False] * 20 if click else [])
+    voice += [True] * 60 + [False] * 300
+    events = []
+    for i, v in enumerate(voice):
+        answered = 150 + 30 <= i < len(voice) - 300  # the half-answer is heard from the end of the turn on
+        if (event := segmenter.push(i, v, playing=answered)) is not None:
+            events.append((i, event))
+    over = [(i, e) for i, e in events if isinstance(e, (TalkOver, TalkOverEnded))]
+    first_voiced = resume
+    if click:
+        assert over[:2] == [(resume, TalkOver(resume, continues=True)),
+                            (resume + 2 + Segmenter.MAX_ONSET_GAP_FRAMES + 1, TalkOverEnded(resume, resume + 2))]
+        first_voiced = resume + 23
+        over = over[2:]
+    assert over == [(first_voiced, TalkOver(first_voiced, continues=True))]
+    started = [(i, e) for i, e in events if isinstance(e, SpeechStarted)]
+    assert started[-1][0] == first_voiced + 9 and started[-1][1].continues  # it counts: the take goes on
+
+
 def record(turn_id: int, role: str) -> TurnRecord:
     return TurnRecord(turn_id, role, np.zeros(160, np.float32), 16_000)
 

@@ -39,7 +39,8 @@ SILENT_DB = -70.0  # the speaker is silent below this (the room's noise is on th
 DUCKED_BY_DB = 12.0  # the player ducks by 20 dB (engine/audio/playback.py DUCK_DB); the answer's own dips are less
 MEASURED: dict[str, list[float]] = {
     "paused: kept takes": [], "paused: withdrawn answer heard (s)": [],
-    "paused: withdrawn answer heard, speaker (s)": [], "paused: end-of-speech wait (ms)": [],
+    "paused: withdrawn answer heard, speaker (s)": [], "paused: withdrawn answer heard after going on (s)": [],
+    "paused: end-of-speech wait (ms)": [],
     "paused: end of speech -> first sound (ms)": [],
     "finished: end-of-speech wait (ms)": [], "finished: end of speech -> first sound (ms)": [],
     "finished: answer withdrawn inside it": [], "finished: withdrawn answer heard (s)": [],
@@ -107,12 +108,14 @@ def speak(engine: Engine, room: Room, audio: np.ndarray) -> tuple[int, int]:
     return mark, first
 
 
-def sound_heard(room: Room, start: int, end: int) -> float:
-    """Seconds of sound the speaker played between microphone frames `start` and `end`, in stream time: from its
-    first sounding block to the last (what the user heard of a half-answer)."""
+def sound_heard(room: Room, start: int, end: int) -> tuple[float, float] | None:
+    """When the speaker played sound between microphone frames `start` and `end`, in stream time: seconds from
+    `start` to its first sounding block and to the end of its last (None: silent throughout)."""
     levels = np.asarray(room.speaker_db[start // room.block: end // room.block], float)
     sounding = np.flatnonzero(levels > SILENT_DB)
-    return 0.0 if len(sounding) == 0 else (sounding[-1] + 1 - sounding[0]) * room.block / room.rate
+    if len(sounding) == 0:
+        return None
+    return sounding[0] * room.block / room.rate, (sounding[-1] + 1) * room.block / room.rate
 
 
 def kept(engine: Engine, mark: int) -> tuple[list[p.UserTakeAdded], list[p.AssistantTurnFinished], list[p.TurnsWithdrawn]]:
@@ -136,16 +139,18 @@ def test_a_sentence_with_a_thinking_pause_is_one_take_and_one_answer(engine: Eng
     @settings(max_examples=CASES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(sentence=st.sampled_from(PAUSED_SENTENCES), pause_s=st.floats(0.5, 1.2))
     def case(sentence: tuple[str, str], pause_s: float) -> None:
-        audio, pause_start, _ = paused_sentence(*sentence, pause_s, rate=room.rate)
+        audio, pause_start, pause_end = paused_sentence(*sentence, pause_s, rate=room.rate)
         mark, first = speak(engine, room, audio)
         takes, answers, withdrawn = kept(engine, mark)
         MEASURED["paused: kept takes"].append(len(takes))
         MEASURED["paused: withdrawn answer heard (s)"] += [w.heard_s for w in withdrawn]
-        # What the user heard of it (the speaker, in stream time, until the end of the sentence: its own answer
-        # comes after the wait).
-        if withdrawn:
-            MEASURED["paused: withdrawn answer heard, speaker (s)"].append(
-                sound_heard(room, first + pause_start, first + len(audio)))
+        # What the user heard of it, the speaker in stream time until the end of the sentence (its own answer
+        # comes after the wait): in all, and after they went on speaking (how fast it was taken away).
+        heard = sound_heard(room, first + pause_start, first + len(audio))
+        if withdrawn and heard is not None:
+            MEASURED["paused: withdrawn answer heard, speaker (s)"].append(heard[1] - heard[0])
+            MEASURED["paused: withdrawn answer heard after going on (s)"].append(
+                max(0.0, heard[1] - (pause_end - pause_start) / room.rate))
         assert len(takes) == 1, f"{pause_s:.2f} s pause in {sentence}: {len(takes)} takes kept"
         assert takes[0].duration_s >= len(audio) / room.rate, "the kept take is not the whole sentence"
         assert len(answers) == 1 and answers[0].turn_id == takes[0].turn_id + 1

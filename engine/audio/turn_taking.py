@@ -16,7 +16,9 @@ Speech while the assistant's answer plays (`playing`, the far end active) starts
 `barge_in_s` from its onset (a backchannel such as 「うん」「はい」「そうですね」 is shorter and never stops the
 answer); a continuation of the take just answered starts at once. Until then it is `TalkOver`, as soon as it has
 lasted `min_speech_s` (the listener ducks the answer: the user hears at once that they were noticed), and
-`TalkOverEnded` when it ends as a backchannel (the answer comes back to full level). Speech must last `min_speech_s` (coughs and
+`TalkOverEnded` when it ends as a backchannel (the answer comes back to full level). Over the answer to a take that
+speech may still continue, its first voiced frame is `TalkOver(continues=True)` already (the listener fades that
+half-answer out: it is withdrawn once the speech counts), and `TalkOverEnded` if it was a click. Speech must last `min_speech_s` (coughs and
 clicks are shorter) before a take starts, and the take starts `preroll_s` before the first voiced frame, so no
 syllable is lost; it keeps `tail_s` of the closing silence, and is cut at `max_take_s`.
 """
@@ -64,9 +66,11 @@ class TurnSettled:
 
 @dataclass(frozen=True)
 class TalkOver:
-    """Speech over the playing answer (it has lasted min_speech_s), not yet longer than a backchannel."""
+    """Speech over the playing answer (it has lasted min_speech_s), not yet longer than a backchannel; or, with
+    `continues`, the first voiced frame over the answer to a take that speech may still continue."""
 
     onset: int
+    continues: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,9 @@ class Segmenter:
                 if not self._talking_over:
                     self._talking_over = True
                     return TalkOver(self._onset)
+            elif ended is not None and playing and not self._talking_over:
+                self._talking_over = True
+                return TalkOver(self._onset, continues=True)
         elif self._onset is not None and index - self._last_voiced > gap:
             if playing and ended is None and self._voiced >= self._min:  # speech, taken for a backchannel
                 self._short = (self._onset, self._last_voiced)

@@ -392,8 +392,9 @@ class VoiceListener:
     continues it any more: True), `on_frame(clean, speech)` (optional, tests and meters).
 
     The listener also sets the player's gain itself, without waiting for the engine thread: it ducks the answer
-    while the user talks over it (`TalkOver`), restores it when that was a backchannel, and fades it out when the
-    user's speech starts a take (the engine stops the answer right after)."""
+    while the user talks over it (`TalkOver`), restores it when that was a backchannel (or a click), and fades it
+    out when the user's speech starts a take, or may continue the one just answered (the engine stops or withdraws
+    the answer right after)."""
 
     def __init__(self, recorder: Any, player: Any, options: VoiceOptions, *,
                  on_start: Callable[[int, SpeechStarted, int | None], None], on_take: Callable[[VoiceTake], None],
@@ -552,7 +553,12 @@ class VoiceListener:
         if isinstance(event, TalkOver):
             if player is not None:
                 self._ducked = True
-                player.duck()
+                # Over a half-answer the speech will withdraw (a continuation): out; else down, until it is known
+                # to be more than a backchannel.
+                if event.continues:
+                    player.silence()
+                else:
+                    player.duck()
         elif isinstance(event, TalkOverEnded):
             self._restore_answer()
         elif isinstance(event, SpeechStarted):
