@@ -32,13 +32,31 @@ def test_over_a_playing_answer_speech_ducks_it_and_only_speech_longer_than_a_bac
     assert events[0] == (50 + 10 - 1, TalkOver(50))
     if voiced < 80:
         assert starts == [], f"{speech_s:.2f} s of speech over the answer started a take"
-        # ...and back to full level once it has ended as a backchannel (after the gaps a voice may have).
+        # ...and back to full level once it has ended as a backchannel (a little after: not in a comma's pause).
         last = 50 + voiced - 1
-        assert events[1:] == [(last + Segmenter.MAX_BARGE_IN_GAP_FRAMES + 1, TalkOverEnded(50, last))]
+        assert events[1:] == [(last + Segmenter.DUCK_HOLD_FRAMES + 1, TalkOverEnded(50, last))]
     else:
         assert len(starts) == 1 and starts[0][0] == 50 + 80 - 1  # as soon as it outlasts a backchannel
         assert starts[0][1].start == 50 - round(options.preroll_s * 100)  # dated back: nothing of it is lost
         assert not any(isinstance(e, TalkOverEnded) for _, e in events)
+
+
+@settings(max_examples=30, deadline=None)
+@given(first_s=st.floats(0.15, 0.7), comma_s=st.floats(0.21, 0.5))
+def test_an_interruption_with_a_comma_keeps_the_answer_down_through_the_comma(first_s: float, comma_s: float) -> None:
+    """「すみません、」 (short, a backchannel's length), a comma's pause, 「もう一度説明してもらえますか」: the answer goes down
+    with the first word and stays down through the pause (no pumping) until the speech stops it; the take starts
+    with the first word."""
+    options = VoiceOptions(barge_in_s=0.8)
+    first, comma = round(first_s * 100), round(comma_s * 100)
+    events = events_of([False] * 50 + [True] * first + [False] * comma + [True] * 120 + [False] * 300, options,
+                       playing=True)
+    second = 50 + first + comma
+    assert events[0] == (59, TalkOver(50))
+    assert not any(isinstance(e, TalkOverEnded) for i, e in events if i < second + 79)
+    started = events[1]
+    assert started[0] == second + 79 and isinstance(started[1], SpeechStarted)
+    assert started[1].start == 50 - round(options.preroll_s * 100)
 
 
 @settings(max_examples=60, deadline=None)
@@ -63,7 +81,7 @@ def test_speech_after_a_pause_continues_the_take_within_the_join_window(pause_s:
 
 
 @settings(max_examples=40, deadline=None)
-@given(pause_s=st.floats(0.35, 1.2), click=st.booleans())  # (the click and the speech within join_s)
+@given(pause_s=st.floats(0.35, 0.85), click=st.booleans())  # (the click, the hold and the speech within join_s)
 def test_over_the_half_answer_the_first_voiced_frame_fades_it_and_a_click_brings_it_back(pause_s: float,
                                                                                       click: bool) -> None:
     """The answer to a take that speech may still continue plays (its turn was over after end_silence_s): the
@@ -72,7 +90,8 @@ def test_over_the_half_answer_the_first_voiced_frame_fades_it_and_a_click_brings
     options = VoiceOptions(end_silence_s=0.3, handover_s=0.2, join_s=1.5, min_speech_s=0.1)
     segmenter = Segmenter(options)
     resume = 50 + 100 + round(pause_s * 100)
-    voice = [False] * 50 + [True] * 100 + [False] * (resume - 150) + ([True] * 3 + [False] * 20 if click else [])
+    hold = Segmenter.DUCK_HOLD_FRAMES
+    voice = [False] * 50 + [True] * 100 + [False] * (resume - 150) + ([True] * 3 + [False] * (hold + 5) if click else [])
     voice += [True] * 60 + [False] * 300
     events = []
     for i, v in enumerate(voice):
@@ -83,8 +102,8 @@ def test_over_the_half_answer_the_first_voiced_frame_fades_it_and_a_click_brings
     first_voiced = resume
     if click:
         assert over[:2] == [(resume, TalkOver(resume, continues=True)),
-                            (resume + 2 + Segmenter.MAX_ONSET_GAP_FRAMES + 1, TalkOverEnded(resume, resume + 2))]
-        first_voiced = resume + 23
+                            (resume + 2 + hold + 1, TalkOverEnded(resume, resume + 2))]
+        first_voiced = resume + 3 + hold + 5
         over = over[2:]
     assert over == [(first_voiced, TalkOver(first_voiced, continues=True))]
     started = [(i, e) for i, e in events if isinstance(e, SpeechStarted)]

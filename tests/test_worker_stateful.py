@@ -50,7 +50,7 @@ from engine import protocol as p
 from engine.worker.table import NOT_LOADED, VoiceStarted, public_transitions
 from engine.worker.takes import TAKE_LOST, Takes
 from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, alsa_devices
-from japanese_speech import PAUSED_SENTENCES, paused_sentence
+from japanese_speech import BACKCHANNELS, PAUSED_SENTENCES, paused_sentence, say
 from room import SpeakingMic
 from voice_signals import speech
 
@@ -88,6 +88,7 @@ class Context:
     muted_utterances = 0  # utterances that a mute kept from becoming takes
     paused_sentences = 0  # sentences with a thinking pause checked (pause_and_go_on)
     withdrawals = 0  # half-answers withdrawn because the user went on after a pause
+    backchannels = 0  # backchannels said over an answer that went on (backchannel_over_an_answer)
 
 
 CTX = Context()
@@ -450,6 +451,41 @@ class EngineMachine(RuleBasedStateMachine):
         assert len(self.voice_started) - starts == 1 and len(self.eng.of(p.UserTakeAdded, speaking)) == 1
 
     @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(word=st.sampled_from(BACKCHANNELS))
+    def backchannel_over_an_answer(self, word: str) -> None:
+        """「うん」「はい」「へえ」「そうですね」 while the assistant answers: the answer is ducked while the user speaks
+        and goes on at full level; no take, nothing stopped."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice():
+            return
+        mark = len(self.eng.seen)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
+        time.sleep(0.3)
+        self.eng.send(p.EndTake())
+        try:  # the answer to this take and its first audio
+            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
+            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
+                              after=self.eng.seen.index(started))
+        except AssertionError:
+            return  # no answer came (a change was pending, the take was refused)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
+        speaking = len(self.eng.seen)
+        _, end = CTX.mic.say(say(word, rate=CTX.mic.rate, level=0.4))
+        CTX.mic.wait_fed(end + int(0.5 * CTX.mic.rate))  # past the gaps a voice may have (then it is restored)
+        self._ping()
+        self._check_new_events()
+        assert not self.eng.of(p.UserTakeAdded, speaking), f"「{word}」 became a take"
+        assert not [e for e in self.eng.of(p.AnswerInterrupted, speaking) if e.turn_id == started.turn_id], \
+            f"「{word}」 stopped the answer"
+        player = self.eng.worker.audio.player
+        deadline = time.monotonic() + 5.0  # (only against a hang: the listener may be behind the microphone)
+        while player is not None and player.is_audible and player.gain != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if player is not None and player.is_audible:
+            assert player.gain == 1.0, f"the answer stayed ducked after 「{word}」"
+            CTX.backchannels += 1
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
     @rule(during=st.booleans(), seed=st.integers(0, 20))
     def speak_while_muted(self, during: bool, seed: int) -> None:
         """Muted before the user speaks, or while a voice take runs: no take comes of it."""
@@ -746,7 +782,7 @@ def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: 
           f"{CTX.during_answer} of them during an answer; {CTX.voice_starts} speech starts heard, "
           f"{CTX.voice_takes} voice takes checked, {CTX.barge_ins} answers stopped by voice, "
           f"{CTX.muted_utterances} utterances kept out by the mute; {CTX.paused_sentences} paused sentences, "
-          f"{CTX.withdrawals} half-answers withdrawn")
+          f"{CTX.withdrawals} half-answers withdrawn, {CTX.backchannels} backchannels over an answer that went on")
     assert CTX.voice_starts > 0 and CTX.voice_takes > 0, "the user's voice never became a take"
 
 

@@ -16,11 +16,14 @@ Speech while the assistant's answer plays (`playing`, the far end active) starts
 `barge_in_s` from its onset (a backchannel such as 「うん」「はい」「そうですね」 is shorter and never stops the
 answer); a continuation of the take just answered starts at once. Until then it is `TalkOver`, as soon as it has
 lasted `min_speech_s` (the listener ducks the answer: the user hears at once that they were noticed), and
-`TalkOverEnded` when it ends as a backchannel (the answer comes back to full level). Over the answer to a take that
-speech may still continue, its first voiced frame is `TalkOver(continues=True)` already (the listener fades that
-half-answer out: it is withdrawn once the speech counts), and `TalkOverEnded` if it was a click. Speech must last `min_speech_s` (coughs and
-clicks are shorter) before a take starts, and the take starts `preroll_s` before the first voiced frame, so no
-syllable is lost; it keeps `tail_s` of the closing silence, and is cut at `max_take_s`.
+`TalkOverEnded` once it has ended as a backchannel (DUCK_HOLD_FRAMES after it: the answer comes back to full
+level, not in the comma of 「すみません、もう一度…」). Over the answer to a take that speech may still continue, its
+first voiced frame is `TalkOver(continues=True)` already (the listener fades that half-answer out: it is withdrawn
+once the speech counts), and `TalkOverEnded` if it was a click.
+
+Speech must last `min_speech_s` (coughs and clicks are shorter) before a take starts, and the take starts
+`preroll_s` before the first voiced frame, so no syllable is lost; it keeps `tail_s` of the closing silence, and is
+cut at `max_take_s`.
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ class Segmenter:
     # While the answer plays: a short utterance (taken for a backchannel) this little before a take's speech
     # starts is that take's beginning (「すみません、」 before 「もう一度説明してもらえますか」).
     MAX_BACKCHANNEL_LEAD_FRAMES = 100
+    # While the answer plays: how long after the last voiced frame of speech over it the answer stays turned down
+    # (TalkOver until TalkOverEnded): a pause inside an interruption does not bring it back up in between.
+    DUCK_HOLD_FRAMES = 50
 
     def __init__(self, options: Any) -> None:
         """`options`: a VoiceOptions (engine/audio/voice.py)."""
@@ -134,7 +140,7 @@ class Segmenter:
         self._last_heard = -1  # the last such frame
         self._ended: _Ended | None = None
         self._short: tuple[int, int] | None = None  # the last utterance too short to start a take: (onset, end)
-        self._talking_over = False  # a TalkOver was reported for the speech at `_onset`
+        self._talking_over: int | None = None  # the onset of the speech a TalkOver was reported for, until it ends
 
     @property
     def in_take(self) -> bool:
@@ -181,19 +187,19 @@ class Segmenter:
             if self._voiced >= self._min:
                 if long_enough:
                     return self._start_take(index)
-                if not self._talking_over:
-                    self._talking_over = True
+                if self._talking_over is None:
+                    self._talking_over = self._onset
                     return TalkOver(self._onset)
-            elif ended is not None and playing and not self._talking_over:
-                self._talking_over = True
+            elif ended is not None and playing and self._talking_over is None:
+                self._talking_over = self._onset
                 return TalkOver(self._onset, continues=True)
         elif self._onset is not None and index - self._last_voiced > gap:
             if playing and ended is None and self._voiced >= self._min:  # speech, taken for a backchannel
                 self._short = (self._onset, self._last_voiced)
-            onset, self._onset = self._onset, None
-            if self._talking_over:
-                self._talking_over = False
-                return TalkOverEnded(onset, self._last_voiced)
+            self._onset = None
+        if self._talking_over is not None and self._onset is None and index - self._last_voiced > self.DUCK_HOLD_FRAMES:
+            onset, self._talking_over = self._talking_over, None
+            return TalkOverEnded(onset, self._last_voiced)
         if ended is not None and self._onset is None:
             silence = index - ended.last_voiced
             if not ended.turn_over and silence >= self._release:
@@ -210,7 +216,7 @@ class Segmenter:
         if self._short is not None and 0 <= first - self._short[1] <= self.MAX_BACKCHANNEL_LEAD_FRAMES:
             first = self._short[0]
         self._short = None
-        self._talking_over = False
+        self._talking_over = None
         if self._run is not None and self._run < first:
             first = max(self._run, first - self.MAX_TALK_OVER_LEAD_FRAMES)
         own_start = max(0, first - self._preroll)
