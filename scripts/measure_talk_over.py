@@ -36,7 +36,12 @@ ANSWER = ("今日は天気がいいので、公園を散歩するのはいかが
           "お弁当を持って出かけるのもいいですね。近くの公園には大きな池があって、ボートに乗ることもできます。")
 
 
-def answer_audio(tone: float) -> np.ndarray:
+def answer_audio(tone: float, kind: str = "speech") -> np.ndarray:
+    """The answer: Open JTalk speech, or ("noise") steady noise at -33 dBFS like the demo model's random voice."""
+    if kind == "noise":
+        from voice_signals import room_noise
+
+        return room_noise(14 * RATE, level_db=-33.0, seed=7)
     import pyopenjtalk
 
     from japanese_speech import _resample, _trim
@@ -104,11 +109,13 @@ def main() -> None:
     parser.add_argument("--latency", type=int, default=3, help="frames (10 ms) from a decision to the speaker")
     parser.add_argument("--answer-tone", type=float, default=-4.0, help="the answer's voice, half tones")
     parser.add_argument("--echo-db", type=float, default=12.0, help="the echo's attenuation")
+    parser.add_argument("--answer", choices=("speech", "noise"), default="speech",
+                        help="the answer's sound: Open JTalk speech, or steady noise (the demo model's)")
     args = parser.parse_args()
     from japanese_speech import BACKCHANNELS, INTERRUPTIONS, say
 
     options = replace(VoiceOptions(), barge_in_s=args.barge_in)
-    answer = answer_audio(args.answer_tone)
+    answer = answer_audio(args.answer_tone, args.answer)
     extra = ("うんうん", "はいはい", "なるほど", "そうなんだ", "ええ", "そうそう")
     rows = []
     for kind, texts in (("backchannel", BACKCHANNELS + extra), ("interruption", INTERRUPTIONS + (

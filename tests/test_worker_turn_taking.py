@@ -241,7 +241,8 @@ def what_the_user_heard(room: Room, first: int, end: int) -> tuple[float | None,
     levels = np.asarray(room.speaker_db[: end // block], float)
     b0 = first // block
     before = levels[max(0, b0 - 100): b0]
-    reference = float(np.median(before[before > SILENT_DB])) if np.any(before > SILENT_DB) else SILENT_DB
+    # The answer's full level (the last second may hold a duck for the previous word: not the median).
+    reference = float(np.percentile(before[before > SILENT_DB], 90)) if np.any(before > SILENT_DB) else SILENT_DB
     after = levels[b0:]
 
     def loudest(window: int) -> np.ndarray:  # the loudest block of the `window` blocks from each one on
