@@ -91,7 +91,8 @@ def test_over_the_half_answer_the_first_voiced_frame_fades_it_and_a_click_brings
     segmenter = Segmenter(options)
     resume = 50 + 100 + round(pause_s * 100)
     hold = Segmenter.DUCK_HOLD_FRAMES
-    voice = [False] * 50 + [True] * 100 + [False] * (resume - 150) + ([True] * 3 + [False] * (hold + 5) if click else [])
+    voice = [False] * 50 + [True] * 100 + [False] * (resume - 150)
+    voice += [True] * 3 + [False] * (hold + 5) if click else []
     voice += [True] * 60 + [False] * 300
     events = []
     for i, v in enumerate(voice):

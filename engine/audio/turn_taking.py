@@ -12,14 +12,14 @@ three moments after its last voiced frame, each `VoiceOptions` setting long (eng
   it joins is answered again as one, from its start through the pause (the engine withdraws the half-answer).
   After it, `TurnSettled`: nothing joins that take any more.
 
-Speech while the assistant's answer plays (`playing`, the far end active) starts a take only once it has lasted
-`barge_in_s` from its onset (a backchannel such as 「うん」「はい」「そうですね」 is shorter and never stops the
-answer); a continuation of the take just answered starts at once. Until then it is `TalkOver`, as soon as it has
-lasted `min_speech_s` (the listener ducks the answer: the user hears at once that they were noticed), and
-`TalkOverEnded` once it has ended as a backchannel (DUCK_HOLD_FRAMES after it: the answer comes back to full
-level, not in the comma of 「すみません、もう一度…」). Over the answer to a take that speech may still continue, its
-first voiced frame is `TalkOver(continues=True)` already (the listener fades that half-answer out: it is withdrawn
-once the speech counts), and `TalkOverEnded` if it was a click.
+Speech while the assistant's answer plays (`playing`: it is heard, its own pauses included, or its echo may still
+arrive) starts a take only once it has lasted `barge_in_s` from its onset (a backchannel such as 「うん」「はい」
+「そうですね」 is shorter and never stops the answer); a continuation of the take just answered starts at once.
+Until then it is `TalkOver`, as soon as it has lasted `min_speech_s` (the listener ducks the answer: the user hears
+at once that they were noticed), and `TalkOverEnded` once it has ended as a backchannel (DUCK_HOLD_FRAMES after
+it: the answer comes back to full level, not in the comma of 「すみません、もう一度…」). Over the answer to a take
+that speech may still continue, its first voiced frame is `TalkOver(continues=True)` already (the listener fades
+that half-answer out: it is withdrawn once the speech counts), and `TalkOverEnded` if it was a click.
 
 Speech must last `min_speech_s` (coughs and clicks are shorter) before a take starts, and the take starts
 `preroll_s` before the first voiced frame, so no syllable is lost; it keeps `tail_s` of the closing silence, and is
