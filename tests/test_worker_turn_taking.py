@@ -144,9 +144,9 @@ def test_a_sentence_with_a_thinking_pause_is_one_take_and_one_answer(engine: Eng
         takes, answers, withdrawn = kept(engine, mark)
         MEASURED["paused: kept takes"].append(len(takes))
         MEASURED["paused: withdrawn answer heard (s)"] += [w.heard_s for w in withdrawn]
-        # What the user heard of it, the speaker in stream time until the end of the sentence (its own answer
-        # comes after the wait): in all, and after they went on speaking (how fast it was taken away).
-        heard = sound_heard(room, first + pause_start, first + len(audio))
+        # What the user heard of it, the speaker in stream time until a little after the end of the sentence (its
+        # own answer comes after the wait): in all, and after they went on speaking (how fast it was taken away).
+        heard = sound_heard(room, first + pause_start, first + len(audio) + int(0.25 * room.rate))
         if withdrawn and heard is not None:
             MEASURED["paused: withdrawn answer heard, speaker (s)"].append(heard[1] - heard[0])
             MEASURED["paused: withdrawn answer heard after going on (s)"].append(
