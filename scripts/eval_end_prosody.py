@@ -44,7 +44,7 @@ def cues(x: np.ndarray) -> dict[str, float] | None:
     return {
         "final pitch (st)": float(np.mean(semitones[-5:])),
         "pitch slope (st/100 ms)": float(slope),
-        "unvoiced after the last voiced frame (ms)": float((len(levels) - 1 - last) * 10),
+        "unvoiced after the last voiced frame (ms)": float((len(f0) - 1 - last) * 10),  # (pYIN's frames)
         "level of the last voiced frame (dB)": float(levels[min(last, len(levels) - 1)] - levels.max()),
         "loud part past the last voiced frame (ms)": float((loud[-1] - last) * 10),
     }
