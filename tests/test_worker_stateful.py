@@ -8,11 +8,11 @@ example checks the voice path once, whatever rules are drawn), runs random steps
 random moment when the `shutdown` rule is drawn, else after checking the records at rest).
 
 The user's voice is switched on and off by rules (`say`, `hush`) while the other rules run, so in
-hands-free mode voice takes start and end among every other command; three rules wait for what a voice
-must lead to: `voice_take` (one take of the whole utterance, or a rejection the window is told of),
-`barge_in_by_voice` (speech during an answer stops it and becomes the next take), `speak_while_muted`
-(muted before or during the speech: no take) and `retune_during_voice_take` (new timings mid-take: the take
-is not left open).
+hands-free mode voice takes start and end among every other command; rules wait for what a voice must lead
+to: `voice_take` (one take of the whole utterance, or a rejection the window is told of), `barge_in_by_voice`
+(speech during an answer stops it and becomes the next take; a Japanese backchannel does not:
+`backchannel_over_an_answer`), `speak_while_muted` (muted before or during the speech: no take) and
+`retune_during_voice_take` (new timings mid-take: the take is not left open).
 
 After every step:
 - the engine answers a ping within PING_DEADLINE_S;
@@ -419,20 +419,8 @@ class EngineMachine(RuleBasedStateMachine):
     def barge_in_by_voice(self, seconds: float, seed: int) -> None:
         """Speech while the assistant answers stops the answer and becomes the next take, the whole utterance."""
         CTX.mic.hush()
-        if not self._listening(muted=False) or not self._ready_for_a_voice():
+        if not self._listening(muted=False) or not self._ready_for_a_voice() or (answer := self._an_answer_plays()) is None:
             return
-        mark = len(self.eng.seen)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
-        time.sleep(0.3)
-        self.eng.send(p.EndTake())
-        try:  # the answer to this take (not one from before, still playing out) and its first audio
-            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
-            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
-                              after=self.eng.seen.index(started))
-        except AssertionError:
-            return  # no answer came (a change was pending, the take was refused)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
-        answer = started.turn_id
         speaking = len(self.eng.seen)
         starts = len(self.voice_started)
         _, end = CTX.mic.say(self._utterance(seconds, seed, 0.5))
@@ -453,37 +441,23 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
     @rule(word=st.sampled_from(BACKCHANNELS))
     def backchannel_over_an_answer(self, word: str) -> None:
-        """「うん」「はい」「へえ」「そうですね」 while the assistant answers: the answer is ducked while the user speaks
-        and goes on at full level; no take, nothing stopped."""
+        """A backchannel while the assistant answers: ducked meanwhile, then on at full level; no take, no stop."""
         CTX.mic.hush()
-        if not self._listening(muted=False) or not self._ready_for_a_voice():
+        if not self._listening(muted=False) or not self._ready_for_a_voice() or (answer := self._an_answer_plays()) is None:
             return
-        mark = len(self.eng.seen)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
-        time.sleep(0.3)
-        self.eng.send(p.EndTake())
-        try:  # the answer to this take and its first audio
-            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
-            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
-                              after=self.eng.seen.index(started))
-        except AssertionError:
-            return  # no answer came (a change was pending, the take was refused)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
         speaking = len(self.eng.seen)
         _, end = CTX.mic.say(say(word, rate=CTX.mic.rate, level=0.4))
         CTX.mic.wait_fed(end + int(0.5 * CTX.mic.rate))  # past the gaps a voice may have (then it is restored)
         self._ping()
         self._check_new_events()
         assert not self.eng.of(p.UserTakeAdded, speaking), f"「{word}」 became a take"
-        assert not [e for e in self.eng.of(p.AnswerInterrupted, speaking) if e.turn_id == started.turn_id], \
-            f"「{word}」 stopped the answer"
-        player = self.eng.worker.audio.player
+        assert answer not in {e.turn_id for e in self.eng.of(p.AnswerInterrupted, speaking)}, f"「{word}」 stopped it"
+        player = self.eng.worker.audio.player  # (it played the answer)
         deadline = time.monotonic() + 5.0  # (only against a hang: the listener may be behind the microphone)
-        while player is not None and player.is_audible and player.gain != 1.0 and time.monotonic() < deadline:
+        while player.is_audible and player.gain != 1.0 and time.monotonic() < deadline:
             time.sleep(0.01)
-        if player is not None and player.is_audible:
-            assert player.gain == 1.0, f"the answer stayed ducked after 「{word}」"
-            CTX.backchannels += 1
+        assert player.gain == 1.0 or not player.is_audible, f"the answer stayed ducked after 「{word}」"
+        CTX.backchannels += player.is_audible
 
     @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
     @rule(during=st.booleans(), seed=st.integers(0, 20))
@@ -542,6 +516,22 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _utterance(self, seconds: float, seed: int, level: float) -> object:
         return speech(seconds, f0=110.0 + 10 * (seed % 5), seed=seed, level=level, rate=CTX.mic.rate, pauses=False)
+
+    def _an_answer_plays(self) -> int | None:
+        """A push-to-talk take whose answer (20 s at most) is playing: its turn id (None: no answer came, a change
+        was pending or the take was refused)."""
+        mark = len(self.eng.seen)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
+        time.sleep(0.3)
+        self.eng.send(p.EndTake())
+        try:  # the answer to this take (not one from before, still playing out) and its first audio
+            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
+            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
+                              after=self.eng.seen.index(started))
+        except AssertionError:
+            return None
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
+        return started.turn_id
 
     def _listening(self, *, muted: bool) -> bool:
         """Hands-free on (muted as asked) and listening, as the engine says; False if it cannot listen now (no
