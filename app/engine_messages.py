@@ -21,6 +21,11 @@ CONTEXT = "EngineMessages"
 # mark its own strings). Keep in step with engine/audio/devices.py, engine/model/store.py,
 # engine/model/lora.py, engine/chat/session.py, engine/worker/precision.py, engine/validation.py, engine/settings.py, engine/tools/reply.py and engine/voices/; tests/test_app_widgets.py checks each has a translation.
 TEMPLATES = (
+    # engine/audio/echo_advice.py (hands-free: devices that make echo cancellation unreliable)
+    QT_TRANSLATE_NOOP("EngineMessages", 'Echo cancellation may be unreliable: "{name}" is used through {host_api}, which gives no capture timing. Choose its WASAPI entry in the settings if there is one.'),
+    QT_TRANSLATE_NOOP("EngineMessages", 'Echo cancellation may be unreliable: the microphone "{input}" and the speaker "{output}" are different devices with clocks of their own. Headphones, or a headset\'s own microphone and speaker, work best.'),
+    QT_TRANSLATE_NOOP("EngineMessages", 'Echo cancellation may be unreliable over Bluetooth ("{name}"): its delay varies. Wired headphones work best.'),
+    QT_TRANSLATE_NOOP("EngineMessages", 'Echo cancellation may be unreliable: "{name}" buffers {ms} ms of sound. Choose another device or driver with less delay.'),
     QT_TRANSLATE_NOOP("EngineMessages", "Hands-free listening failed."),
     QT_TRANSLATE_NOOP("EngineMessages", "No microphone was found. Connect one and try again."),
     QT_TRANSLATE_NOOP("EngineMessages", "No speaker was found. Connect one and try again."),

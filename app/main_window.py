@@ -44,7 +44,6 @@ from engine.protocol import (
     Event,
     Export,
     Exported,
-    HandsFreeState,
     InputLevel,
     ListDevices,
     LiveRtf,
@@ -55,7 +54,6 @@ from engine.protocol import (
     ReplayTurn,
     Reset,
     SelectDevices,
-    SetHandsFree,
     StartTake,
     StateChanged,
     TakeRejected,
@@ -77,6 +75,7 @@ from app.voices.ui import VoiceUi
 from app.widgets.banner import MessageBanner
 from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalKeys
+from app.widgets.hands_free import HandsFreeUi
 from app.widgets.history import HistoryUi
 from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
@@ -172,17 +171,8 @@ class MainWindow(QMainWindow):
         self.export_action = QAction(self.tr("Export…"), self)
         self.export_action.setShortcut(QKeySequence.StandardKey.Save)
         self.export_action.triggered.connect(self.choose_export_path)
-        # Hands-free conversation (engine/audio/voice.py): a switch beside push-to-talk, remembered, and a mute.
-        self.hands_free_action = QAction(self.tr("Hands-free"), self)
-        self.hands_free_action.setCheckable(True)
-        self.hands_free_action.setChecked(self.settings.hands_free)
-        self.hands_free_action.setToolTip(self.tr("Talk without holding the button: the app listens, answers when "
-                                                  "you pause, and stops its answer when you speak."))
-        self.hands_free_action.toggled.connect(self.set_hands_free)
-        self.mute_action = QAction(self.tr("Mute microphone"), self)
-        self.mute_action.setCheckable(True)
-        self.mute_action.setShortcut(QKeySequence(Qt.Modifier.CTRL | Qt.Key.Key_M))
-        self.mute_action.toggled.connect(lambda _checked: self._send_hands_free())
+        self.hands_free = HandsFreeUi(self, self.bridge.send, self._on_hands_free_switched)
+        self.hands_free_action, self.mute_action = self.hands_free.switch_action, self.hands_free.mute_action
         for action in (self.stop_action, self.reset_action, self.export_action, self.hands_free_action,
                        self.mute_action, self.settings_action):
             toolbar.addAction(action)
@@ -331,28 +321,14 @@ class MainWindow(QMainWindow):
         self.bridge.send(ListDevices())
         self.bridge.send(ApplySettings(s.sampling, s.system_prompt, s.max_answer_seconds))
         self.bridge.send(self._load_command(allow_download=False))
-        self._send_hands_free()
+        self.hands_free.send_settings()
         self.history.start(s.history_keep_days, s.history_max_megabytes)
 
-    def _send_hands_free(self) -> None:
-        s = self.settings
-        muted = self.mute_action.isChecked()
-        self.bridge.send(SetHandsFree(enabled=s.hands_free, muted=muted, end_of_speech_s=s.end_of_speech_s,
-                                      min_speech_s=s.min_speech_s, echo_cancellation=s.echo_cancellation))
-        self.mute_action.setEnabled(s.hands_free)
-        self.state_indicator.set_hands_free(s.hands_free, muted)
-        self.ptt.setToolTip(self.tr("Hands-free is on: just speak. Holding the button still records a take.")
-                            if s.hands_free else "")
-
-    def set_hands_free(self, enabled: bool) -> None:
-        """The toolbar switch (and the settings dialog): on or off, remembered across restarts."""
+    def _on_hands_free_switched(self, enabled: bool) -> None:
+        """The toolbar switch: on or off, remembered across restarts."""
         if enabled != self.settings.hands_free:
             self.settings = dataclasses.replace(self.settings, hands_free=enabled)
             self._save_settings()
-        if self.hands_free_action.isChecked() != enabled:
-            self.hands_free_action.setChecked(enabled)  # toggled() comes back here and finds nothing to do
-            return
-        self._send_hands_free()
 
     def _on_retention_changed(self, keep_days: int, max_megabytes: int) -> None:
         if (keep_days, max_megabytes) != (self.settings.history_keep_days, self.settings.history_max_megabytes):
@@ -603,9 +579,8 @@ class MainWindow(QMainWindow):
             pass
         elif isinstance(event, InputLevel):
             self.level.set_level(event.rms, event.peak, event.clipping)
-        elif isinstance(event, HandsFreeState):
-            if event.enabled and not event.listening and self.settings.hands_free:
-                self.state_indicator.label.setText(self.tr("Hands-free waits for the model"))
+        elif self.hands_free.handles(event):
+            self.hands_free.on_event(event)
         elif isinstance(event, StateChanged):
             self.set_state(event.state)
         elif isinstance(event, TextDelta):

@@ -268,6 +268,9 @@ class SettingsDialog(QDialog):
         self.end_of_speech.setDecimals(1)
         self.end_of_speech.setSuffix(self.tr(" s"))
         self.end_of_speech.setValue(s.end_of_speech_s)
+        self.end_of_speech.setToolTip(self.tr("How long you are silent before the answer is heard (it is prepared "
+                                              "meanwhile). Go on speaking after a pause and the whole sentence is "
+                                              "answered as one."))
         self.min_speech = QDoubleSpinBox(tab)
         self.min_speech.setRange(validation.MIN_SPEECH_SECONDS.low, validation.MIN_SPEECH_SECONDS.high)
         self.min_speech.setSingleStep(0.05)

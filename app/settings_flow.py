@@ -137,8 +137,7 @@ class SettingsFlow(QObject):
             w.banner.show_message("info", self.tr("The language changes the next time VoiceChat starts."))
         if (new.hands_free, new.end_of_speech_s, new.min_speech_s, new.echo_cancellation) != (
                 old.hands_free, old.end_of_speech_s, old.min_speech_s, old.echo_cancellation):
-            w.hands_free_action.setChecked(new.hands_free)
-            w._send_hands_free()
+            w.hands_free.follow(new)
 
     def key_clash_text(self, settings: Settings) -> str:
         key = key_from_text(settings.ptt_key) or Qt.Key.Key_Space

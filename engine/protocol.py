@@ -210,7 +210,9 @@ class SetHandsFree:
 
     enabled: bool
     muted: bool = False
-    end_of_speech_s: float = 0.6
+    # Silence after the end of speech before the answer is heard (it is prepared meanwhile); speech that starts
+    # again within a pause continues the take either way (engine/audio/turn_taking.py).
+    end_of_speech_s: float = 0.3
     min_speech_s: float = 0.1
     echo_cancellation: bool = True
 
@@ -446,6 +448,24 @@ class AssistantTurnFinished:
     text: str
     duration_s: float
     cancelled: bool
+
+
+@dataclass(frozen=True)
+class TurnsWithdrawn:
+    """Hands-free: the user went on speaking after a pause, so the take before the pause and its half-answer are
+    withdrawn (from the transcript, the model's context, the history and the export): the whole sentence comes
+    as one new take."""
+
+    turn_ids: tuple[int, ...]
+    heard_s: float = 0.0  # how much of the half-answer had been heard (0: none, its sound was still held)
+
+
+@dataclass(frozen=True)
+class AnswerInterrupted:
+    """An answer was stopped (barge-in, the stop button) after `heard_s` seconds of it had been heard."""
+
+    turn_id: int
+    heard_s: float
 
 
 @dataclass(frozen=True)
@@ -750,7 +770,8 @@ Event = (
     | Devices | ModelMissing | DownloadCancelled | Exported | EngineError | EngineStopped | Pong | ChangeDeferred
     | ConversationCleared | HistoryListed | HistoryOpened | HistoryContinued | HistoryStatus | HandsFreeState
     | PrecisionInUse | EngineNotice | ClipRecorded | ClipTranscribed | VoiceTrainingPlan | VoiceTrainingProgress
-    | VoiceTrainingHeldOut | VoiceTrainingPreview | VoiceTrainingEnded | VoiceExported | VoiceImported
+    | VoiceTrainingHeldOut | VoiceTrainingPreview | VoiceTrainingEnded | VoiceExported | VoiceImported | TurnsWithdrawn
+    | AnswerInterrupted
 )
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {"annotations", "enum", "dataclass"}]

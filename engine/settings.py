@@ -66,7 +66,7 @@ class Settings:
     history_max_megabytes: int = 0
     # Hands-free conversation (engine/audio/voice.py): off by default, push-to-talk stays the default.
     hands_free: bool = False
-    end_of_speech_s: float = 0.6
+    end_of_speech_s: float = 0.3  # before the answer is heard (engine/audio/turn_taking.py)
     min_speech_s: float = 0.1
     echo_cancellation: bool = True
     # The weights' precision: "bf16" (標準) or "int8" (省メモリ・高速, checked against bf16 once per model and GPU).

@@ -47,6 +47,8 @@ class Room(threading.Thread):
         self.played = np.zeros(0, np.float32)  # the last seconds of what the speaker played (mono)
         self.echo_power = 0.0
         self.speaker_loud_frames = 0
+        # What the user hears: the speaker's level (dBFS) in each block, block i covering frames i*block onwards.
+        self.speaker_db: list[float] = []
         self._speech: list[tuple[int, np.ndarray]] = []  # (first mic frame, samples)
         self._history = np.zeros(self.delay + len(taps) + self.block, np.float32)
         self._backlog: list[np.ndarray] = []
@@ -65,17 +67,21 @@ class Room(threading.Thread):
         while not self.stop_event.is_set():
             due = started + self.frames / self.rate
             delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(min(delay, 0.005))
-                continue
+            # The capture stream took the last block: the next one. Checked between the steps too, so a backlog
+            # left by a stream that fell behind (a busy CPU) drains as fast as the stream takes it, rather than
+            # delaying the microphone for good.
             fcntl.ioctl(fd, termios.FIONREAD, pending)
-            if pending[0] == 0 and self._backlog:  # the capture stream took the last block: the next one
+            if pending[0] == 0 and self._backlog:
                 self.env.feed_mic(self._backlog.pop(0), block=self.block)  # type: ignore[attr-defined]
+            if delay > 0:
+                time.sleep(min(delay, 0.002 if self._backlog else 0.005))
+                continue
             try:
                 out = self.env.read_speaker(self.block, timeout=1.0)[:, 0]  # type: ignore[attr-defined]
             except TimeoutError:
                 out = np.zeros(self.block, np.float32)  # no playback stream open
             self.speaker_loud_frames += int((np.abs(out) > 0.01).sum())
+            self.speaker_db.append(10 * float(np.log10(np.mean(np.square(out, dtype=np.float64)) + 1e-12)))
             self._history = np.concatenate((self._history[self.block:], out))
             # The echo of this block: the history convolved with the room, `delay` back.
             n = len(self._history)

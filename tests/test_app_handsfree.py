@@ -270,3 +270,36 @@ def test_without_a_usable_hook_the_window_says_the_mute_key_works_only_inside(qt
     assert win.banner.level == "warning" and "ミュートのキーをこのウィンドウの外で使えません" in win.banner.text
     assert [s.toString() for s in win.mute_action.shortcuts()] == ["Ctrl+M", "F8"]  # the key still works inside
     win.close()
+
+
+def test_a_withdrawn_take_and_half_answer_leave_the_transcript_and_a_stopped_answer_says_what_was_heard(
+        qtbot, window) -> None:  # noqa: ANN001
+    """Issue 44: the user went on after a pause (the take before it and its half-answer are withdrawn: gone from
+    the transcript); an answer stopped by a barge-in says 中断 with the seconds heard, not the seconds made."""
+    emit = window.bridge.event_received.emit
+    for event in (p.UserTakeAdded(1, 1.2), p.AssistantTurnStarted(2), p.TextDelta(2, "半分"),
+                  p.AssistantTurnFinished(2, "半分", 4.0, True), p.TurnsWithdrawn((1, 2), 0.4),
+                  p.UserTakeAdded(3, 3.1), p.AssistantTurnStarted(4), p.TextDelta(4, "週末は"),
+                  p.AnswerInterrupted(4, 2.4), p.AssistantTurnFinished(4, "週末は", 30.0, True)):
+        emit(event)
+    transcript = window.transcript
+    assert set(transcript.user_items) == {3} and set(transcript.assistant_items) == {4}
+    assert window.engine_turns == 1  # what an export would write: the withdrawn take is not there any more
+    info = transcript.assistant_items[4].info.text()
+    assert "2.4 秒で中断" in info and "30.0" not in info
+
+
+def test_hands_free_names_the_latency_start_and_muted_looks_unlike_listening(qtbot, window) -> None:  # noqa: ANN001
+    header = window.latency.start_header
+    assert "ボタンを離してから" in header.text()
+    window.hands_free_action.trigger()
+    assert "話し終えてから" in header.text()
+    window.bridge.event_received.emit(p.StateChanged(p.EngineState.IDLE))
+    listening = window.state_indicator._dot.styleSheet()
+    window.mute_action.trigger()
+    muted = window.state_indicator._dot.styleSheet()
+    assert muted != listening and "#2e7d32" not in muted  # not the listening green
+    assert window.mute_action.text() == "マイクはミュート中（解除）"
+    window.bridge.event_received.emit(p.StateChanged(p.EngineState.SPEAKING))
+    assert window.state_indicator.label.text() == "話し中・マイクはミュート中"
+    assert window.state_indicator._dot.styleSheet() != window.state_indicator._dot.styleSheet().replace("#757575", "")

@@ -558,6 +558,122 @@ def test_barge_in_flushes_playback_and_starts_the_take(
     assert recorder.takes.get(timeout=HANG_GUARD_S).pressed_s == pytest.approx(0.5)
 
 
+def envelope(signal: np.ndarray, period: int) -> np.ndarray:
+    """The peak of each `period` (one cycle of the tone)."""
+    n = len(signal) // period
+    return np.abs(signal[: n * period]).reshape(n, period).max(axis=1)
+
+
+def test_the_answer_is_ducked_restored_and_silenced_smoothly_and_the_silenced_part_is_not_heard(
+    alsa: alsa_env.AlsaTestEnv, closing: Callable[[Any], Any]
+) -> None:
+    """Hands-free (issue 44): the listener turns the answer down by DUCK_DB while the user talks over it, back up
+    after a backchannel, and out when the speech stops it; each change is a ramp of GAIN_RAMP_S, no step (no
+    click), and what plays silenced counts as not heard."""
+    from engine.audio.playback import DUCK_DB, GAIN_RAMP_S
+
+    player = closing(StreamingPlayer(SPEAKER, samplerate=48_000, safety_margin_s=0.0))
+    player.begin_utterance()
+    assert player.enqueue(tone(1000, 6.0, 24_000))  # 48 samples a cycle at 48 kHz
+    heard = [alsa.read_speaker(9_600)[:, 0]]
+    player.duck()
+    heard.append(alsa.read_speaker(24_000)[:, 0])
+    player.restore()
+    heard.append(alsa.read_speaker(24_000)[:, 0])
+    player.silence()
+    heard.append(alsa.read_speaker(24_000)[:, 0])
+    out = np.concatenate(heard)
+    level = envelope(out[np.flatnonzero(np.abs(out) > 1e-3)[0]:], 48)
+    ducked = 0.5 * 10 ** (DUCK_DB / 20)
+    ramp = int(np.ceil(GAIN_RAMP_S * 1000)) + 2  # cycles a ramp may touch
+    full, low, off = np.isclose(level, 0.5, rtol=0.02), np.isclose(level, ducked, rtol=0.05), level < 1e-4
+    # Full, ducked, full, silent: four plateaus (a ramp passes the ducked level in a cycle or two), and nothing
+    # between them but the ramps.
+    kinds = np.select([full, low, off], [0, 1, 2], -1)
+    edges = np.flatnonzero(np.diff(kinds)) + 1
+    runs_of = [(int(k[0]), len(k)) for k in np.split(kinds, edges)]
+    assert [k for k, n in runs_of if k >= 0 and n >= 10] == [0, 1, 0, 2], runs_of
+    steady = np.zeros(len(kinds), bool)
+    for (k, n), at in zip(runs_of, np.concatenate(([0], edges))):
+        steady[at:at + n] = k >= 0 and n >= 10
+    between = np.flatnonzero(~steady)
+    runs = np.split(between, np.flatnonzero(np.diff(between) > 1) + 1) if len(between) else []
+    assert len(runs) == 3 and all(len(r) <= ramp for r in runs), [len(r) for r in runs]
+    for run in runs:  # each ramp goes one way
+        changes = np.diff(level[run[0] - 1: run[-1] + 2])
+        assert np.all(changes <= 1e-3) or np.all(changes >= -1e-3)
+    start = np.flatnonzero(np.abs(out) > 1e-3)[0] + 480  # (past the resampler's first samples)
+    assert np.max(np.abs(np.diff(out[start:]))) < 0.07  # no step: a 1 kHz tone at 0.5 moves 0.065 a sample at most
+    # Faded out: what is still queued and what played silenced are not heard (the history keeps what was).
+    assert player.gain == 0.0 and player.unheard_frames > player.buffered_frames > 0
+    player.flush()
+    assert player.unheard_frames == 0
+
+
+def test_an_answer_is_audible_from_its_first_sample_until_it_has_played_out_its_pauses_included(
+    closing: Callable[[Any], Any]
+) -> None:
+    """What the hands-free listener takes for "the answer is heard" (speech over it must outlast a backchannel):
+    not while it is held or before its first sample, yes through a pause inside it, not once it has played out."""
+    player = closing(StreamingPlayer("default", samplerate=48_000, safety_margin_s=0.02))
+    player.begin_utterance()
+    player.hold()
+    assert player.enqueue(tone(440, 0.3, 24_000))
+    time.sleep(0.1)
+    assert player.is_speaking and not player.is_audible  # held: prepared, not heard
+    player.release_hold()
+    wait_until(lambda: player.is_audible, "the answer to be heard")
+    assert player.enqueue(np.zeros(24_000, np.float32))  # a pause between its sentences
+    assert player.enqueue(tone(440, 0.3, 24_000))
+    assert player.is_audible
+    player.mark_end_of_stream()
+    wait_until(lambda: not player.is_speaking, "the answer to play out")
+    assert not player.is_audible
+    player.begin_utterance()
+    assert player.enqueue(tone(440, 0.5, 24_000))
+    wait_until(lambda: player.is_audible, "the next answer to be heard")
+    player.flush()
+    assert not player.is_audible
+
+
+GAIN_CALLBACKS = """
+import sys, tracemalloc
+import numpy as np, sounddevice as sd
+from engine.audio.playback import StreamingPlayer
+player = StreamingPlayer("default", samplerate=48_000, safety_margin_s=0.0)
+player.begin_utterance()
+player.enqueue((0.5 * np.sin(np.arange(96_000) * 0.1)).astype(np.float32))
+player.close()  # the callback is driven by hand, on the same state
+outdata, status = np.zeros((480, 2), np.float32), sd.CallbackFlags()
+player._on_audio(outdata, 480, None, status)  # warm up
+tracemalloc.start()
+base, _ = tracemalloc.get_traced_memory()
+tracemalloc.reset_peak()
+for step in range(200):
+    if sys.argv[1] == "ramps" and step % 20 == 0:
+        (player.duck, player.restore, player.silence)[step // 20 % 3]()
+    player._on_audio(outdata, 480, None, status)
+_, peak = tracemalloc.get_traced_memory()
+assert player._callback_error is None
+print(peak - base)
+"""
+
+
+def test_the_gain_ramp_allocates_nothing_in_the_audio_callback(alsa: alsa_env.AlsaTestEnv) -> None:
+    """The callback's gain ramp works in place (views of preallocated arrays): 200 callbacks that duck, restore
+    and silence the answer hold no more memory at their peak than 200 at full level (a fresh interpreter: no other
+    thread allocates meanwhile); a block's samples would be 1920 bytes and more."""
+
+    def peak(mode: str) -> int:
+        done = subprocess.run([sys.executable, "-c", GAIN_CALLBACKS, mode], capture_output=True, text=True,
+                              timeout=120, cwd=Path(__file__).parent.parent)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout.split()[-1])
+
+    steady, ramps = peak("steady"), peak("ramps")
+    assert ramps - steady < 512, f"{ramps} bytes at the peak with ramps, {steady} without"
+
+
 def test_audio_package_imports_neither_qt_nor_torch() -> None:
     code = (
         "import sys, engine.audio\n"

@@ -14,6 +14,7 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from engine.audio.turn_taking import TurnOver, TurnSettled
 from engine.audio.voice import FRAME, HANGOVER_FRAMES, RATE, Segmenter, SpeechEnded, SpeechStarted, VoiceOptions, VoiceProcessor
 from voice_signals import power_db, room_echo, room_noise, speech
 
@@ -136,7 +137,7 @@ def test_an_utterance_in_a_quiet_room_is_one_take_of_all_of_it(seed: int, second
     events = []
     for i in range(len(near) // FRAME):
         _, voiced, talk_over = processor.process(near[i * FRAME:(i + 1) * FRAME].copy(), None)
-        if (event := segmenter.push(i, voiced, talk_over)) is not None:
+        if isinstance(event := segmenter.push(i, voiced, talk_over), (SpeechStarted, SpeechEnded)):
             events.append(event)
     assert [type(e) for e in events] == [SpeechStarted, SpeechEnded], events
     take = events[1]
@@ -144,15 +145,20 @@ def test_an_utterance_in_a_quiet_room_is_one_take_of_all_of_it(seed: int, second
         f"the take holds {take.start / 100:.2f}-{take.end / 100:.2f} s of a voice at {lead_s:.2f}-{lead_s + seconds:.2f} s")
 
 
-def test_coughs_and_clicks_start_no_take_and_a_pause_does_not_end_one() -> None:
-    options = VoiceOptions(min_speech_s=0.1, end_silence_s=0.6, preroll_s=0.3, tail_s=0.15)
+def test_coughs_and_clicks_start_no_take_and_a_pause_does_not_end_the_turn() -> None:
+    """A 0.4 s pause hands the take over (its answer is prepared) but the speech after it continues the same take,
+    from its start; the turn is over end_silence_s after the last voiced frame, settled join_s after it."""
+    options = VoiceOptions(min_speech_s=0.1, end_silence_s=0.6, handover_s=0.2, join_s=1.5, preroll_s=0.3, tail_s=0.15)
     segmenter = Segmenter(options)
-    frames = [False] * 50 + [True] * 6 + [False] * 30 + [True] * 200 + [False] * 40 + [True] * 100 + [False] * 100
-    events = [e for i, v in enumerate(frames) if (e := segmenter.push(i, v)) is not None]
-    assert [type(e) for e in events] == [SpeechStarted, SpeechEnded]
-    started, ended = events
-    assert started.onset == 86 and started.start == 56 and started.confirmed == 95
-    assert ended.last_voiced == 425 and ended.end == 441 and not ended.cut
+    frames = [False] * 50 + [True] * 6 + [False] * 30 + [True] * 200 + [False] * 40 + [True] * 100 + [False] * 200
+    events = [(i, e) for i, v in enumerate(frames) if (e := segmenter.push(i, v)) is not None]
+    assert [type(e) for _, e in events] == [SpeechStarted, SpeechEnded, SpeechStarted, SpeechEnded, TurnOver, TurnSettled]
+    (_, started), (handed_at, first), (_, joined), (_, ended), (over_at, over), (settled_at, settled) = events
+    assert started.onset == 86 and started.start == 56 and started.confirmed == 95 and not started.continues
+    assert first.last_voiced == 285 and handed_at == 305 and first.end == 301 and not first.turn_over
+    assert joined.continues and joined.start == 56 and joined.own_start == 326 - 30 and joined.confirmed == 335
+    assert ended.continues and ended.start == 56 and ended.last_voiced == 425 and ended.end == 441 and not ended.cut
+    assert over_at == 425 + 60 and over.last_voiced == 425 and settled_at == 425 + 150
 
 
 @given(frames=st.lists(st.booleans(), min_size=1, max_size=3000), end_silence_s=st.sampled_from((0.3, 0.6, 1.0)),
@@ -173,7 +179,7 @@ def test_every_take_ends_once_within_its_limits(frames: list[bool], end_silence_
             assert event.end - event.start <= round(max_take_s * 100)
             if not event.cut:
                 assert not any(frames[event.last_voiced + 1:i + 1]) and frames[event.last_voiced]
-                assert i - event.last_voiced == round(end_silence_s * 100)
+                assert i - event.last_voiced == round(min(options.handover_s, end_silence_s) * 100)
             open_take = None
 
 

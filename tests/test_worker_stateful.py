@@ -8,11 +8,11 @@ example checks the voice path once, whatever rules are drawn), runs random steps
 random moment when the `shutdown` rule is drawn, else after checking the records at rest).
 
 The user's voice is switched on and off by rules (`say`, `hush`) while the other rules run, so in
-hands-free mode voice takes start and end among every other command; three rules wait for what a voice
-must lead to: `voice_take` (one take of the whole utterance, or a rejection the window is told of),
-`barge_in_by_voice` (speech during an answer stops it and becomes the next take), `speak_while_muted`
-(muted before or during the speech: no take) and `retune_during_voice_take` (new timings mid-take: the take
-is not left open).
+hands-free mode voice takes start and end among every other command; rules wait for what a voice must lead
+to: `voice_take` (one take of the whole utterance, or a rejection the window is told of), `barge_in_by_voice`
+(speech during an answer stops it and becomes the next take; a Japanese backchannel does not:
+`backchannel_over_an_answer`), `speak_while_muted` (muted before or during the speech: no take) and
+`retune_during_voice_take` (new timings mid-take: the take is not left open).
 
 After every step:
 - the engine answers a ping within PING_DEADLINE_S;
@@ -50,6 +50,7 @@ from engine import protocol as p
 from engine.worker.table import NOT_LOADED, VoiceStarted, public_transitions
 from engine.worker.takes import TAKE_LOST, Takes
 from engine_helpers import DEFAULT_PROMPT, SPEAKER, Engine, alsa_devices
+from japanese_speech import BACKCHANNELS, PAUSED_SENTENCES, paused_sentence, say
 from room import SpeakingMic
 from voice_signals import speech
 
@@ -85,6 +86,9 @@ class Context:
     voice_takes = 0  # takes of a voice_take / barge_in_by_voice rule
     barge_ins = 0  # answers stopped by the user's voice
     muted_utterances = 0  # utterances that a mute kept from becoming takes
+    paused_sentences = 0  # sentences with a thinking pause checked (pause_and_go_on)
+    withdrawals = 0  # half-answers withdrawn because the user went on after a pause
+    backchannels = 0  # backchannels said over an answer that went on (backchannel_over_an_answer)
 
 
 CTX = Context()
@@ -105,6 +109,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.public = p.EngineState.NO_MODEL
         self.ping_seq = 0
         self.takes: dict[int, int] = {}  # user take id -> answers started for it
+        self.withdrawn: set[int] = set()  # turn ids taken back (TurnsWithdrawn)
         self.finished: set[int] = set()
         self.started: set[int] = set()
         self.exports = 0
@@ -345,6 +350,29 @@ class EngineMachine(RuleBasedStateMachine):
             CTX.steps += 1
             CTX.mic.say(self._utterance(seconds, seed, 0.5 if loud else 0.25))
 
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(sentence=st.sampled_from(PAUSED_SENTENCES), pause=st.floats(0.1, 1.4))
+    def pause_and_go_on(self, sentence: tuple[str, str], pause: float) -> None:
+        """A Japanese sentence with a thinking pause after a particle: the rest of it arrives at any moment of the
+        first part's answer (before the take is handed over, while the answer is prepared and held, while it is
+        heard). One take of the whole sentence is kept; a half-answer is withdrawn everywhere (the records and the
+        seam are checked at the end of the example)."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice() or not self._at_rest():
+            return
+        audio, _, _ = paused_sentence(*sentence, pause, rate=CTX.mic.rate, level=0.4)
+        mark = len(self.eng.seen)
+        _, end = CTX.mic.say(audio)
+        CTX.mic.wait_fed(end + int(2.5 * CTX.mic.rate))  # past the join window (1.5 s) after the end of speech
+        self._at_rest()
+        self._check_new_events()
+        withdrawn = {i for e in self.eng.of(p.TurnsWithdrawn, mark) for i in e.turn_ids}
+        takes = [e for e in self.eng.of(p.UserTakeAdded, mark) if e.turn_id not in withdrawn]
+        CTX.paused_sentences += 1
+        CTX.withdrawals += len(self.eng.of(p.TurnsWithdrawn, mark))
+        assert len(takes) == 1, f"a {pause:.2f} s pause: {len(takes)} takes kept ({sentence})"
+        assert takes[0].duration_s >= len(audio) / CTX.mic.rate, "the kept take is not the whole sentence"
+
     @rule()
     def hush(self) -> None:
         """The user stops talking, mid-syllable if need be."""
@@ -376,11 +404,12 @@ class EngineMachine(RuleBasedStateMachine):
         CTX.mic.wait_fed(end + int((end_of_speech + 1.0) * CTX.mic.rate))
         self._ping()
         assert len(self.voice_started) - starts == 1, f"{len(self.voice_started) - starts} starts for one utterance"
-        takes = self.eng.of(p.UserTakeAdded, mark)
+        gone = {i for e in self.eng.of(p.TurnsWithdrawn, mark) for i in e.turn_ids}
+        takes = [e for e in self.eng.of(p.UserTakeAdded, mark) if e.turn_id not in gone]
         if isinstance(outcome, p.UserTakeAdded):
             CTX.voice_takes += 1
             assert len(takes) == 1, f"one utterance became {len(takes)} takes"
-            assert outcome.duration_s >= seconds, f"a take of {outcome.duration_s:.2f} s for {seconds} s of speech"
+            assert takes[0].duration_s >= seconds, f"a take of {takes[0].duration_s:.2f} s for {seconds} s of speech"
         else:
             assert not takes, f"a take besides the rejection {outcome}"
         return True
@@ -390,20 +419,8 @@ class EngineMachine(RuleBasedStateMachine):
     def barge_in_by_voice(self, seconds: float, seed: int) -> None:
         """Speech while the assistant answers stops the answer and becomes the next take, the whole utterance."""
         CTX.mic.hush()
-        if not self._listening(muted=False) or not self._ready_for_a_voice():
+        if not self._listening(muted=False) or not self._ready_for_a_voice() or (answer := self._an_answer_plays()) is None:
             return
-        mark = len(self.eng.seen)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
-        time.sleep(0.3)
-        self.eng.send(p.EndTake())
-        try:  # the answer to this take (not one from before, still playing out) and its first audio
-            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
-            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
-                              after=self.eng.seen.index(started))
-        except AssertionError:
-            return  # no answer came (a change was pending, the take was refused)
-        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
-        answer = started.turn_id
         speaking = len(self.eng.seen)
         starts = len(self.voice_started)
         _, end = CTX.mic.say(self._utterance(seconds, seed, 0.5))
@@ -420,6 +437,27 @@ class EngineMachine(RuleBasedStateMachine):
         CTX.mic.wait_fed(end + int((self.end_of_speech + 1.0) * CTX.mic.rate))
         self._ping()
         assert len(self.voice_started) - starts == 1 and len(self.eng.of(p.UserTakeAdded, speaking)) == 1
+
+    @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
+    @rule(word=st.sampled_from(BACKCHANNELS))
+    def backchannel_over_an_answer(self, word: str) -> None:
+        """A backchannel while the assistant answers: ducked meanwhile, then on at full level; no take, no stop."""
+        CTX.mic.hush()
+        if not self._listening(muted=False) or not self._ready_for_a_voice() or (answer := self._an_answer_plays()) is None:
+            return
+        speaking = len(self.eng.seen)
+        _, end = CTX.mic.say(say(word, rate=CTX.mic.rate, level=0.4))
+        CTX.mic.wait_fed(end + int(0.5 * CTX.mic.rate))  # past the gaps a voice may have (then it is restored)
+        self._ping()
+        self._check_new_events()
+        assert not self.eng.of(p.UserTakeAdded, speaking), f"「{word}」 became a take"
+        assert answer not in {e.turn_id for e in self.eng.of(p.AnswerInterrupted, speaking)}, f"「{word}」 stopped it"
+        player = self.eng.worker.audio.player  # (it played the answer)
+        deadline = time.monotonic() + 5.0  # (only against a hang: the listener may be behind the microphone)
+        while player.is_audible and player.gain != 1.0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert player.gain == 1.0 or not player.is_audible, f"the answer stayed ducked after 「{word}」"
+        CTX.backchannels += player.is_audible
 
     @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
     @rule(during=st.booleans(), seed=st.integers(0, 20))
@@ -478,6 +516,22 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _utterance(self, seconds: float, seed: int, level: float) -> object:
         return speech(seconds, f0=110.0 + 10 * (seed % 5), seed=seed, level=level, rate=CTX.mic.rate, pauses=False)
+
+    def _an_answer_plays(self) -> int | None:
+        """A push-to-talk take whose answer (20 s at most) is playing: its turn id (None: no answer came, a change
+        was pending or the take was refused)."""
+        mark = len(self.eng.seen)
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 20.0), p.StartTake())
+        time.sleep(0.3)
+        self.eng.send(p.EndTake())
+        try:  # the answer to this take (not one from before, still playing out) and its first audio
+            started = self.eng.wait_for(lambda e: isinstance(e, p.AssistantTurnStarted), timeout=10, after=mark)
+            self.eng.wait_for(lambda e: isinstance(e, p.AudioChunkQueued), timeout=10,
+                              after=self.eng.seen.index(started))
+        except AssertionError:
+            return None
+        self.eng.send(p.ApplySettings(p.SamplingSettings(), self.prompt, 1.0))  # from the next answer on
+        return started.turn_id
 
     def _listening(self, *, muted: bool) -> bool:
         """Hands-free on (muted as asked) and listening, as the engine says; False if it cannot listen now (no
@@ -585,6 +639,11 @@ class EngineMachine(RuleBasedStateMachine):
             elif isinstance(event, p.AssistantTurnFinished):
                 assert event.turn_id in self.started and event.turn_id not in self.finished
                 self.finished.add(event.turn_id)
+            elif isinstance(event, p.TurnsWithdrawn):
+                # The last take and its answer, never one taken back before.
+                assert event.turn_ids and set(event.turn_ids) <= set(self.takes) | self.started, event
+                assert self.withdrawn.isdisjoint(event.turn_ids)
+                self.withdrawn.update(event.turn_ids)
         self.checked = len(self.eng.seen)
 
     # ------------------------------------------------------------------ end of an example
@@ -640,7 +699,8 @@ class EngineMachine(RuleBasedStateMachine):
         """What the engine keeps (its export) is what the window was told, since the last new conversation."""
         events = self.eng.seen
         cleared = max((i for i, e in enumerate(events) if isinstance(e, p.ConversationCleared)), default=-1)
-        told = [e for e in events[cleared + 1:] if isinstance(e, (p.UserTakeAdded, p.AssistantTurnFinished))]
+        told = [e for e in events[cleared + 1:] if isinstance(e, (p.UserTakeAdded, p.AssistantTurnFinished))
+                and e.turn_id not in self.withdrawn]
         mark = len(events)
         path = CTX.out / f"final-{CTX.examples}.wav"
         self.eng.send(p.Export(str(path)))
@@ -668,6 +728,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert len(ids) == len(set(ids)), f"a record was finished twice: {ids}"
         missing = set(getattr(self, "kept_ids", [])) - set(ids)
         assert not missing, f"records never handed to the seam: {missing}"
+        assert self.withdrawn.isdisjoint(ids), f"withdrawn turns went to the history: {self.withdrawn & set(ids)}"
         for record in self.finished_records:
             if record.role == "assistant":
                 assert record.metrics is not None and record.metrics.turn_id == record.turn_id
@@ -710,7 +771,8 @@ def test_random_interleavings_of_every_command(talking_env, isolated_user_dirs: 
     print(f"stateful engine test: {CTX.examples} examples, {CTX.steps} commands sent, "
           f"{CTX.during_answer} of them during an answer; {CTX.voice_starts} speech starts heard, "
           f"{CTX.voice_takes} voice takes checked, {CTX.barge_ins} answers stopped by voice, "
-          f"{CTX.muted_utterances} utterances kept out by the mute")
+          f"{CTX.muted_utterances} utterances kept out by the mute; {CTX.paused_sentences} paused sentences, "
+          f"{CTX.withdrawals} half-answers withdrawn, {CTX.backchannels} backchannels over an answer that went on")
     assert CTX.voice_starts > 0 and CTX.voice_takes > 0, "the user's voice never became a take"
 
 

@@ -19,11 +19,12 @@ from engine.worker.table import (
     SetPrompt,
     TrainingProcessEnded,
     VoiceStarted,
+    VoiceTurnOver,
     describe,
     public_transitions,
 )
 
-COMMANDS = [*typing.get_args(p.Command), SetPrompt, VoiceStarted, TrainingProcessEnded]
+COMMANDS = [*typing.get_args(p.Command), SetPrompt, VoiceStarted, VoiceTurnOver, TrainingProcessEnded]
 # What takes the session's lock (ChatSession.reset / set_system_prompt / switch_voice / close + open).
 LOCKING = (SetPrompt, p.Reset, p.SwitchVoice, p.Load)
 TURN = (Phase.THINKING, Phase.SPEAKING)
@@ -44,8 +45,10 @@ def test_only_commands_that_leave_the_turn_alone_run_between_its_pieces() -> Non
     running = {c for c in COMMANDS if TABLE[(c, Phase.SPEAKING)].outcome is Outcome.RUN}
     # SetHandsFree only sets the listener's flags (mute, on/off): it touches neither the session nor the answer.
     # StopClip ends a voice clip being recorded (none is, during an answer); CancelVoiceTraining writes a line to
-    # the training process.
-    assert running == {p.Ping, p.ListDevices, p.ApplySettings, p.SetHandsFree, p.StopClip, p.CancelVoiceTraining}
+    # the training process. VoiceTurnOver lets a held hands-free answer be heard (the player's hold) and makes its
+    # records final: it must act at once, and it touches neither the session nor the answer's generation.
+    assert running == {p.Ping, p.ListDevices, p.ApplySettings, p.SetHandsFree, p.StopClip, p.CancelVoiceTraining,
+                       VoiceTurnOver}
 
 
 def test_the_engine_rests_only_where_nothing_waits() -> None:

@@ -33,6 +33,10 @@
       <source>interrupted</source>
       <translation>中断</translation>
     </message>
+    <message>
+      <source>interrupted after %1 s</source>
+      <translation>%1 秒で中断</translation>
+    </message>
   </context>
   <context>
     <name>ContextGauge</name>
@@ -916,6 +920,22 @@
       <source>The conversation goes on, but the model starts without its memory of it: it was not saved in the history.</source>
       <translation>会話は続けられますが、モデルはそれまでのやり取りを覚えていません (履歴に保存されていなかったため)。</translation>
     </message>
+    <message>
+      <source>Echo cancellation may be unreliable: "{name}" is used through {host_api}, which gives no capture timing. Choose its WASAPI entry in the settings if there is one.</source>
+      <translation>エコー除去がうまく働かないかもしれません:「{name}」は {host_api} 経由で使われていて、録音のタイミング情報がありません。設定で同じ機器の WASAPI の項目があればそちらを選んでください。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable: the microphone "{input}" and the speaker "{output}" are different devices with clocks of their own. Headphones, or a headset's own microphone and speaker, work best.</source>
+      <translation>エコー除去がうまく働かないかもしれません: マイク「{input}」とスピーカー「{output}」はそれぞれ別のクロックで動く別の機器です。ヘッドホン、またはヘッドセットのマイクとスピーカーの組み合わせがいちばん確実です。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable over Bluetooth ("{name}"): its delay varies. Wired headphones work best.</source>
+      <translation>Bluetooth(「{name}」)では遅れが変動するため、エコー除去がうまく働かないかもしれません。有線のヘッドホンがいちばん確実です。</translation>
+    </message>
+    <message>
+      <source>Echo cancellation may be unreliable: "{name}" buffers {ms} ms of sound. Choose another device or driver with less delay.</source>
+      <translation>エコー除去がうまく働かないかもしれません:「{name}」は音を {ms} ミリ秒ためてから流します。遅れの少ない別の機器かドライバーを選んでください。</translation>
+    </message>
   </context>
   <context>
     <name>FirstRunDialog</name>
@@ -1268,6 +1288,10 @@
     <message>
       <source>End-of-speech wait</source>
       <translation>話し終わりの待ち時間</translation>
+    </message>
+    <message>
+      <source>Since you stopped speaking</source>
+      <translation>話し終えてから</translation>
     </message>
   </context>
   <context>
@@ -1919,6 +1943,10 @@
       <source>My voices</source>
       <translation>作った声</translation>
     </message>
+    <message>
+      <source>How long you are silent before the answer is heard (it is prepared meanwhile). Go on speaking after a pause and the whole sentence is answered as one.</source>
+      <translation>黙ってから答えが聞こえ始めるまでの時間です（答えはその間に準備されます）。間を置いてから話し続けると、文全体にまとめて答えます。</translation>
+    </message>
   </context>
   <context>
     <name>StateIndicator</name>
@@ -1967,6 +1995,10 @@
     <message>
       <source>Training a voice (the conversation pauses)</source>
       <translation>声を学習中（会話は一時停止）</translation>
+    </message>
+    <message>
+      <source>%1 · microphone muted</source>
+      <translation>%1・マイクはミュート中</translation>
     </message>
   </context>
   <context>
@@ -2904,6 +2936,33 @@
     <message>
       <source>Create a voice</source>
       <translation>声を作る</translation>
+    </message>
+  </context>
+  <context>
+    <name>HandsFreeUi</name>
+    <message>
+      <source>Hands-free</source>
+      <translation>ハンズフリー</translation>
+    </message>
+    <message>
+      <source>Talk without holding the button: the app listens, answers when you pause, and stops its answer when you speak.</source>
+      <translation>ボタンを押さずに話せます。アプリが聞き取り、話し終えると答え、答えの途中で話すと答えを止めます。</translation>
+    </message>
+    <message>
+      <source>Mute microphone</source>
+      <translation>マイクをミュート</translation>
+    </message>
+    <message>
+      <source>Microphone muted (unmute)</source>
+      <translation>マイクはミュート中（解除）</translation>
+    </message>
+    <message>
+      <source>Hands-free is on: just speak. Holding the button still records a take.</source>
+      <translation>ハンズフリーがオンです。そのまま話してください。ボタンを押している間の録音もできます。</translation>
+    </message>
+    <message>
+      <source>Hands-free waits for the model</source>
+      <translation>ハンズフリーはモデルの読み込みを待っています</translation>
     </message>
   </context>
 </TS>

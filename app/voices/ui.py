@@ -117,7 +117,7 @@ class VoiceUi(QObject):
         if paused and self.window.settings.hands_free:
             self.send(p.SetHandsFree(enabled=False))
         elif not paused:
-            self.window._send_hands_free()
+            self.window.hands_free.send_settings()
 
     def close(self) -> None:
         """The main window closes: so does the wizard (the engine stops a training with a checkpoint)."""

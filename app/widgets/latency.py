@@ -127,8 +127,10 @@ class LatencyMeter(QWidget):
         self.table.setHorizontalSpacing(6)
         self.table.setVerticalSpacing(1)
         headers = (self.tr("Since release"), self.tr("This turn"), self.tr("p50"), self.tr("p95"))
+        self.start_header: QLabel | None = None  # "since release" / hands-free: "since you stopped speaking"
         for col, text in enumerate(headers):
             header = QLabel(f"<b>{text}</b>", self)
+            self.start_header = self.start_header or header
             header.setWordWrap(True)  # like the stage names: two lines in a narrow window rather than cut
             self.table.addWidget(header, 0, col, Qt.AlignmentFlag.AlignRight if col else Qt.AlignmentFlag.AlignLeft)
         self.cells: dict[str, tuple[QLabel, QLabel, QLabel]] = {}
@@ -162,6 +164,12 @@ class LatencyMeter(QWidget):
             self.tr("First audio frame"),
             self.tr("First sample audible"),
         ]
+
+    def set_hands_free(self, hands_free: bool) -> None:
+        """Hands-free turns are measured from the end of speech, push-to-talk ones from the release."""
+        text = self.tr("Since you stopped speaking") if hands_free else self.tr("Since release")
+        if self.start_header is not None:
+            self.start_header.setText(f"<b>{text}</b>")
 
     def start_turn(self) -> None:
         self.last = None

@@ -44,7 +44,15 @@ class StateIndicator(QWidget):
         layout.addStretch(1)
         self.set_state(EngineState.LOADING)
 
+    MUTED_COLOR = "#757575"
+
     def state_text(self, state: EngineState) -> str:
+        text = self._state_text(state)
+        if self.hands_free and self.muted and state in (EngineState.THINKING, EngineState.SPEAKING):
+            return self.tr("%1 · microphone muted").replace("%1", text)
+        return text
+
+    def _state_text(self, state: EngineState) -> str:
         # Spelled out (not a dict built at import time) so lupdate sees every string.
         if state is EngineState.LOADING:
             return self.tr("Loading")
@@ -76,7 +84,11 @@ class StateIndicator(QWidget):
         self._state = state
         self.label.setText(self.state_text(state))
         color = STATE_COLORS[state]
-        self._dot.setStyleSheet(f"background: {color}; border-radius: 9px;")
+        if self.hands_free and self.muted:  # grey, or the state's colour in a grey ring: never "listening" green
+            color = self.MUTED_COLOR if state is EngineState.IDLE else color
+            self._dot.setStyleSheet(f"background: {color}; border-radius: 9px; border: 3px solid {self.MUTED_COLOR};")
+        else:
+            self._dot.setStyleSheet(f"background: {color}; border-radius: 9px;")
         self.setAccessibleName(self.label.text())
 
 

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.protocol import AnswerInterrupted, TurnsWithdrawn
+
 
 class WrappingText(QTextEdit):
     """Selectable text that always fits its width: it wraps between words, and anywhere inside a run
@@ -131,6 +133,7 @@ class AssistantItem(_Bubble):
         self.finished = False
         self.cancelled = False
         self.duration_s = 0.0
+        self.heard_s: float | None = None  # stopped (barge-in, the stop button): how much of it was heard
         self.body.setText("…")
         self.replay_button.setEnabled(False)  # nothing to replay until the answer is complete
         self._set_info()
@@ -155,9 +158,11 @@ class AssistantItem(_Bubble):
 
     def _set_info(self) -> None:
         parts = [self.mode_text()]
-        if self.finished:
+        if self.heard_s is not None:
+            parts.append(self.tr("interrupted after %1 s").replace("%1", f"{self.heard_s:.1f}"))
+        elif self.finished:
             parts.append(self.tr("%1 s of audio").replace("%1", f"{self.duration_s:.1f}"))
-        if self.cancelled:
+        if self.cancelled and self.heard_s is None:
             parts.append(self.tr("interrupted"))
         self.info.setText(" · ".join(parts))
         self.info.show()
@@ -271,6 +276,22 @@ class TranscriptView(QScrollArea):
         if item is None:
             item = self.start_assistant(turn_id, greedy=False)
         item.finish(text, duration_s, cancelled)
+
+    def on_turn_taking(self, event: TurnsWithdrawn | AnswerInterrupted) -> None:
+        """Hands-free: a take and its half-answer withdrawn (the user went on after a pause: the whole sentence
+        comes as a new take), or an answer stopped after some seconds of it were heard."""
+        if isinstance(event, AnswerInterrupted):
+            item = self.assistant_items.get(event.turn_id)
+            if item is not None:
+                item.heard_s = event.heard_s
+                item.cancelled = True
+                item._set_info()
+            return
+        for turn_id in event.turn_ids:
+            widget = self.user_items.pop(turn_id, None) or self.assistant_items.pop(turn_id, None)
+            if widget is not None:
+                widget.hide()
+                widget.deleteLater()
 
     def add_notice(self, text: str) -> NoticeItem:
         item = NoticeItem(text, self._content)

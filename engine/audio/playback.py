@@ -12,6 +12,9 @@ Threads and who owns what
   write position; the callback jumps its read position to that mark at the start of its next block, so the
   device hears silence from the next block on (plus whatever the device itself had already buffered, which is
   `output_latency_s` at most).
+* `duck()`, `silence()` and `restore()` (hands-free: the listener thread, the moment it hears the user over the
+  answer) set the gain the callback heads for; the callback ramps to it within GAIN_RAMP_S (a raised cosine,
+  computed into a preallocated scratch array) and owns the gain it has reached. `begin_utterance` restores it.
 
 Positions are absolute frame counts (they never wrap); the ring index is position % capacity. Python int reads
 and writes are atomic, and each side writes only its own positions, so no lock is needed between them.
@@ -33,6 +36,11 @@ from engine.audio.ring import ring_read, ring_write
 from engine.audio.stream import DeviceStream
 from engine.protocol import Event
 from engine.constants import ANSWER_SAMPLE_RATE as MODEL_OUTPUT_RATE
+
+# Hands-free: how far the answer is turned down while the user talks over it (`duck`: heard at once, before the
+# speech is known to be more than a backchannel), and how fast any gain change is made (no click, yet at once).
+DUCK_DB = -20.0
+GAIN_RAMP_S = 0.03
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,7 @@ class StreamingPlayer(DeviceStream):
         self._underruns_total = 0  # over the player's lifetime, across stream reopens
         self._flush_generation = 0  # bumped by every flush(); never reset, so stale utterances stay stale
         self._device_underflows = 0
+        self._gain_target = 1.0  # duck()/silence()/restore(): the gain the callback heads for
         self._init_stream_state(rate=48_000)
 
     # ------------------------------------------------------------------ properties
@@ -112,6 +121,13 @@ class StreamingPlayer(DeviceStream):
     def buffered_frames(self) -> int:
         """Device-rate frames queued and not yet handed to the device."""
         return max(0, self._write_pos - max(self._read_pos, self._flush_to))
+
+    @property
+    def unheard_frames(self) -> int:
+        """Device-rate frames queued and not heard: not yet handed to the device, or handed to it silenced."""
+        silenced = self._silenced_at
+        read = self._read_pos if silenced is None else min(self._read_pos, silenced)
+        return max(0, self._write_pos - max(read, self._flush_to))
 
     @property
     def frames_played(self) -> int:
@@ -142,6 +158,14 @@ class StreamingPlayer(DeviceStream):
         if utterance is None:
             return False
         return not (self._cb_uid == utterance.uid and self._cb_drained)
+
+    @property
+    def is_audible(self) -> bool:
+        """The current utterance is being heard: its first sample was handed to the device and it has not played
+        out (its own pauses included; a held or flushed one is not)."""
+        utterance = self._current_utterance()
+        return (utterance is not None and self._hold_at is None and self._cb_uid == utterance.uid
+                and self._cb_started and not self._cb_drained)
 
     def utterance_stats(self) -> UtteranceStats | None:
         """Stats of the current (or last, if not flushed) utterance, or None before the callback has seen it."""
@@ -205,8 +229,17 @@ class StreamingPlayer(DeviceStream):
         self._write_pos = 0  # producer-owned
         self._read_pos = 0  # callback-owned
         self._flush_to = 0  # set by flush(); the callback never reads below it
+        # hold(): the callback reads nothing at or after this position until release_hold() (None: no hold).
+        self._hold_at: int | None = None
         self._utterance: _Utterance | None = None
         self._frames_played = 0
+        # The gain (callback-owned): where it is, and the ramp it is on (from, to, frames of the ramp done).
+        ramp_frames = max(1, round(GAIN_RAMP_S * rate))
+        self._ramp = (0.5 - 0.5 * np.cos(np.pi * np.arange(1, ramp_frames + 1) / ramp_frames)).astype(np.float32)
+        self._gain_scratch = np.zeros(ramp_frames, dtype=np.float32)
+        self._gain = self._gain_from = self._gain_to = self._gain_target
+        self._gain_step = ramp_frames
+        self._silenced_at: int | None = None  # the ring position from which the gain was 0 (set by the callback)
         # What was handed to the device, by output frame (the last 2 s): the hands-free echo reference.
         self._played = np.zeros(2 * rate, dtype=np.float32)
         self._stream_serial = getattr(self, "_stream_serial", 0) + 1
@@ -240,6 +273,7 @@ class StreamingPlayer(DeviceStream):
                 return None
             self._uid += 1
             self._resampler.reset()
+            self._gain_target = 1.0
             self._utterance = _Utterance(uid=self._uid, generation=self._flush_generation)
             return self._uid
 
@@ -290,6 +324,43 @@ class StreamingPlayer(DeviceStream):
             return None
         return utterance
 
+    def hold(self) -> None:
+        """Hold the current utterance's sound (hands-free: the answer is prepared while the user may still go on
+        speaking); its chunks are queued as usual and nothing of them is heard until `release_hold()`."""
+        with self._lock:
+            self._hold_at = self._write_pos
+
+    def release_hold(self) -> None:
+        """Let the held utterance be heard, from its first sample: the safety margin before it is skipped where
+        its audio is queued already (it was made for chunks that have not arrived yet)."""
+        with self._lock:
+            utterance = self._current_utterance()
+            if self._hold_at is not None and utterance is not None and utterance.first_pos is not None \
+                    and self._write_pos > utterance.first_pos:
+                self._flush_to = max(self._flush_to, min(utterance.first_pos, self._write_pos))
+            self._hold_at = None
+
+    @property
+    def holding(self) -> bool:
+        return self._hold_at is not None
+
+    def duck(self) -> None:
+        """Turn the answer down by DUCK_DB (the user talks over it; it may be only a backchannel). Any thread."""
+        self._gain_target = float(10 ** (DUCK_DB / 20))
+
+    def silence(self) -> None:
+        """Fade the answer out (the user's speech will stop it; this is heard before the engine acts). Any thread."""
+        self._gain_target = 0.0
+
+    def restore(self) -> None:
+        """Back to full level (the speech over the answer was a backchannel). Any thread."""
+        self._gain_target = 1.0
+
+    @property
+    def gain(self) -> float:
+        """The gain the callback last applied (1.0: full level)."""
+        return self._gain
+
     def flush(self) -> int:
         """Barge-in: drop everything queued, at once, from any thread. The current utterance is closed, so late
         chunks from the cancelled answer are dropped until the next `begin_utterance`. Returns frames dropped."""
@@ -297,6 +368,7 @@ class StreamingPlayer(DeviceStream):
         self._flush_generation += 1
         self._utterance = None
         self._flush_to = self._write_pos
+        self._hold_at = None
         return dropped
 
     def _write(self, samples: np.ndarray, generation: int, timeout: float | None) -> bool:
@@ -337,7 +409,8 @@ class StreamingPlayer(DeviceStream):
         if status.output_underflow:
             self._device_underflows += 1
         read = max(self._read_pos, self._flush_to)
-        available = self._write_pos - read
+        hold_at = self._hold_at
+        available = (self._write_pos if hold_at is None else min(self._write_pos, hold_at)) - read
         count = min(frames, available)
         if count > 0:
             ring_read(self._ring, read, outdata[:count])
@@ -376,9 +449,38 @@ class StreamingPlayer(DeviceStream):
                 else:
                     self._cb_starving = False
 
+        self._apply_gain(outdata, frames, count, read)
         self._read_pos = read + count
         ring_write(self._played, self._frames_played, outdata[:frames, 0])
         self._frames_played += frames
+
+    def _apply_gain(self, outdata: np.ndarray, frames: int, count: int, read: int) -> None:
+        """Scale the block's `count` frames of sound by the gain, ramping towards `_gain_target` over GAIN_RAMP_S
+        of output time (in place; the ramp goes through the preallocated scratch array: nothing allocated but
+        views)."""
+        target = self._gain_target
+        if target != self._gain_to:  # a new target: ramp from where the gain is now
+            self._gain_from, self._gain_to, self._gain_step = self._gain, target, 0
+        ramp, step = self._ramp, self._gain_step
+        ramped = 0
+        if step < len(ramp):
+            ramped = min(frames, len(ramp) - step)
+            gains = self._gain_scratch[:ramped]
+            np.multiply(ramp[step:step + ramped], self._gain_to - self._gain_from, out=gains)
+            gains += self._gain_from
+            scaled = min(ramped, count)
+            if scaled > 0:
+                for channel in range(outdata.shape[1]):  # (a broadcast over the channels would allocate a buffer)
+                    column = outdata[:scaled, channel]
+                    column *= gains[:scaled]
+            self._gain_step = step + ramped
+            self._gain = self._gain_to if self._gain_step >= len(ramp) else float(gains[-1])
+        if self._gain != 1.0 and count > ramped:
+            outdata[ramped:count] *= self._gain
+        if self._gain != 0.0:
+            self._silenced_at = None
+        elif self._silenced_at is None:
+            self._silenced_at = read + min(ramped, count)
 
     def _audible_time(self, time_info: object, offset: int) -> float:
         """time.monotonic() at which sample `offset` of this block reaches the speaker."""

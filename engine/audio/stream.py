@@ -37,6 +37,12 @@ class DeviceStream:
         return self._device
 
     @property
+    def stream_latency_s(self) -> float | None:
+        """The latency PortAudio reports for the open stream (None: none open)."""
+        stream = self._stream
+        return float(stream.latency) if stream is not None else None
+
+    @property
     def died(self) -> bool:
         """The stream stopped without being closed (its device went away) and was not reopened since."""
         return self._stream_died

@@ -10,10 +10,8 @@ Three layers, each usable (and tested) on its own:
   speech is what a spectral double-talk check (`EchoSpectrum`) finds that no echo of the playback explains,
   heard by a VAD in the microphone's own frame: AEC3's suppressor holds a voice that talks over the answer
   down for up to a second.
-* `Segmenter`: frame by frame, where a take starts and ends: speech must last `min_speech_s` (coughs and
-  clicks are shorter) before the take starts, and the take starts `preroll_s` before the first voiced
-  frame, so no syllable is lost; it ends `end_silence_s` after the last voiced frame (the take keeps
-  `tail_s` of that silence), or is cut at `max_take_s`.
+* `Segmenter` (engine/audio/turn_taking.py): frame by frame, where a take starts, when it is handed over, when
+  the turn is over and whether speech that starts again continues it (a thinking pause) or is a backchannel.
 * `VoiceListener`: a thread that reads the microphone's stream from the recorder's history ring (the audio
   callback only moves samples there) and the playback that was handed to the speaker at the same moment
   (the player's played ring, paired per block in the capture callback), converts both to 16 kHz, runs the
@@ -34,6 +32,8 @@ import numpy as np
 
 from engine.audio.resample import StreamingResampler
 from engine.audio.ring import ring_read
+from engine.audio.turn_taking import (Segmenter, SpeechEnded, SpeechStarted, TalkOver, TalkOverEnded, TurnOver,
+                                      TurnSettled)
 from engine.constants import USER_SAMPLE_RATE
 
 RATE = USER_SAMPLE_RATE  # 16 kHz: the model's input rate, and a rate both WebRTC modules run natively
@@ -49,7 +49,14 @@ VOICE_HOLD_FRAMES = 60
 class VoiceOptions:
     """How hands-free listening decides (the settings dialog's values)."""
 
-    end_silence_s: float = 0.6  # silence after the last voiced frame that ends the take
+    # Turn-taking (engine/audio/turn_taking.py): silence after the last voiced frame after which the take is handed
+    # over (its answer prepared, not heard), after which the turn is over (the answer is heard), and within which
+    # speech that starts again continues the take; while the answer plays, speech that starts a take must last
+    # `barge_in_s` (backchannels are shorter).
+    end_silence_s: float = 0.6
+    handover_s: float = 0.2
+    join_s: float = 1.5
+    barge_in_s: float = 0.8
     min_speech_s: float = 0.1  # voiced time before a take starts (shorter sounds are ignored)
     preroll_s: float = 0.3  # audio kept from before the first voiced frame
     tail_s: float = 0.15  # audio kept after the last voiced frame
@@ -266,6 +273,7 @@ class VoiceProcessor:
         # slowly out of the echo.
         self._echo_for_talk_over = EchoLoudEnd(outlier_db=4.0)
         self._echo_spectrum = EchoSpectrum(excess_db=options.echo_excess_db)
+        self.far_active = False  # the far end played within the last 300 ms (the assistant is heard)
 
     def process(self, near: np.ndarray, far: np.ndarray | None) -> tuple[np.ndarray, bool, bool]:
         """`near`: FRAME float32 samples from the microphone; `far`: the FRAME samples handed to the speaker
@@ -288,6 +296,7 @@ class VoiceProcessor:
                 far_reference = recent
         else:
             clean = self._apm.process(near)
+        self.far_active = far_reference is not None
         level = _dbfs(clean)
         voiced = level >= options.floor_dbfs and self._vad_says(clean)
         raw = _dbfs(near)
@@ -345,87 +354,6 @@ class VoiceProcessor:
 
 
 @dataclass(frozen=True)
-class SpeechStarted:
-    start: int  # first frame of the take (pre-roll included)
-    onset: int  # first voiced frame (of talk-over, if that led up to the speech)
-    confirmed: int  # the frame at which the speech was long enough to count
-
-
-@dataclass(frozen=True)
-class SpeechEnded:
-    start: int
-    onset: int
-    last_voiced: int  # the last voiced frame: the end of speech
-    end: int  # one past the take's last frame
-    cut: bool  # ended at max_take_s, not by silence
-
-
-class Segmenter:
-    """Where takes start and end, frame by frame (pure: frame indices in, events out)."""
-
-    # A voiced run may have gaps this long (between syllables) and still count towards `min_speech_s`.
-    MAX_ONSET_GAP_FRAMES = 8
-    # How far back before the first speech frame a run of talk-over frames may date a take's start.
-    MAX_TALK_OVER_LEAD_FRAMES = 100
-
-    def __init__(self, options: VoiceOptions = VoiceOptions()) -> None:
-        self.options = options
-        self._min = max(1, round(options.min_speech_s * 100))
-        self._silence = max(1, round(options.end_silence_s * 100))
-        self._preroll = max(0, round(options.preroll_s * 100))
-        self._tail = max(0, min(round(options.tail_s * 100), self._silence))
-        self._max = max(self._min + 1, round(options.max_take_s * 100))
-        self.reset()
-
-    def reset(self) -> None:
-        self._onset: int | None = None
-        self._voiced = 0
-        self._last_voiced = -1
-        self._start: int | None = None  # set while a take is in progress
-        self._run: int | None = None  # first frame of the current run of speech or talk-over frames
-        self._last_heard = -1  # the last such frame
-
-    @property
-    def in_take(self) -> bool:
-        return self._start is not None
-
-    def push(self, index: int, speech: bool, talk_over: bool = False) -> SpeechStarted | SpeechEnded | None:
-        """Frame `index` (consecutive from the caller's 0) was speech or not; `talk_over` (VoiceProcessor's)
-        keeps a take going and dates its start back, but never starts one."""
-        heard = speech or talk_over
-        if self._start is None:
-            if heard:
-                if self._run is None or index - self._last_heard > self.MAX_ONSET_GAP_FRAMES:
-                    self._run = index
-                self._last_heard = index
-            if speech:
-                if self._onset is None:
-                    self._onset, self._voiced = index, 0
-                self._voiced += 1
-                self._last_voiced = index
-                if self._voiced >= self._min:
-                    first = self._onset
-                    if self._run is not None and self._run < first:
-                        first = max(self._run, first - self.MAX_TALK_OVER_LEAD_FRAMES)
-                    self._onset, self._start = first, max(0, first - self._preroll)
-                    return SpeechStarted(self._start, first, index)
-            elif self._onset is not None and index - self._last_voiced > self.MAX_ONSET_GAP_FRAMES:
-                self._onset = None
-            return None
-        if heard:
-            self._last_voiced = index
-        start, onset = self._start, self._onset if self._onset is not None else self._start
-        if index + 1 - start >= self._max:
-            self.reset()
-            return SpeechEnded(start, onset, index, index + 1, cut=True)
-        if index - self._last_voiced >= self._silence:
-            last = self._last_voiced
-            self.reset()
-            return SpeechEnded(start, onset, last, last + 1 + self._tail, cut=False)
-        return None
-
-
-@dataclass(frozen=True)
 class VoiceTake:
     """A take found by the listener: its cleaned 16 kHz audio and where it lies in the listener's frames."""
 
@@ -439,6 +367,11 @@ class VoiceTake:
     truncated: bool
     end_of_speech_t: float  # time.monotonic() when the last voiced frame was captured (estimate)
     preroll_s: float
+    # It continues take `continues` (a thinking pause): `audio` runs from that take's start, and the speech
+    # after the pause, as a take of its own, from sample `own_offset` (for an engine that cannot join them).
+    continues: int | None = None
+    own_offset: int = 0
+    turn_over: bool = False  # the turn was over already when it was handed over (its answer may be heard)
 
     @property
     def duration_s(self) -> float:
@@ -454,11 +387,18 @@ class VoiceListener:
     VoiceProcessor and a Segmenter on every 10 ms frame, and reports speech starts and finished takes.
 
     `recorder` must offer `listen_source()` (see PushToTalkRecorder); `player`, if given, `played_source()`.
-    Callbacks run on this thread: `on_start(seq, event)`, `on_take(take)`, `on_frame(clean, speech)`
-    (optional, tests and meters)."""
+    Callbacks run on this thread: `on_start(seq, event, continues)` (`continues`: the seq of the take this speech
+    joins, or None), `on_take(take)`, `on_turn(seq, settled)` (the turn of take `seq` is over: False; nothing
+    continues it any more: True), `on_frame(clean, speech)` (optional, tests and meters).
+
+    The listener also sets the player's gain itself, without waiting for the engine thread: it ducks the answer
+    while the user talks over it (`TalkOver`), restores it when that was a backchannel (or a click), and fades it
+    out when the user's speech starts a take, or may continue the one just answered (the engine stops or withdraws
+    the answer right after)."""
 
     def __init__(self, recorder: Any, player: Any, options: VoiceOptions, *,
-                 on_start: Callable[[int, SpeechStarted], None], on_take: Callable[[VoiceTake], None],
+                 on_start: Callable[[int, SpeechStarted, int | None], None], on_take: Callable[[VoiceTake], None],
+                 on_turn: Callable[[int, bool], None] | None = None,
                  on_frame: Callable[[np.ndarray, np.ndarray, bool], None] | None = None,
                  on_error: Callable[[BaseException], None] | None = None) -> None:
         self.recorder = recorder
@@ -466,6 +406,10 @@ class VoiceListener:
         self.options = options
         self._on_start = on_start
         self._on_take = on_take
+        self._on_turn = on_turn
+        self._ended_seq: int | None = None  # the last take handed over, while speech may continue it
+        self._take_continues: int | None = None  # the take in progress continues this one
+        self._ducked = False  # this listener turned the player down (TalkOver) and has not restored it
         self._on_frame = on_frame
         self._on_error = on_error
         self._stop = threading.Event()
@@ -489,6 +433,7 @@ class VoiceListener:
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout=5)
+        self._restore_answer()
 
     @property
     def running(self) -> bool:
@@ -527,6 +472,8 @@ class VoiceListener:
                     far_cursor, far_rs = None, None
                     near_buf = far_buf = np.zeros(0, np.float32)
                     segmenter.reset()
+                    self._ended_seq = None
+                    self._restore_answer()
                 if captured <= mic_cursor:
                     time.sleep(0.005)
                     continue
@@ -562,6 +509,8 @@ class VoiceListener:
                 muted = self._muted
                 if muted and not muted_before:
                     segmenter.reset()
+                    self._ended_seq = None
+                    self._restore_answer()
                 muted_before = muted
                 for k in range(frames):
                     near = near_buf[k * FRAME:(k + 1) * FRAME]
@@ -576,12 +525,12 @@ class VoiceListener:
                     self._clean[start:start + FRAME] = clean  # the capacity is a whole number of frames
                     if self._on_frame is not None:
                         self._on_frame(near, clean, speech)
-                    event = segmenter.push(index, speech and not muted, talk_over and not muted)
-                    if isinstance(event, SpeechStarted):
-                        self._seq -= 1
-                        self._on_start(self._seq, event)
-                    elif isinstance(event, SpeechEnded):
-                        self._deliver(event, frames - 1 - k)
+                    # The answer plays: its echo may still arrive, or it is being heard, its own pauses
+                    # included (a backchannel in a pause between its sentences must not stop it either).
+                    playing = processor.far_active or (self.player is not None and self.player.is_audible)
+                    event = segmenter.push(index, speech and not muted, talk_over and not muted, playing)
+                    if event is not None:
+                        self._on_event(event)
                 near_buf = near_buf[frames * FRAME:]
                 far_buf = far_buf[frames * FRAME:]
                 # A far end that runs ahead of the microphone (clock drift) is trimmed to a frame.
@@ -593,7 +542,44 @@ class VoiceListener:
                 time.sleep(0.1)
                 mic_cursor = None
 
-    def _deliver(self, event: SpeechEnded, frames_after: int) -> None:
+    def _restore_answer(self) -> None:
+        if self._ducked:
+            self._ducked = False
+            if self.player is not None:
+                self.player.restore()
+
+    def _on_event(self, event: object) -> None:
+        player = self.player
+        if isinstance(event, TalkOver):
+            if player is not None:
+                self._ducked = True
+                # Over a half-answer the speech will withdraw (a continuation): out; else down, until it is known
+                # to be more than a backchannel.
+                if event.continues:
+                    player.silence()
+                else:
+                    player.duck()
+        elif isinstance(event, TalkOverEnded):
+            self._restore_answer()
+        elif isinstance(event, SpeechStarted):
+            if player is not None and player.is_speaking:
+                player.silence()  # the engine stops it (barge-in, or a continuation withdraws it)
+            self._ducked = False
+            continues = self._ended_seq if event.continues else None
+            self._ended_seq, self._take_continues = None, continues
+            self._seq -= 1
+            self._on_start(self._seq, event, continues)
+        elif isinstance(event, SpeechEnded):
+            self._deliver(event)
+            self._ended_seq = None if event.cut else self._seq
+        elif isinstance(event, (TurnOver, TurnSettled)) and self._ended_seq is not None:
+            seq = self._ended_seq
+            if isinstance(event, TurnSettled):
+                self._ended_seq = None
+            if self._on_turn is not None:
+                self._on_turn(seq, isinstance(event, TurnSettled))
+
+    def _deliver(self, event: SpeechEnded) -> None:
         first, last = event.start * FRAME, event.end * FRAME
         last = min(last, self.frames * FRAME)
         audio = np.empty(last - first, np.float32)
@@ -603,5 +589,7 @@ class VoiceListener:
         take = VoiceTake(
             seq=self._seq, audio=audio, sample_rate=RATE, start_frame=event.start, onset_frame=event.onset,
             end_of_speech_frame=event.last_voiced, end_frame=event.end, truncated=event.cut,
-            end_of_speech_t=time.monotonic() - after_speech, preroll_s=(event.onset - event.start) / 100.0)
+            end_of_speech_t=time.monotonic() - after_speech, preroll_s=(event.onset - event.start) / 100.0,
+            continues=self._take_continues if event.continues else None,
+            own_offset=max(0, event.own_start - event.start) * FRAME, turn_over=event.turn_over)
         self._on_take(take)

@@ -503,6 +503,19 @@ class ChatSession:
                 assert self.lazy_capture is not None
                 self.lazy_capture.run_all()
 
+    def withdraw_after(self, last_kept: object) -> None:
+        """Take back the turns after `last_kept` (a turn of the conversation, read before them; None: all but the
+        system prompt): a hands-free take and its half-answer, withdrawn because the user went on speaking. The
+        cache is filled again with what stays (the same path as a new conversation's start)."""
+        with self._exclusive("withdraw"):
+            turns = self.conversation.turns
+            keep = next((i + 1 for i, turn in enumerate(turns) if turn is last_kept), None)
+            if keep is None:  # a trim dropped it: the take and its answer are the last two turns
+                keep = len(turns) - 2 if len(turns) >= 3 and turns[-2].role == "user" else len(turns)
+            if keep < len(turns):
+                del turns[keep:]
+                self._start(self.conversation)
+
     def close(self) -> None:
         if self.lazy_capture is not None:
             self.lazy_capture.drop()  # the rungs not yet in are never captured

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import protocol as p
 from engine.worker.records import ANSWER_RATE
-from engine.worker.table import VoiceStarted
+from engine.worker.table import VoiceStarted, VoiceTurnOver
 from engine.worker.takes import TakeReady, Takes
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class AudioPorts:
         self._reconciled: Any = None  # the listener the last reconcile_listener left running
         self._listener_key: tuple | None = None
         self._hands_free_posted: p.HandsFreeState | None = None
+        self._echo_advised: tuple | None = None  # the devices the user was last advised on
 
     # ------------------------------------------------------------------ devices
 
@@ -133,11 +134,12 @@ class AudioPorts:
         return max(0, self.player.underruns - before) if self.player is not None else 0
 
     def queued_samples(self) -> int | None:
-        """Answer samples (at ANSWER_RATE) queued but not yet heard; None without a player."""
+        """Answer samples (at ANSWER_RATE) queued but not heard (not yet played, or played silenced: the listener
+        fades out an answer the user's speech will stop); None without a player."""
         player = self.player
         if player is None:
             return None
-        return int(player.buffered_frames * ANSWER_RATE / max(1, player.samplerate))
+        return int(player.unheard_frames * ANSWER_RATE / max(1, player.samplerate))
 
     # ------------------------------------------------------------------ hands-free
 
@@ -166,18 +168,33 @@ class AudioPorts:
                                    max_take_s=float(self.takes._options.get("max_take_s", 60.0)))
             self.listener = VoiceListener(
                 recorder, player, options,
-                on_start=lambda seq, event: self._put_command(VoiceStarted(seq, time.monotonic())),
+                on_start=lambda seq, event, continues: self._put_command(VoiceStarted(seq, time.monotonic(), continues)),
                 on_take=lambda take: self.takes.channel.put(TakeReady(take)),
+                on_turn=lambda seq, settled: self._put_command(VoiceTurnOver(seq, settled)),
                 on_error=lambda exc: self._post(p.EngineError(kind="take", message="Hands-free listening failed.",
                                                               details=repr(exc))))
             self._listener_key = key
             self.listener.start()
+            if hands_free.echo_cancellation:
+                self._advise_on_echo(recorder, player)
         self.listener.set_muted(hands_free.muted)
         self.post_hands_free(hands_free)
         # Replaced here, or stopped elsewhere since the last call (a device change closes the streams and the
         # listener with them): either way the listener that may have begun a take is not the one running now.
         self._reconciled = self.listener
         return replaced or (previous is not None and previous is not self.listener)
+
+    def _advise_on_echo(self, recorder: Any, player: Any) -> None:
+        """Tell the user (once per pair of devices) when they make echo cancellation unreliable."""
+        from engine.audio.echo_advice import echo_risks
+
+        risks = echo_risks(recorder.device, player.device, input_latency_s=recorder.stream_latency_s,
+                           output_latency_s=player.stream_latency_s)
+        key = (getattr(recorder.device, "name", None), getattr(player.device, "name", None))
+        if risks and key != self._echo_advised:
+            template, values = risks[0]
+            self._post(p.EngineNotice(template.format(**values), template, tuple(sorted(values.items()))))
+        self._echo_advised = key
 
     def stop_listener(self) -> None:
         listener, self.listener = self.listener, None

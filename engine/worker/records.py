@@ -45,6 +45,10 @@ class RecordBook:
         self.conversation = 1  # counts conversations: a new one starts at every clear()
         self.on_finished = on_finished
         self._finished: set[int] = set()
+        # Hands-free (engine/worker/voice_turns.py): the records from this index on are provisional (a take the
+        # user may still continue, and its answer): finishing them waits for settle(), withdraw() drops them.
+        self._provisional_from: int | None = None
+        self._deferred: list[TurnRecord] = []
 
     def __iter__(self) -> Iterator[TurnRecord]:
         return iter(self.records)
@@ -61,8 +65,13 @@ class RecordBook:
         return next((r for r in self.records if r.turn_id == turn_id), None)
 
     def finish(self, record: TurnRecord) -> None:
-        """The record is complete (audio, text, metrics): hand it to the listener, once."""
+        """The record is complete (audio, text, metrics): hand it to the listener, once (a provisional one when
+        it is settled)."""
         if record.turn_id in self._finished:
+            return
+        if self._provisional_from is not None and any(r is record for r in self.records[self._provisional_from:]):
+            if not any(r is record for r in self._deferred):
+                self._deferred.append(record)
             return
         self._finished.add(record.turn_id)
         if self.on_finished is not None:
@@ -71,7 +80,32 @@ class RecordBook:
             except Exception:  # noqa: BLE001 - a history problem must not stop the conversation
                 log.exception("the record listener failed for turn %d", record.turn_id)
 
+    def begin_provisional(self) -> None:
+        """The records added from now on are provisional (settled before, if some were)."""
+        self.settle()
+        self._provisional_from = len(self.records)
+
+    @property
+    def provisional(self) -> list[TurnRecord]:
+        return [] if self._provisional_from is None else self.records[self._provisional_from:]
+
+    def settle(self) -> None:
+        """The provisional records are final: those finished meanwhile go to the listener now, in order."""
+        deferred, self._deferred, self._provisional_from = self._deferred, [], None
+        for record in deferred:
+            self.finish(record)
+
+    def withdraw(self) -> list[TurnRecord]:
+        """Drop the provisional records as if they had never been made (none reaches the listener)."""
+        if self._provisional_from is None:
+            return []
+        withdrawn = self.records[self._provisional_from:]
+        del self.records[self._provisional_from:]
+        self._deferred, self._provisional_from = [], None
+        return withdrawn
+
     def clear(self) -> None:
+        self.settle()
         self.records.clear()
         self.conversation += 1
 

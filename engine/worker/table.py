@@ -61,6 +61,16 @@ class VoiceStarted:
 
     seq: int
     heard_t: float  # time.monotonic() when the speech was confirmed
+    continues: int | None = None  # the take (seq) this speech continues after a pause (engine/worker/voice_turns.py)
+
+
+@dataclass(frozen=True)
+class VoiceTurnOver:
+    """Internal: the listener's silence after take `seq` says its turn is over (the answer may be heard) or,
+    `settled`, that nothing continues it any more (engine/worker/voice_turns.py)."""
+
+    seq: int
+    settled: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,7 @@ _ROWS: dict[type, tuple[Rule, ...]] = {
     p.EndTake:       (RUN,          RUN,          RUN, RUN,            AFTER,   AFTER,   RUN,        RUN,      AFTER, RUN),
     # Barge-in by voice: as StartTake, but never refused (without a model it is simply not acted on).
     VoiceStarted:    (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   AFTER, RUN),
+    VoiceTurnOver:   (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
     # Flags for the listener only: at once in every phase (a mute during a voice take drops it).
     p.SetHandsFree:  (RUN,          RUN,          RUN, RUN,            RUN,     RUN,     RUN,        RUN,      RUN, RUN),
     p.Cancel:        (RUN,          RUN,          RUN, RUN,            CANCEL,  CANCEL,  CANCEL,     CANCEL,   RUN, RUN),

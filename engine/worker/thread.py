@@ -32,7 +32,6 @@ import numpy as np
 from engine import protocol as p
 from engine.errors import UserFacingError
 from engine.history import engine_commands as history_commands
-from engine.history.audio import canonical_take
 from engine.history.service import HistoryKeeper
 from engine.worker.audio_ports import AudioPorts
 from engine.worker.helper_thread import wait_for_helper
@@ -49,11 +48,13 @@ from engine.worker.table import (
     Phase,
     SetPrompt,
     VoiceStarted,
+    VoiceTurnOver,
     rule_for,
 )
 from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
-from engine.worker.turn import ActiveTurn, run_turn
+from engine.worker.turn import ActiveTurn, answer_take
 from engine.worker import voice_training
+from engine.worker.voice_turns import VoiceTurns
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class EngineWorker:
         self.hands_free = p.SetHandsFree(enabled=False)  # hands-free listening as the window asked for it
         self.last_load: p.Load | None = None  # the Load the session in use came from
         self.voice_training = voice_training.VoiceTrainingHost(self)  # clips for a voice, and its training process
+        self.voice_turns = VoiceTurns()  # a voice take answered provisionally (engine/worker/voice_turns.py)
 
     # ------------------------------------------------------------------ thread handle
 
@@ -281,6 +283,7 @@ class EngineWorker:
         waiting commands (`_pending`), whose earlier ones have all run."""
         if self._stopping and not isinstance(command, p.Ping):
             return
+        self.voice_turns.before_command(self, command)
         try:
             rule = rule_for(command, self.phase)
         except KeyError:
@@ -332,8 +335,8 @@ class EngineWorker:
     def _cancel_activity(self) -> None:
         """Stop what runs now: silence first (that is what the user hears), then the rest."""
         phase = self.phase
-        if self.turn is not None:
-            self.turn.note_heard(self.audio.queued_samples())
+        if self.turn is not None and self.turn.note_heard(self.audio.queued_samples()) and not self.turn.withdrawn:
+            self._post(p.AnswerInterrupted(self.turn.turn_id, self.turn.heard_samples / ANSWER_RATE))
         if phase in (Phase.THINKING, Phase.SPEAKING, Phase.PLAYING_OUT, Phase.REPLAYING) and self.player is not None:
             self.player.flush()
         if phase in (Phase.THINKING, Phase.SPEAKING):
@@ -357,6 +360,7 @@ class EngineWorker:
     def _tick(self) -> None:
         if self.hands_free.enabled or self.audio.listener is not None:
             self._reconcile_listener()
+        self.voice_turns.tick(self, time.monotonic())
         if self.phase is Phase.PLAYING_OUT and self.turn is not None:
             finished = self.audio.playback_finished()
             if self.turn.metrics is None and (finished or self._first_audible(self.turn) is not None):
@@ -481,6 +485,8 @@ class EngineWorker:
             return
         if self.phase is Phase.RECORDING or self.phase not in RESTING:
             return  # a take is in progress already (a press, or this voice's), or the engine is busy
+        if self.voice_turns.joining == command.seq:
+            self.voice_turns.withdraw(self)  # the user went on after a pause: one take of the whole sentence
         self.takes.voice(command.seq)
         self._set_phase(Phase.RECORDING)
 
@@ -489,10 +495,15 @@ class EngineWorker:
         A listener stopped or rebuilt (new timings, echo cancellation switched) never delivers the voice take it
         had begun: that take is dropped, as a mute drops it, rather than left open for ever."""
         want = self.hands_free.enabled and self.session is not None and self.phase is not Phase.LOADING
-        if self.audio.reconcile_listener(self.hands_free, want) and self.phase is Phase.RECORDING \
-                and self.takes.is_voice:
+        replaced = self.audio.reconcile_listener(self.hands_free, want)
+        if replaced:
+            self.voice_turns.settle(self)  # no continuation will come from that listener
+        if replaced and self.phase is Phase.RECORDING and self.takes.is_voice:
             self.takes.drop()
             self._set_phase(self._rest_phase())
+
+    def _on_VoiceTurnOver(self, command: VoiceTurnOver) -> None:
+        self.voice_turns.on_turn_over(self, command)
 
     def _on_EndTake(self, command: p.EndTake) -> None:
         # Nothing to end when the press failed or the take was cancelled or cut at the limit. The take
@@ -522,26 +533,10 @@ class EngineWorker:
         if not keep:
             return  # cancelled, or overtaken by a Load/Reset
         self.takes.settled()
-        take = message.take
-        if self.voice_training.takes_clip(take):  # the voice wizard's clip: saved, not answered
+        if self.voice_training.takes_clip(message.take):  # the voice wizard's clip: saved, not answered
             self._set_phase(self._rest_phase())
             return
-        # Cut at the limit while still held: the take ends now, so "release" is now. A hands-free take ended
-        # when the speech did: the latency counts from there (what the user feels), the wait for the
-        # end-of-speech silence included and measured on its own.
-        wait_ms = None
-        end_of_speech_t = getattr(take, "end_of_speech_t", None)
-        if end_of_speech_t is not None and self.takes.released_t is None:
-            self.takes.released_t = end_of_speech_t
-            wait_ms = max(0.0, (time.monotonic() - end_of_speech_t) * 1000.0)
-        if self.takes.released_t is None:
-            self.takes.released_t = time.monotonic()
-        # On the 24-bit grid (inaudibly): the saved take then re-embeds bit for bit when continued.
-        wave = canonical_take(take.audio)
-        user = self.book.add(TurnRecord(self._new_id(), "user", wave, int(take.sample_rate)))
-        self._post(p.UserTakeAdded(user.turn_id, user.duration_s))
-        self.book.finish(user)
-        run_turn(self, wave, self.takes.released_t, end_of_speech_wait_ms=wait_ms)
+        answer_take(self, message.take)
 
     # ------------------------------------------------------------------ a turn
 
@@ -563,8 +558,9 @@ class EngineWorker:
         turn.metrics = turn.metrics_from(self._first_audible(turn), self.audio.underruns_since(turn.underruns_before))
         if turn.record is not None:
             turn.record.metrics = turn.metrics
-            self.book.finish(turn.record)
-        self._post(turn.metrics)
+            self.book.finish(turn.record)  # (provisional: when settled; withdrawn: never)
+        if not turn.withdrawn:
+            self._post(turn.metrics)
 
     # ------------------------------------------------------------------ replay and export
 
@@ -602,6 +598,7 @@ class EngineWorker:
     def _teardown(self) -> None:
         if self.turn is not None:
             self.turn.cancel.set()
+        self.voice_turns.settle(self)
         self.voice_training.shutdown()
         self.history.close()  # what the writer still has is saved first (bounded wait)
         self.audio.close()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine import protocol as p
+from engine.history.audio import canonical_take
 from engine.history.service import answer_tokens
 from engine.worker.records import ANSWER_RATE, TurnRecord
 from engine.worker.table import Phase
@@ -66,15 +67,19 @@ class ActiveTurn:
     metrics: p.TurnMetrics | None = None
     sampling: p.SamplingSettings | None = None  # what it was generated with (kept in the history)
     heard_samples: int | None = None  # set when it is cut: how much of it had been heard
-    end_of_speech_wait_ms: float | None = None  # hands-free: from the end of speech to the take's end
+    end_of_speech_wait_ms: float | None = None  # hands-free: from the end of speech until the answer may be heard
+    held: bool = False  # hands-free: its sound waits for the end of the turn (engine/worker/voice_turns.py)
+    withdrawn: bool = False  # hands-free: stopped because the user went on speaking; taken back, not measured
 
-    def note_heard(self, queued: int | None) -> None:
+    def note_heard(self, queued: int | None) -> bool:
         """How much of the answer was heard when it is cut (the history keeps that much of its sound):
-        `queued`, the samples still in the player (None: no player)."""
+        `queued`, the samples still in the player (None: no player). True if it was noted now."""
         if self.heard_samples is None and queued is not None and self.utterance_id is not None:
-            self.heard_samples = max(0, self.samples - queued)
+            self.heard_samples = 0 if self.held else max(0, self.samples - queued)
             if self.record is not None:
                 self.record.heard_samples = self.heard_samples
+            return True
+        return False
 
     @property
     def audio_s(self) -> float:
@@ -160,7 +165,30 @@ def _queue_audio(turn: ActiveTurn, player: Any, pcm: np.ndarray, post: Callable[
         post(p.LiveRtf(turn.turn_id, (now - turn.first_output_t) / turn.audio_s, turn.frames))
 
 
-def run_turn(worker: Any, wave: np.ndarray, release_t: float, *, end_of_speech_wait_ms: float | None = None) -> None:
+def answer_take(worker: Any, take: Any) -> None:
+    """A take arrived (a push-to-talk press's or the hands-free listener's): its record, and its answer."""
+    # Cut at the limit while still held: the take ends now, so "release" is now. A hands-free take ended when the
+    # speech did: the latency counts from there (what the user feels), the wait for the end of the turn included
+    # and measured on its own (until the answer may be heard: engine/worker/voice_turns.py).
+    takes, voice_turns = worker.takes, worker.voice_turns
+    wait_ms = None
+    end_of_speech_t = getattr(take, "end_of_speech_t", None)
+    if end_of_speech_t is not None and takes.released_t is None:
+        takes.released_t = end_of_speech_t
+        wait_ms = max(0.0, (time.monotonic() - end_of_speech_t) * 1000.0)
+    if takes.released_t is None:
+        takes.released_t = time.monotonic()
+    # On the 24-bit grid (inaudibly): the saved take then re-embeds bit for bit when continued.
+    wave = canonical_take(voice_turns.take_audio(take))
+    hold = voice_turns.begin(worker, take)
+    user = worker.book.add(TurnRecord(worker._new_id(), "user", wave, int(take.sample_rate)))
+    worker._post(p.UserTakeAdded(user.turn_id, user.duration_s))
+    worker.book.finish(user)  # (a provisional one: when it is settled)
+    run_turn(worker, wave, takes.released_t, end_of_speech_wait_ms=wait_ms, hold=hold)
+
+
+def run_turn(worker: Any, wave: np.ndarray, release_t: float, *, end_of_speech_wait_ms: float | None = None,
+             hold: bool = False) -> None:
     """One answer to a take, from respond() to the end of its generation (the engine thread, `worker`, owns
     the phases and the records; its `_close_turn` ends the turn once the sound has played out)."""
     session = worker.session
@@ -168,9 +196,13 @@ def run_turn(worker: Any, wave: np.ndarray, release_t: float, *, end_of_speech_w
     turn = ActiveTurn(worker._new_id(), TurnClock(release_t, time.monotonic()), worker.sampling.greedy,
                       sampling=worker.sampling, end_of_speech_wait_ms=end_of_speech_wait_ms)
     worker.turn = turn
+    worker.voice_turns.answer_started(turn.turn_id)
     # None when the speaker cannot be opened: the player has said why, and the answer is still
     # generated and kept (replay/export once the device is back).
     turn.utterance_id = player.begin_utterance()
+    if hold and turn.utterance_id is not None and worker.voice_turns.holds(turn.turn_id):
+        turn.held = True
+        player.hold()
     turn.underruns_before = player.underruns
     worker._set_phase(Phase.THINKING)
     worker._post(p.AssistantTurnStarted(turn.turn_id, greedy=turn.greedy))
