@@ -441,15 +441,15 @@ def run_voice_training(out: Path, *, learning: bool = True, runs: list[int] | No
     started = time.perf_counter()
     section["checkpoint"] = _child(["--write", str(folder)], timeout=900)
     section["checkpoint"]["write_s"] = time.perf_counter() - started
-    runs = []
+    speed = []
     for label, gib, precision in [SPEED_RUNS[i] for i in runs] if runs is not None else SPEED_RUNS:
         run = _child(["--speed", str(folder), "--cap-bytes", str(allocator_cap_bytes(gib)), "--precision", precision], timeout=600)
         run.update(card=label, card_gib=gib, precision=precision)
-        runs.append(run)
+        speed.append(run)
         print(json.dumps({k: run.get(k) for k in ("card", "precision", "step_s_median", "positions_per_s", "achieved_tflops",
                                                    "peak_driver_gb", "within_cap_and_planned", "out_of_memory", "error")}), flush=True)
-    section["speed"] = runs
-    section["card_estimates"] = estimate_minutes(runs)
+    section["speed"] = speed
+    section["card_estimates"] = estimate_minutes(speed)
     if learning:
         options = learning_options or {}
         arguments = [f"--{key}={value}" for key, value in options.items()]
