@@ -79,8 +79,8 @@ def steps_per_epoch(samples: Sequence[VoiceSample], budget: TokenBudget, *, seed
     return len(epoch_batches(samples, budget, seed=seed, epoch=0))
 
 
-def default_steps(samples: Sequence[VoiceSample], budget: TokenBudget, *, epochs: float) -> int:
-    return max(1, math.ceil(steps_per_epoch(samples, budget) * epochs))
+def default_steps(samples: Sequence[VoiceSample], budget: TokenBudget, *, epochs: float, at_least: int = 1) -> int:
+    return max(at_least, math.ceil(steps_per_epoch(samples, budget) * epochs))
 
 
 def collate(batch: Sequence[VoiceSample]):

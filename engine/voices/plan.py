@@ -44,6 +44,9 @@ ADAPTER_BYTES_PER_PARAMETER = 16  # float32 weight, gradient and AdamW's two mom
 # cuBLAS workspaces, the allocator's fragmentation.
 OVERHEAD_BYTES = int(0.6 * GB)
 MAX_BUDGET_POSITIONS = 8192
+# The fewest optimizer steps a run takes by default: batches are large (100-250 s of speech at full size on 6-8 GB
+# cards), so 3 epochs of 30 minutes would be only 20-100 updates of the adapter.
+MIN_DEFAULT_STEPS = 100
 MIN_BUDGET_POSITIONS = 256
 
 # Multiply-adds ×2 per unit of work of the full-size model (engine/bench/voice_training.py prints them):
@@ -145,7 +148,7 @@ def step_seconds(flop_per_step: float, tensor_tflops: float | None, *, host_seco
 
 def estimated_seconds(positions: int, audio_frames: int, text_labels: int, budget: TokenBudget, tensor_tflops: float | None) -> float | None:
     """An ESTIMATE of a whole training of that much work in batches of `budget` on a card of `tensor_tflops`."""
-    steps = max(1, math.ceil(positions / max(1, budget.positions)))
+    steps = max(MIN_DEFAULT_STEPS, math.ceil(positions / max(1, budget.positions)))
     step = step_seconds(training_flop(positions, audio_frames, text_labels) / steps, tensor_tflops)
     return None if step is None else steps * step
 

@@ -98,7 +98,7 @@ def train_voice(request: RunRequest, *, on_event: Callable[[Event], None], shoul
         on_event({"event": "cancelled", "step": checkpoint.step if checkpoint else 0})
         return TrainingLog(status="cancelled")
     budget = budget or _budget(request)
-    steps = steps or default_steps(data.train, budget, epochs=default_epochs(data.seconds))
+    steps = steps or default_steps(data.train, budget, epochs=default_epochs(data.seconds), at_least=plan.MIN_DEFAULT_STEPS)
     every = every or max(MIN_STEPS_BETWEEN_CHECKPOINTS, steps // CHECKPOINTS_PER_RUN)
     record = TrainingLog(steps=steps, device=_device_name(device), precision=options.precision,
                          options={**asdict(options), "budget": asdict(budget), "steps": steps, "checkpoint_every": every},
