@@ -458,6 +458,7 @@ class EngineMachine(RuleBasedStateMachine):
             time.sleep(0.01)
         assert player.gain == 1.0 or not player.is_audible, f"the answer stayed ducked after 「{word}」"
         CTX.backchannels += player.is_audible
+        self._send(p.Cancel())  # (the stop button: the next rules need not wait for the rest of a 20 s answer)
 
     @precondition(lambda self: not self.stopped and self.microphone != MISSING_MIC)
     @rule(during=st.booleans(), seed=st.integers(0, 20))
