@@ -1,10 +1,14 @@
-"""The main window: push-to-talk, transcript, meters, status bar; it turns engine events into
-widget updates and user actions into commands. It never waits for the engine."""
+"""The main window: it places push-to-talk, the transcript, the meters and the status bar, turns engine events
+into widget updates and user actions into commands, and never waits for the engine.
+
+Its other concerns live in modules of their own, each a small class holding the window: the settings dialog and
+applying it (app/settings_flow.py), errors in the banner (app/engine_problems.py), a new conversation and export
+(app/conversation_flow.py), the status bar (app/widgets/status_bar.py), hands-free (app/widgets/hands_free.py),
+the history (app/widgets/history.py) and voices (app/voices/)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 
 import shiboken6
@@ -16,8 +20,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
-    QMessageBox,
-    QProgressBar,
     QSplitter,
     QToolBar,
     QVBoxLayout,
@@ -42,7 +44,6 @@ from engine.protocol import (
     EngineNotice,
     EngineState,
     Event,
-    Export,
     Exported,
     InputLevel,
     ListDevices,
@@ -52,7 +53,6 @@ from engine.protocol import (
     PrecisionInUse,
     Progress,
     ReplayTurn,
-    Reset,
     SelectDevices,
     StartTake,
     StateChanged,
@@ -65,15 +65,14 @@ from engine.model.store import looks_like_repo_id
 from engine.settings import DEFAULT_MODEL_SOURCE, LoadResult, Settings, save_settings
 
 from app.bridge import EngineBridge
-from app.engine_messages import engine_str, engine_text, library_words
+from app.conversation_flow import ConversationFlow
+from app.engine_messages import engine_text, library_words
 from app.engine_problems import EngineProblems
-from app.i18n import transcript_labels
 from app.first_run import FirstRunDialog
 from app.settings_dialog import SettingsDialog, looks_like_path
 from app.settings_flow import SettingsFlow
 from app.voices.ui import VoiceUi
 from app.widgets.banner import MessageBanner
-from app.widgets.export_dialog import ask_export_path, with_wav_suffix
 from app.widgets.global_ptt import GlobalKeys
 from app.widgets.hands_free import HandsFreeUi
 from app.widgets.history import HistoryUi
@@ -81,13 +80,8 @@ from app.widgets.latency import LatencyMeter
 from app.widgets.meters import ContextGauge, LevelMeter, RtfReadout, StateIndicator
 from app.widgets.ptt import PttButton, PttKeyFilter, key_from_text, key_to_text
 from app.widgets.scrolling import VerticalScrollArea
-from app.widgets.short_label import ShortLabel
+from app.widgets.status_bar import StatusBarUi
 from app.widgets.transcript import TranscriptView
-
-
-
-def _format_gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 class MainWindow(QMainWindow):
@@ -108,7 +102,6 @@ class MainWindow(QMainWindow):
         self.last_error: EngineError | None = None
         self.engine_dead = False
         self.engine_unresponsive = False  # alive but not answering pings (the bridge's watchdog)
-        self.exported_paths: tuple[str, ...] = ()
         self.audio_chunks = 0  # answer audio chunks queued for playback in this session
         self.demo_override = False  # `--demo` on the command line: demo model, not saved
         # Turns the engine holds (what an export would write): the transcript may show more, e.g.
@@ -124,14 +117,13 @@ class MainWindow(QMainWindow):
         # nor shown as current; the dialog then shows the voice that is really in use.
         self.confirmed_lora = self.settings.lora
         self.mic_missing = False
-        self.confirm_box: QMessageBox | None = None
         self._voice_refused = False  # the engine refused the voice of the load under way
-        self.export_banner = ""  # the text of the banner that says where the last export went
         # The system-wide keys (push-to-talk, mute), one hook for both; None while neither is system-wide.
         self.global_key: GlobalKeys | None = None
         # The platform adds the application's display name ("VoiceChat") to the title itself.
         self.setWindowTitle(self.tr("Japanese voice chat"))
         self.resize(1100, 760)
+        self.conversation = ConversationFlow(self)  # a new conversation, the question before an erase, export
         self._build_ui()
         self.problems = EngineProblems(self)  # the banner's errors, and what takes them down
         self.settings_flow = SettingsFlow(self)  # the settings dialog, and applying its result
@@ -167,10 +159,10 @@ class MainWindow(QMainWindow):
         self.stop_action.triggered.connect(lambda: self.bridge.send(Cancel()))
         self.reset_action = QAction(self.tr("New conversation"), self)
         self.reset_action.setShortcut(QKeySequence.StandardKey.New)
-        self.reset_action.triggered.connect(self.reset_conversation)
+        self.reset_action.triggered.connect(self.conversation.ask_new_conversation)
         self.export_action = QAction(self.tr("Export…"), self)
         self.export_action.setShortcut(QKeySequence.StandardKey.Save)
-        self.export_action.triggered.connect(self.choose_export_path)
+        self.export_action.triggered.connect(self.conversation.choose_export_path)
         self.hands_free = HandsFreeUi(self, self.bridge.send, self._on_hands_free_switched)
         self.hands_free_action, self.mute_action = self.hands_free.switch_action, self.hands_free.mute_action
         for action in (self.stop_action, self.reset_action, self.export_action, self.hands_free_action,
@@ -202,7 +194,7 @@ class MainWindow(QMainWindow):
         lb.addWidget(latency_scroll, 1)
         # The history: a dock beside the conversation, and saved conversations read behind the live one.
         self.history = HistoryUi(self, self.bridge.send, self.transcript, self._on_retention_changed,
-                                 on_live_deleted=self._reset_now)
+                                 on_live_deleted=self.conversation.start_new)
         toolbar.addAction(self.history.toggle_action)
         self.voices = VoiceUi(self)  # the 声 menu, the voice wizard, a voice's zip (app/voices)
         self.voices.add_to(toolbar)
@@ -232,21 +224,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         # Status bar: what runs where, so a user can tell a slow CPU fallback from a GPU at a glance.
-        status = self.statusBar()
-        self.progress_label = QLabel(self)
-        self.progress_bar = QProgressBar(self)
-        self.progress_bar.setMaximumWidth(200)
-        self.progress_bar.setTextVisible(False)
-        self.device_label = QLabel(self)
-        self.vram_label = QLabel(self)
-        # The reason for no CUDA graphs is long (a slow CPU): shortened in a narrow window, whole in its tooltip.
-        self.graphs_label = ShortLabel(self)
-        self.model_label = QLabel(self)
-        self.voice_label = QLabel(self)
-        status.addWidget(self.progress_label)
-        status.addWidget(self.progress_bar)
-        for label in (self.device_label, self.vram_label, self.graphs_label, self.model_label, self.voice_label):
-            status.addPermanentWidget(label)
+        self.status_bar = StatusBarUi(self)
         self._show_info(None)
 
     def _apply_ptt_key_label(self) -> None:
@@ -425,106 +403,6 @@ class MainWindow(QMainWindow):
         # ends where the finger lifted, so a tap of the key and a click of the button are measured alike.
         self.bridge.send(EndTake(at=self.ptt.released_at))
 
-    def has_conversation(self) -> bool:
-        return bool(self.transcript.user_items or self.transcript.assistant_items)
-
-    def confirm_erase(self, question: str, proceed: Callable[[], None],
-                      keep: Callable[[], None] | None = None) -> QMessageBox | None:
-        """Ask before `proceed` erases the conversation, offering to export it first; `keep` runs if
-        the user keeps it. Without a conversation there is nothing to lose: `proceed` runs at once.
-
-        The box is window-modal but asynchronous (open()), so the engine's events keep arriving."""
-        if not self.has_conversation():
-            proceed()
-            return None
-        saved = self.history.saves_this_conversation()
-        if saved:
-            # Nothing is erased: the conversation stays in the history, only the model starts afresh.
-            title = self.tr("Start a new conversation?")
-            question += "\n\n" + self.tr("The current conversation stays in the history, where you can read, "
-                                          "replay, export or continue it.")
-        else:
-            title = self.tr("Erase the conversation?")
-            question += "\n\n" + self.tr("This conversation is not being saved in the history: it will be erased.")
-        box = QMessageBox(QMessageBox.Icon.Question, title, question, QMessageBox.StandardButton.NoButton, self)
-        if self.engine_turns:
-            # Not "to keep it, export it" where the history keeps it: that would contradict the line above.
-            box.setInformativeText(self.tr("You can also export it first (audio, transcript and timings).") if saved
-                                   else self.tr("To keep a copy, export it first (audio, transcript and timings)."))
-            box.export_button = box.addButton(self.tr("Export first…"), QMessageBox.ButtonRole.AcceptRole)
-        else:
-            box.export_button = None
-        if saved:
-            box.erase_button = box.addButton(self.tr("Start a new conversation"), QMessageBox.ButtonRole.AcceptRole)
-            box.keep_button = box.addButton(self.tr("Stay in this conversation"), QMessageBox.ButtonRole.RejectRole)
-        else:
-            box.erase_button = box.addButton(self.tr("Erase the conversation"),
-                                             QMessageBox.ButtonRole.DestructiveRole)
-            box.keep_button = box.addButton(self.tr("Keep the conversation"), QMessageBox.ButtonRole.RejectRole)
-        box.setDefaultButton(box.keep_button)
-        box.setEscapeButton(box.keep_button)
-        return self._open_confirmation(box, proceed, keep)
-
-    def _open_confirmation(self, box: QMessageBox, proceed: Callable[[], None],
-                           keep: Callable[[], None] | None) -> QMessageBox:
-        def on_finished() -> None:
-            clicked = box.clickedButton()
-            self.confirm_box = None
-            box.deleteLater()
-            if clicked is box.erase_button or (clicked is box.export_button and box.export_button is not None
-                                               and self.choose_export_path()):
-                proceed()  # an export is sent first, so the engine writes it before it forgets
-            elif keep is not None:
-                keep()
-
-        box.finished.connect(on_finished)
-        self.confirm_box = box
-        box.open()
-        return box
-
-    def reset_conversation(self) -> None:
-        self.confirm_erase(self.tr("Start a new conversation? The model starts afresh, without the current "
-                                   "conversation."), self._reset_now)
-
-    def _reset_now(self) -> None:
-        self.bridge.send(Reset())
-        self.history.show_live()
-        self.transcript.clear()
-        self.engine_turns = 0
-        self._reset_statistics()
-
-    def _hide_export_banner(self) -> None:
-        """The last export's banner is about the conversation that just ended."""
-        if self.export_banner and self.banner.text == self.export_banner and not self.banner.isHidden():
-            self.banner.hide()
-        self.export_banner = ""
-
-    def _reset_statistics(self) -> None:
-        # A new conversation starts new statistics: the RTF readout and the latency history alike.
-        self.rtf.clear_value()
-        self.latency.clear()
-        self._hide_export_banner()
-
-    def choose_export_path(self) -> bool:
-        """Ask where to export and send the export; False if there is nothing to export or no file was chosen."""
-        if not self.engine_turns:
-            # Said before any file dialog: there is no point choosing a file for nothing.
-            self.banner.show_message("info", self.tr("There is nothing to export yet."))
-            return False
-        path = ask_export_path(self)
-        if path is None:
-            return False
-        self.export_to(path)
-        return True
-
-    def export_to(self, path: str) -> None:
-        self.bridge.send(Export(with_wav_suffix(path), transcript_labels()))
-        if self.state in (EngineState.THINKING, EngineState.SPEAKING):
-            # The engine writes it once the answer has been played (the export then holds it): said now, so that
-            # the closed file dialog is not taken for an export that did nothing.
-            self.export_banner = self.tr("The conversation is exported when this answer has finished playing.")
-            self.banner.show_message("info", self.export_banner)
-
     def open_settings(self) -> SettingsDialog:
         return self.settings_flow.open_dialog()
 
@@ -539,7 +417,7 @@ class MainWindow(QMainWindow):
         self.problems.engine_restarted()
         for item in [*self.transcript.user_items.values(), *self.transcript.assistant_items.values()]:
             item.replay_button.setEnabled(False)  # the old engine took their audio with it
-        if self.transcript.user_items or self.transcript.assistant_items:
+        if self.conversation.has_turns():
             self.transcript.add_notice(self.tr("The engine was restarted; earlier turns cannot be replayed or "
                                                "exported, and the model does not remember them."))
         self.engine_turns = 0
@@ -569,8 +447,7 @@ class MainWindow(QMainWindow):
         self.export_action.setEnabled(not self.engine_dead)
         self.reset_action.setEnabled(usable)
         if state is not EngineState.LOADING:
-            self.progress_label.clear()
-            self.progress_bar.hide()
+            self.status_bar.clear_progress()
 
     def on_event(self, event: Event) -> None:  # noqa: C901 (a flat dispatch reads best here)
         if self.history.handles(event):
@@ -638,11 +515,7 @@ class MainWindow(QMainWindow):
             if self.first_run is not None:
                 self.first_run.show_choices(self.tr("Download cancelled. The files already downloaded are kept for next time."))
         elif isinstance(event, Exported):
-            self.exported_paths = event.paths
-            folder = str(Path(event.paths[0]).parent) if event.paths else ""
-            self.export_banner = self.tr("Conversation exported to %1: %2").replace("%1", folder).replace(
-                "%2", ", ".join(Path(p).name for p in event.paths))
-            self.banner.show_message("info", self.export_banner, details="\n".join(event.paths))
+            self.conversation.exported(event)
         elif isinstance(event, EngineError):
             self._on_error(event)
         elif isinstance(event, PrecisionInUse):
@@ -703,38 +576,10 @@ class MainWindow(QMainWindow):
             text = self.tr("That take was too long and was cut at %1 s.").replace("%1", f"{event.duration_s:.1f}")
         self.transcript.add_notice(text)
 
-    def stage_text(self, stage: str) -> str:
-        if stage == "download":
-            return self.tr("Downloading the model")
-        if stage == "load_weights":
-            return self.tr("Loading weights")
-        if stage == "merge_voice":
-            return self.tr("Merging the voice")
-        if stage == "capture_graphs":
-            return self.tr("Capturing CUDA graphs")
-        if stage == "warm_up":
-            return self.tr("Warming up (one silent turn)")
-        if stage == "build_demo":
-            return self.tr("Building the demo model")
-        if stage == "precision_check":
-            return self.tr("Checking int8 against bf16 (once per model and GPU)")
-        if stage == "ready":
-            return self.tr("Model ready")
-        return self.tr("Starting (%1)").replace("%1", stage)
-
     def _on_progress(self, event: Progress) -> None:
         if event.stage == "download" and self.first_run is not None:
             self.first_run.set_progress(event)
-        text = self.stage_text(event.stage)
-        if event.detail and event.stage != "download":
-            text += f" — {event.detail}"
-        self.progress_label.setText(text)
-        self.progress_bar.show()
-        if event.fraction is None:
-            self.progress_bar.setRange(0, 0)
-        else:
-            self.progress_bar.setRange(0, 1000)
-            self.progress_bar.setValue(int(max(0.0, min(1.0, event.fraction)) * 1000))
+        self.status_bar.show_progress(event)
 
     def _on_error(self, event: EngineError) -> None:
         self.last_error = event
@@ -785,28 +630,9 @@ class MainWindow(QMainWindow):
 
     def _show_info(self, info: EngineInfo | None) -> None:
         self.info = info
-        if info is None:
-            for label in (self.device_label, self.vram_label, self.graphs_label, self.model_label, self.voice_label):
-                label.clear()
-            return
-        self.device_label.setText(info.device_name)
-        self.vram_label.setText(self.tr("VRAM %1").replace("%1", _format_gib(info.vram_used_bytes))
-                                if info.vram_used_bytes is not None else "")
-        self.vram_label.setVisible(info.vram_used_bytes is not None)
-        if info.graphs_ready:
-            self.graphs_label.set_texts(self.tr("CUDA graphs ready"))
-            self.graphs_label.setStyleSheet("color: #2e7d32;")
-        else:
-            # The reason says itself that there are no CUDA graphs ("No CUDA GPU: running eagerly…").
-            self.graphs_label.set_texts(engine_str(info.fallback_reason) if info.fallback_reason
-                                        else self.tr("No CUDA graphs"), self.tr("No CUDA graphs"))
-            self.graphs_label.setStyleSheet("color: #ef6c00;")
-        model = engine_str(info.model_name)
-        if self.precision_status is not None:  # the weights' precision of the loaded model
-            model = self.tr("%1 · %2").replace("%1", model).replace("%2", self.precision_status.precision)
-        self.model_label.setText(self.tr("Model: %1").replace("%1", model))
-        self.voice_label.setText(self.tr("Voice: %1").replace("%1", info.voice_name or self.tr("default")))
-        self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
+        self.status_bar.show_info(info, self.precision_status)
+        if info is not None:
+            self.context_gauge.set_usage(self.context_gauge.used, info.context_tokens)
 
     def bring_to_front(self) -> None:
         """Another start of VoiceChat asked for this window (app/single_instance.py)."""

@@ -79,7 +79,7 @@ class SettingsFlow(QObject):
         w = self.window
         old = w.settings
         reloads = self.reloads(new)
-        if (reloads or new.system_prompt != old.system_prompt) and w.has_conversation():
+        if (reloads or new.system_prompt != old.system_prompt) and w.conversation.has_turns():
             if reloads:
                 question = self.tr("The model is loaded again for the new model, precision or context size, and starts "
                                "a new conversation: it does not remember the current one.")
@@ -90,9 +90,8 @@ class SettingsFlow(QObject):
                                        **{name: getattr(old, name) for name in RELOAD_FIELDS})
             if w.demo_override:
                 kept = dataclasses.replace(kept, demo=True)  # still the demo of this run
-            w.confirm_erase(question, lambda: self._apply_erasing(new),
-                            # Kept: everything else is applied; the prompt and the model stay as they were.
-                            lambda: self._apply(kept))
+            # If the user keeps the conversation, the rest is applied; the prompt and the model stay as they were.
+            w.conversation.confirm_erase(question, lambda: self._apply_erasing(new), lambda: self._apply(kept))
             return
         self._apply(new)
 
@@ -152,10 +151,10 @@ class SettingsFlow(QObject):
         if cause not in ("system_prompt", "model"):
             return  # a reset: the window cleared itself when it sent it
         w = self.window
-        had_conversation = w.has_conversation()
+        had_conversation = w.conversation.has_turns()
         w.transcript.clear()
         w.engine_turns = 0
-        w._reset_statistics()
+        w.conversation.reset_statistics()
         if had_conversation:
             if cause == "system_prompt":
                 w.transcript.add_notice(self.tr("The new system prompt starts a new conversation."))

@@ -236,12 +236,12 @@ def render(out: Path, language: str, live: bool, output_device: str | None = Non
     saved.append(_grab(window, out / f"state-error-{language}.png"))
     window.banner.hide()  # type: ignore[attr-defined]
 
-    window.reset_conversation()  # type: ignore[attr-defined]
-    saved.append(_grab_box(window.confirm_box, out / f"confirm-new-conversation-{language}.png"))  # type: ignore[attr-defined]
+    window.conversation.ask_new_conversation()  # type: ignore[attr-defined]
+    saved.append(_grab_box(window.conversation.confirm_box, out / f"confirm-new-conversation-{language}.png"))  # type: ignore[attr-defined]
     from dataclasses import replace
 
     window.apply_settings(replace(window.settings, system_prompt="あなたは親切な旅行案内係です。"))  # type: ignore[attr-defined]
-    saved.append(_grab_box(window.confirm_box, out / f"confirm-system-prompt-{language}.png"))  # type: ignore[attr-defined]
+    saved.append(_grab_box(window.conversation.confirm_box, out / f"confirm-system-prompt-{language}.png"))  # type: ignore[attr-defined]
 
     dialog = window.open_settings()  # type: ignore[attr-defined]
     dialog.resize(640, 620)

@@ -191,8 +191,8 @@ def test_erasing_for_a_new_prompt_stops_the_answer_first(qtbot, window, state: p
     qtbot.waitUntil(lambda: window.state is state and 2 in window.transcript.assistant_items)
     before = len(window.bridge.sent)
     window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
-    window.confirm_box.erase_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    window.conversation.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     sent = [c for c in window.bridge.sent[before:] if isinstance(c, (p.Cancel, p.ApplySettings))]
     # The answer of the erased conversation is stopped (silence at once), then the new prompt applies.
     assert [type(c) for c in sent] == [p.Cancel, p.ApplySettings]
@@ -205,8 +205,8 @@ def test_keeping_the_conversation_does_not_stop_the_answer(qtbot, window) -> Non
     qtbot.waitUntil(lambda: window.state is p.EngineState.SPEAKING)
     before = len(window.bridge.sent)
     window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
-    window.confirm_box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    window.conversation.confirm_box.keep_button.click()
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     assert not [c for c in window.bridge.sent[before:] if isinstance(c, p.Cancel)]
 
 
@@ -510,15 +510,15 @@ def test_a_new_conversation_does_not_claim_to_erase_what_the_history_keeps(qtbot
     _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False))
     qtbot.waitUntil(lambda: 2 in window.transcript.assistant_items)
     window.reset_action.trigger()
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert "消去" not in box.text() + box.windowTitle() + box.erase_button.text()
     assert "履歴" in box.text()
     box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
 
     window.history.panel.dont_save.setChecked(True)  # not saved: then it is erased, and the box says so
     window.reset_action.trigger()
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert "消去" in box.windowTitle() and "消去" in box.erase_button.text()
     box.erase_button.click()
     qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
@@ -636,7 +636,7 @@ def test_a_new_conversation_hides_the_last_exports_banner(qtbot, window, tmp_pat
     _worker().post(p.UserTakeAdded(1, 1.5), p.Exported((str(tmp_path / "a.wav"),)))
     qtbot.waitUntil(lambda: not window.banner.isHidden())
     window.reset_action.trigger()
-    window.confirm_box.erase_button.click()
+    window.conversation.confirm_box.erase_button.click()
     qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
     assert window.banner.isHidden()
 
@@ -779,7 +779,7 @@ def test_the_exported_transcript_is_worded_in_the_windows_language(qtbot, window
         window.history.export_to(7, str(tmp_path / "saved.wav"))
         command = commands_of(window, p.ExportHistory)[-1]
     else:
-        window.export_to(str(tmp_path / "live.wav"))
+        window.conversation.export_to(str(tmp_path / "live.wav"))
         command = commands_of(window, p.Export)[-1]
     records = [
         TurnRecord(1, "user", np.zeros(16000, np.float32), 16000),

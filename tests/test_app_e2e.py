@@ -91,10 +91,10 @@ def one_turn(qtbot, win: MainWindow, seconds: float = 0.6) -> int:  # noqa: ANN0
 def test_push_to_talk_turn_shows_text_audio_latency_and_rtf(qtbot, window: MainWindow, devices) -> None:  # noqa: ANN001
     _, tap = devices
     # The status bar shows what runs where.
-    assert window.device_label.text() == "CPU"
-    assert window.model_label.text() == "モデル：デモ（ランダムな重み） · bf16"  # the weights' precision after the name
+    assert window.status_bar.device_label.text() == "CPU"
+    assert window.status_bar.model_label.text() == "モデル：デモ（ランダムな重み） · bf16"  # the weights' precision after the name
     # The engine's reason, once and in Japanese (not "No CUDA graphs: No CUDA GPU: …").
-    assert window.graphs_label.text() == "CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。"
+    assert window.status_bar.graphs_label.text() == "CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。"
     assert window.state_indicator.label.text() == "待機中"
     # The microphone level is live: a 0.3-amplitude sine is -13.5 dBFS RMS.
     qtbot.waitUntil(lambda: abs(window.level.rms_db - (-13.5)) < 1.0, timeout=5000)
@@ -158,7 +158,7 @@ def test_voice_switch_is_done_in_place(qtbot, window: MainWindow, isolated_user_
     dialog.voice_none.setChecked(False)
     dialog.voice_folder.setText(str(voice))
     dialog.accept()
-    qtbot.waitUntil(lambda: window.voice_label.text() == "声：sakura", timeout=30_000)
+    qtbot.waitUntil(lambda: window.status_bar.voice_label.text() == "声：sakura", timeout=30_000)
     assert window.bridge.worker.session is session  # the same loaded model: nothing restarted
     assert len(commands_of(window, p.Load)) == loads_before
     one_turn(qtbot, window, 0.4)
@@ -173,7 +173,7 @@ def test_errors_are_shown_not_raised(qtbot, window: MainWindow, isolated_user_di
     dialog.accept()
     qtbot.waitUntil(lambda: window.banner.text != "", timeout=30_000)
     assert window.banner.level == "error" and f"声のフォルダー {broken} に adapter_config.json がありません。" in window.banner.text
-    assert window.voice_label.text() == "声：標準"  # the previous voice stays
+    assert window.status_bar.voice_label.text() == "声：標準"  # the previous voice stays
 
     window.banner.hide()
     dialog = window.open_settings()

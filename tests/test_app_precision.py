@@ -113,11 +113,11 @@ def test_changing_the_precision_reloads_without_a_restart_and_is_remembered(qtbo
     assert load_settings(tmp_path / "settings.json").settings.precision == "int8"
     # The load's progress is shown as for any load, the check's step named.
     _worker().post(p.StateChanged(p.EngineState.LOADING), p.Progress("precision_check", None))
-    qtbot.waitUntil(lambda: "int8 を bf16 と比べて確認中" in window.progress_label.text())
+    qtbot.waitUntil(lambda: "int8 を bf16 と比べて確認中" in window.status_bar.progress_label.text())
     _worker().post(p.EngineInfo("NVIDIA GeForce RTX 3060", None, True, None, "LFM", None, 4096),
                    _status(total=6.4, free=5.6, precision="int8"), p.StateChanged(p.EngineState.IDLE))
     qtbot.waitUntil(lambda: window.state is p.EngineState.IDLE and window.precision_status.precision == "int8")
-    assert window.settings.precision == "int8" and window.model_label.text().endswith(" · int8")
+    assert window.settings.precision == "int8" and window.status_bar.model_label.text().endswith(" · int8")
     # Other settings changes do not reload.
     window.apply_settings(dataclasses.replace(window.settings, max_answer_seconds=12.0))
     assert len(commands_of(window, p.Load)) == before + 1
@@ -133,7 +133,7 @@ def test_int8_refused_by_the_engine_sets_the_setting_back_and_says_why(qtbot, tm
         _loaded(qtbot, win, _status(total=6.4, free=5.6, precision="bf16", requested="int8"))
         assert win.settings.precision == "bf16"
         assert load_settings(tmp_path / "settings.json").settings.precision == "bf16"
-        assert win.model_label.text().endswith(" · bf16")
+        assert win.status_bar.model_label.text().endswith(" · bf16")
         text = win.banner.text
         assert "精度" in text and "codebook_3: KL 0.420, top-1 50%" in text and "標準 (bf16) のまま" in text
         dialog = win.open_settings()

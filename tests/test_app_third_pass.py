@@ -107,17 +107,17 @@ def test_ok_with_only_the_key_changed_keeps_the_conversation_and_a_reload_asks_a
     dialog = win.open_settings()
     dialog.context_size.setCurrentIndex(dialog.context_size.findData(2048))
     dialog.accept()
-    box = win.confirm_box
+    box = win.conversation.confirm_box
     assert box is not None and "新しい会話" in box.text()  # said before anything is lost
     box.keep_button.click()
-    qtbot.waitUntil(lambda: win.confirm_box is None)
+    qtbot.waitUntil(lambda: win.conversation.confirm_box is None)
     assert len(commands_of(win, p.Load)) == loads and win.settings.context_tokens == 4096
     assert win.settings.ptt_key == "F9"
 
     dialog = win.open_settings()
     dialog.context_size.setCurrentIndex(dialog.context_size.findData(2048))
     dialog.accept()
-    win.confirm_box.erase_button.click()
+    win.conversation.confirm_box.erase_button.click()
     qtbot.waitUntil(lambda: len(commands_of(win, p.Load)) == loads + 1)
     load = commands_of(win, p.Load)[-1]
     assert load.demo and load.context_tokens == 2048  # still the demo of this run
@@ -137,10 +137,10 @@ def test_a_prompt_and_a_model_change_ask_once_and_keeping_keeps_both(qtbot, wind
     new = dataclasses.replace(window.settings, system_prompt="短く答えてください。", precision="int8",
                               ptt_key="F9")
     window.apply_settings(new)
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert box is not None
     box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     assert len(commands_of(window, p.Load)) == loads and window.settings.precision == "bf16"
     assert window.settings.system_prompt != "短く答えてください。" and window.settings.ptt_key == "F9"
     assert window.context_gauge.used == 1429 and 2 in window.transcript.assistant_items
@@ -197,7 +197,7 @@ def test_a_refused_voices_banner_goes_when_a_working_voice_is_chosen(qtbot, wind
     window.apply_settings(dataclasses.replace(window.settings, lora=refused))
     qtbot.waitUntil(lambda: not window.banner.isHidden() and "声" in window.banner.text)
     window.apply_settings(dataclasses.replace(window.settings, lora="/voices/zunda-demo"))
-    qtbot.waitUntil(lambda: window.voice_label.text() == "声：zunda-demo")
+    qtbot.waitUntil(lambda: window.status_bar.voice_label.text() == "声：zunda-demo")
     assert window.banner.isHidden()  # what it reported is no longer true
 
 
@@ -219,7 +219,7 @@ def test_an_export_during_an_answer_says_at_once_that_it_waits(qtbot, window, tm
     _loaded(qtbot, window)
     _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
     qtbot.waitUntil(lambda: window.state is state)
-    window.export_to(str(tmp_path / "talk.wav"))
+    window.conversation.export_to(str(tmp_path / "talk.wav"))
     assert commands_of(window, p.Export)
     assert not window.banner.isHidden() and "再生が終わってから" in window.banner.text  # at once, not in 30 s
     _worker().post(p.StateChanged(p.EngineState.IDLE), p.Exported((str(tmp_path / "talk.wav"),)))
@@ -355,7 +355,7 @@ def test_no_latency_label_leaves_a_character_alone_and_the_status_bar_fits(qtbot
     assert (win.width(), win.height()) == size  # the window is not wider than asked
     problems = [text for text in clipped_texts(win.latency) + clipped_texts(win.statusBar())]
     assert problems == []
-    label = win.graphs_label
+    label = win.status_bar.graphs_label
     assert label.fontMetrics().horizontalAdvance(label.text()) <= label.contentsRect().width() + 1
     assert "CPU" in label.toolTip() or label.text() == label.toolTip() or not label.toolTip()
     win.close()
@@ -380,15 +380,15 @@ def test_the_new_conversation_box_does_not_contradict_itself(qtbot, window) -> N
     _loaded(qtbot, window)
     _conversation(qtbot, window)
     window.reset_action.trigger()
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert "履歴に残ります" in box.text()
     assert "残しておくには" not in box.informativeText() and "エクスポート" in box.informativeText()
     box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     window.history.panel.dont_save.setChecked(True)  # not saved: then exporting is how to keep it
     window.reset_action.trigger()
-    assert "残しておくには" in window.confirm_box.informativeText()
-    window.confirm_box.keep_button.click()
+    assert "残しておくには" in window.conversation.confirm_box.informativeText()
+    window.conversation.confirm_box.keep_button.click()
 
 
 # ------------------------------------------------------------------------------- 7. smaller things

@@ -65,8 +65,8 @@ def test_a_new_prompt_during_an_answer_is_announced_and_applied_after_it(qtbot, 
                    p.AssistantTurnStarted(2), p.TextDelta(2, "こんにちは"))
     qtbot.waitUntil(lambda: 2 in window.transcript.assistant_items)
     window.apply_settings(dataclasses.replace(window.settings, system_prompt="短く答えてください。"))
-    window.confirm_box.erase_button.click()  # the window asks before a new prompt erases the conversation
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    window.conversation.confirm_box.erase_button.click()  # the window asks before a new prompt erases the conversation
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     sent = [c for c in window.bridge.sent if isinstance(c, p.ApplySettings)][-1]
     assert sent.system_prompt == "短く答えてください。"
     assert 2 in window.transcript.assistant_items  # the answer being given stays in view

@@ -162,10 +162,10 @@ def test_a_turn_updates_transcript_meters_and_status(qtbot, window) -> None:  # 
     )
     qtbot.waitUntil(lambda: window.state_indicator.label.text() == "待機中")
     assert window.ptt.isEnabled()
-    assert window.device_label.text() == "NVIDIA H200"
-    assert window.vram_label.text() == "VRAM 5.00 GiB"
-    assert window.graphs_label.text() == "CUDA グラフ準備完了"
-    assert window.voice_label.text() == "声：alice"
+    assert window.status_bar.device_label.text() == "NVIDIA H200"
+    assert window.status_bar.vram_label.text() == "VRAM 5.00 GiB"
+    assert window.status_bar.graphs_label.text() == "CUDA グラフ準備完了"
+    assert window.status_bar.voice_label.text() == "声：alice"
     assert window.context_gauge.capacity == 4096 and window.context_gauge.used == 120
 
     _worker().post(
@@ -304,14 +304,14 @@ def test_settings_dialog_changes_reach_the_engine_as_the_right_commands(qtbot, w
 def test_reset_and_export_send_commands_and_show_the_result(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
     _worker().post(p.StateChanged(p.EngineState.IDLE), p.UserTakeAdded(1, 1.0))
     qtbot.waitUntil(lambda: 1 in window.transcript.user_items)
-    window.export_to(str(tmp_path / "talk"))
+    window.conversation.export_to(str(tmp_path / "talk"))
     assert commands_of(window, p.Export)[-1].wav_path == str(tmp_path / "talk.wav")
     _worker().post(p.Exported((str(tmp_path / "talk.wav"), str(tmp_path / "talk.txt"), str(tmp_path / "talk.json"))))
-    qtbot.waitUntil(lambda: window.exported_paths != ())
+    qtbot.waitUntil(lambda: window.conversation.exported_paths != ())
     assert "talk.wav" in window.banner.text and window.banner.level == "info"
     window.reset_action.trigger()
-    assert window.confirm_box is not None and not commands_of(window, p.Reset)  # asked first
-    window.confirm_box.erase_button.click()
+    assert window.conversation.confirm_box is not None and not commands_of(window, p.Reset)  # asked first
+    window.conversation.confirm_box.erase_button.click()
     qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
     assert window.transcript.user_items == {}
 
@@ -359,7 +359,7 @@ def test_first_run_offers_download_folder_and_demo(qtbot, tmp_path: Path) -> Non
     assert commands_of(win, p.Load)[-1].demo is True
     assert win.first_run is None  # closed; loading progress is shown in the main window
     _worker().post(p.Progress("load_weights", None, "demo"))
-    qtbot.waitUntil(lambda: win.progress_label.text().startswith("重みを読み込み中"))
+    qtbot.waitUntil(lambda: win.status_bar.progress_label.text().startswith("重みを読み込み中"))
     assert load_settings(win.settings_path).settings.demo is False  # not saved before it has loaded (issue 46)
     _worker().post(p.EngineInfo("CPU", None, False, None, "demo", None, 4096), p.StateChanged(p.EngineState.IDLE))
     qtbot.waitUntil(lambda: load_settings(win.settings_path).settings.demo is True)  # loaded: saved

@@ -389,20 +389,20 @@ def test_the_device_list_names_the_system_default_once(qtbot, window) -> None:  
 def test_new_conversation_asks_and_resets_every_statistic(qtbot, window) -> None:  # noqa: ANN001
     _idle(qtbot, window)
     window.reset_action.trigger()  # nothing to lose: no question
-    assert window.confirm_box is None and len(commands_of(window, p.Reset)) == 1
+    assert window.conversation.confirm_box is None and len(commands_of(window, p.Reset)) == 1
 
     _a_turn(window, qtbot)
     assert window.rtf.text() == "RTF 0.50" and window.latency.history
     window.reset_action.trigger()
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert box is not None and box.isVisible() and len(commands_of(window, p.Reset)) == 1
     assert box.export_button is not None  # offers to export first
     box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     assert len(commands_of(window, p.Reset)) == 1 and window.transcript.user_items  # kept
 
     window.reset_action.trigger()
-    window.confirm_box.erase_button.click()
+    window.conversation.confirm_box.erase_button.click()
     qtbot.waitUntil(lambda: len(commands_of(window, p.Reset)) == 2)
     assert window.transcript.user_items == {} and window.transcript.assistant_items == {}
     assert window.rtf.text() == "RTF —" and window.latency.history == []
@@ -415,7 +415,7 @@ def test_export_first_exports_before_the_conversation_is_erased(qtbot, window, t
     _a_turn(window, qtbot)
     monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "keep"), ""))
     window.reset_action.trigger()
-    window.confirm_box.export_button.click()
+    window.conversation.confirm_box.export_button.click()
     qtbot.waitUntil(lambda: bool(commands_of(window, p.Reset)))
     sent = [c for c in window.bridge.sent if isinstance(c, (p.Export, p.Reset))]
     assert [type(c) for c in sent] == [p.Export, p.Reset]  # the engine exports, then forgets
@@ -432,10 +432,10 @@ def test_a_new_system_prompt_asks_before_it_erases_the_conversation(qtbot, windo
     dialog.greedy_radio.setChecked(True)
     before = len(window.bridge.sent)
     dialog.accept()
-    box = window.confirm_box
+    box = window.conversation.confirm_box
     assert box is not None and len(window.bridge.sent) == before  # nothing applied before the answer
     box.keep_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     applied = [c for c in window.bridge.sent[before:] if isinstance(c, p.ApplySettings)]
     assert len(applied) == 1 and applied[0].system_prompt == old_prompt and applied[0].sampling.greedy
     assert window.transcript.user_items and window.latency.history  # kept, with its statistics
@@ -444,8 +444,8 @@ def test_a_new_system_prompt_asks_before_it_erases_the_conversation(qtbot, windo
     dialog = window.open_settings()
     dialog.system_prompt.setPlainText("あなたは親切な案内係です。")
     dialog.accept()
-    window.confirm_box.erase_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    window.conversation.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     assert window.bridge.sent[-1] == p.ApplySettings(window.settings.sampling, "あなたは親切な案内係です。",
                                                      window.settings.max_answer_seconds)
     # The engine starts the new conversation and says so; the window follows it.
@@ -463,8 +463,8 @@ def test_a_prompt_changed_during_an_answer_clears_the_window_after_it(qtbot, win
     _worker().post(p.UserTakeAdded(3, 1.0), p.AssistantTurnStarted(4), p.StateChanged(p.EngineState.SPEAKING))
     qtbot.waitUntil(lambda: window.state is p.EngineState.SPEAKING)
     window.apply_settings(Settings(model_source="/models/lfm", system_prompt="短く答えてください。"))
-    window.confirm_box.erase_button.click()
-    qtbot.waitUntil(lambda: window.confirm_box is None)
+    window.conversation.confirm_box.erase_button.click()
+    qtbot.waitUntil(lambda: window.conversation.confirm_box is None)
     _worker().post(p.TextDelta(4, "まだ話しています"))
     qtbot.waitUntil(lambda: window.transcript.assistant_items[4].text == "まだ話しています")  # the answer goes on
     _worker().post(p.AssistantTurnFinished(4, "まだ話しています", 1.0, False), p.StateChanged(p.EngineState.IDLE))
@@ -480,7 +480,7 @@ def test_an_empty_export_says_so_before_any_file_dialog(qtbot, window, monkeypat
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", no_dialog)
     _idle(qtbot, window)
-    assert window.choose_export_path() is False
+    assert window.conversation.choose_export_path() is False
     assert window.banner.text == "まだエクスポートするものがありません。"
     assert not commands_of(window, p.Export)
 
@@ -489,7 +489,7 @@ def test_the_export_banner_names_the_folder(qtbot, window, tmp_path: Path) -> No
     _idle(qtbot, window)
     paths = tuple(str(tmp_path / "out" / f"talk.{ext}") for ext in ("wav", "txt", "json"))
     _worker().post(p.Exported(paths))
-    qtbot.waitUntil(lambda: window.exported_paths == paths)
+    qtbot.waitUntil(lambda: window.conversation.exported_paths == paths)
     assert window.banner.text == f"会話を {tmp_path / 'out'} にエクスポートしました：talk.wav, talk.txt, talk.json"
 
 
@@ -530,9 +530,9 @@ def test_the_status_bar_speaks_japanese(qtbot, window) -> None:  # noqa: ANN001
     _worker().post(p.EngineInfo("CPU", None, False, reason, Message("demo (random weights)"), None, 4096),
                    p.StateChanged(p.EngineState.IDLE))
     qtbot.waitUntil(lambda: window.info is not None)
-    assert window.model_label.text() == "モデル：デモ（ランダムな重み）"
+    assert window.status_bar.model_label.text() == "モデル：デモ（ランダムな重み）"
     # The reason once, in Japanese (not "No CUDA graphs: No CUDA GPU: …").
-    assert window.graphs_label.text() == "CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。"
+    assert window.status_bar.graphs_label.text() == "CUDA 対応 GPU がありません: CPU で実行しています (実時間よりかなり遅くなります)。"
 
 
 def test_worker_messages_read_in_japanese(qtbot, window) -> None:  # noqa: ANN001

@@ -119,7 +119,7 @@ def _app_strings() -> _AppStrings:
 def test_the_app_strings_are_found_where_expected() -> None:
     strings = _app_strings().found
     # Samples of each way of marking a string, so that a broken walker cannot pass by finding nothing.
-    assert ("MainWindow", "There is nothing to export yet.") in strings  # self.tr in a method
+    assert ("ConversationFlow", "There is nothing to export yet.") in strings  # self.tr in a method
     assert ("PttButton", "Recording… release to send") in strings
     assert ("CrashReporter", "An unexpected error occurred.") in strings  # through the _tr helper
     assert (CONTEXT, "No speaker was found. Connect one and try again.") in strings  # QT_TRANSLATE_NOOP

@@ -1305,14 +1305,6 @@
   <context>
     <name>MainWindow</name>
     <message>
-      <source>You can also export it first (audio, transcript and timings).</source>
-      <translation>先にエクスポートしておくこともできます（音声・文字起こし・タイミング）。</translation>
-    </message>
-    <message>
-      <source>The conversation is exported when this answer has finished playing.</source>
-      <translation>この応答の再生が終わってから、会話をエクスポートします。</translation>
-    </message>
-    <message>
       <location filename="../main_window.py" line="92" />
       <source>VoiceChat — Japanese voice chat</source>
       <translation>VoiceChat — 日本語音声チャット</translation>
@@ -1398,46 +1390,6 @@
       <translation>録音が長すぎるため %1 秒で切りました。</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="427" />
-      <source>Downloading the model</source>
-      <translation>モデルをダウンロード中</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="429" />
-      <source>Loading weights</source>
-      <translation>重みを読み込み中</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="431" />
-      <source>Merging the voice</source>
-      <translation>声を合成中</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="433" />
-      <source>Capturing CUDA graphs</source>
-      <translation>CUDA グラフを作成中</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="435" />
-      <source>Warming up (one silent turn)</source>
-      <translation>ウォームアップ中（無音で 1 回応答）</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="437" />
-      <source>Building the demo model</source>
-      <translation>デモモデルを作成中</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="437" />
-      <source>Model ready</source>
-      <translation>モデルの準備完了</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="438" />
-      <source>Starting (%1)</source>
-      <translation>準備中（%1）</translation>
-    </message>
-    <message>
       <location filename="../main_window.py" line="469" />
       <location filename="../main_window.py" line="484" />
       <source>Restart engine</source>
@@ -1454,74 +1406,17 @@
       <translation>エンジンが停止しました：%1</translation>
     </message>
     <message>
-      <location filename="../main_window.py" line="493" />
-      <source>VRAM %1</source>
-      <translation>VRAM %1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="497" />
-      <source>CUDA graphs ready</source>
-      <translation>CUDA グラフ準備完了</translation>
-    </message>
-    <message>
       <location filename="../main_window.py" line="500" />
       <source>No CUDA graphs: %1</source>
       <translation>CUDA グラフなし：%1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="502" />
-      <source>Model: %1</source>
-      <translation>モデル：%1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="503" />
-      <source>Voice: %1</source>
-      <translation>声：%1</translation>
-    </message>
-    <message>
-      <location filename="../main_window.py" line="503" />
-      <source>default</source>
-      <translation>標準</translation>
     </message>
     <message>
       <source>The push-to-talk key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
       <translation>このシステムでは、プッシュトゥトークのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
     </message>
     <message>
-      <source>Erase the conversation?</source>
-      <translation>会話を消去しますか？</translation>
-    </message>
-    <message>
-      <source>To keep a copy, export it first (audio, transcript and timings).</source>
-      <translation>残しておくには、先にエクスポートしてください（音声・文字起こし・タイミング）。</translation>
-    </message>
-    <message>
-      <source>Export first…</source>
-      <translation>先にエクスポート…</translation>
-    </message>
-    <message>
-      <source>Erase the conversation</source>
-      <translation>会話を消去</translation>
-    </message>
-    <message>
-      <source>Keep the conversation</source>
-      <translation>会話を残す</translation>
-    </message>
-    <message>
-      <source>There is nothing to export yet.</source>
-      <translation>まだエクスポートするものがありません。</translation>
-    </message>
-    <message>
-      <source>No CUDA graphs</source>
-      <translation>CUDA グラフなし</translation>
-    </message>
-    <message>
       <source>Japanese voice chat</source>
       <translation>日本語音声チャット</translation>
-    </message>
-    <message>
-      <source>Conversation exported to %1: %2</source>
-      <translation>会話を %1 にエクスポートしました：%2</translation>
     </message>
     <message>
       <source>No microphone found</source>
@@ -1553,30 +1448,6 @@
       <translation>エンジンが %1 秒間応答していません。待つか、再起動できます（会話は失われます）。</translation>
     </message>
     <message>
-      <source>Start a new conversation?</source>
-      <translation>新しい会話を始めますか？</translation>
-    </message>
-    <message>
-      <source>The current conversation stays in the history, where you can read, replay, export or continue it.</source>
-      <translation>今の会話は履歴に残ります。履歴から読み返す・再生する・エクスポートする・続けることができます。</translation>
-    </message>
-    <message>
-      <source>This conversation is not being saved in the history: it will be erased.</source>
-      <translation>この会話は履歴に保存されていないため、消去されます。</translation>
-    </message>
-    <message>
-      <source>Start a new conversation</source>
-      <translation>新しい会話を始める</translation>
-    </message>
-    <message>
-      <source>Stay in this conversation</source>
-      <translation>この会話を続ける</translation>
-    </message>
-    <message>
-      <source>Start a new conversation? The model starts afresh, without the current conversation.</source>
-      <translation>新しい会話を始めますか？モデルは今の会話を忘れて、最初からやり直します。</translation>
-    </message>
-    <message>
       <source>That take was too short: the button was held for only %1 s. Hold it for as long as you speak.</source>
       <translation>録音が短すぎました（ボタンを押していたのは %1 秒だけです）。話している間はボタンを押し続けてください。</translation>
     </message>
@@ -1603,14 +1474,6 @@
     <message>
       <source>The mute key cannot work outside this window on this system. It works while VoiceChat is the active window.</source>
       <translation>このシステムでは、ミュートのキーをこのウィンドウの外で使えません。VoiceChat がアクティブなウィンドウのときは使えます。</translation>
-    </message>
-    <message>
-      <source>Checking int8 against bf16 (once per model and GPU)</source>
-      <translation>int8 を bf16 と比べて確認中（モデルと GPU ごとに 1 回）</translation>
-    </message>
-    <message>
-      <source>%1 · %2</source>
-      <translation>%1 · %2</translation>
     </message>
   </context>
   <context>
@@ -2963,6 +2826,136 @@
     <message>
       <source>Hands-free waits for the model</source>
       <translation>ハンズフリーはモデルの読み込みを待っています</translation>
+    </message>
+  </context>
+  <context>
+    <name>StatusBarUi</name>
+    <message>
+      <source>Downloading the model</source>
+      <translation>モデルをダウンロード中</translation>
+    </message>
+    <message>
+      <source>Loading weights</source>
+      <translation>重みを読み込み中</translation>
+    </message>
+    <message>
+      <source>Merging the voice</source>
+      <translation>声を合成中</translation>
+    </message>
+    <message>
+      <source>Capturing CUDA graphs</source>
+      <translation>CUDA グラフを作成中</translation>
+    </message>
+    <message>
+      <source>Warming up (one silent turn)</source>
+      <translation>ウォームアップ中（無音で 1 回応答）</translation>
+    </message>
+    <message>
+      <source>Building the demo model</source>
+      <translation>デモモデルを作成中</translation>
+    </message>
+    <message>
+      <source>Checking int8 against bf16 (once per model and GPU)</source>
+      <translation>int8 を bf16 と比べて確認中（モデルと GPU ごとに 1 回）</translation>
+    </message>
+    <message>
+      <source>Model ready</source>
+      <translation>モデルの準備完了</translation>
+    </message>
+    <message>
+      <source>CUDA graphs ready</source>
+      <translation>CUDA グラフ準備完了</translation>
+    </message>
+    <message>
+      <source>No CUDA graphs</source>
+      <translation>CUDA グラフなし</translation>
+    </message>
+    <message>
+      <source>Starting (%1)</source>
+      <translation>準備中（%1）</translation>
+    </message>
+    <message>
+      <source>Model: %1</source>
+      <translation>モデル：%1</translation>
+    </message>
+    <message>
+      <source>Voice: %1</source>
+      <translation>声：%1</translation>
+    </message>
+    <message>
+      <source>default</source>
+      <translation>標準</translation>
+    </message>
+    <message>
+      <source>VRAM %1</source>
+      <translation>VRAM %1</translation>
+    </message>
+    <message>
+      <source>%1 · %2</source>
+      <translation>%1 · %2</translation>
+    </message>
+  </context>
+  <context>
+    <name>ConversationFlow</name>
+    <message>
+      <source>Start a new conversation? The model starts afresh, without the current conversation.</source>
+      <translation>新しい会話を始めますか？モデルは今の会話を忘れて、最初からやり直します。</translation>
+    </message>
+    <message>
+      <source>Start a new conversation?</source>
+      <translation>新しい会話を始めますか？</translation>
+    </message>
+    <message>
+      <source>Erase the conversation?</source>
+      <translation>会話を消去しますか？</translation>
+    </message>
+    <message>
+      <source>The conversation is exported when this answer has finished playing.</source>
+      <translation>この応答の再生が終わってから、会話をエクスポートします。</translation>
+    </message>
+    <message>
+      <source>The current conversation stays in the history, where you can read, replay, export or continue it.</source>
+      <translation>今の会話は履歴に残ります。履歴から読み返す・再生する・エクスポートする・続けることができます。</translation>
+    </message>
+    <message>
+      <source>This conversation is not being saved in the history: it will be erased.</source>
+      <translation>この会話は履歴に保存されていないため、消去されます。</translation>
+    </message>
+    <message>
+      <source>Export first…</source>
+      <translation>先にエクスポート…</translation>
+    </message>
+    <message>
+      <source>Start a new conversation</source>
+      <translation>新しい会話を始める</translation>
+    </message>
+    <message>
+      <source>Stay in this conversation</source>
+      <translation>この会話を続ける</translation>
+    </message>
+    <message>
+      <source>Erase the conversation</source>
+      <translation>会話を消去</translation>
+    </message>
+    <message>
+      <source>Keep the conversation</source>
+      <translation>会話を残す</translation>
+    </message>
+    <message>
+      <source>There is nothing to export yet.</source>
+      <translation>まだエクスポートするものがありません。</translation>
+    </message>
+    <message>
+      <source>You can also export it first (audio, transcript and timings).</source>
+      <translation>先にエクスポートしておくこともできます（音声・文字起こし・タイミング）。</translation>
+    </message>
+    <message>
+      <source>To keep a copy, export it first (audio, transcript and timings).</source>
+      <translation>残しておくには、先にエクスポートしてください（音声・文字起こし・タイミング）。</translation>
+    </message>
+    <message>
+      <source>Conversation exported to %1: %2</source>
+      <translation>会話を %1 にエクスポートしました：%2</translation>
     </message>
   </context>
 </TS>
