@@ -312,12 +312,18 @@ def cache_environment(data: Path) -> dict[str, str]:
     return {"XDG_DATA_HOME": str(data), "CUDA_CACHE_PATH": str(data / "nv"), "PYTORCH_KERNEL_CACHE_PATH": str(data / "torch-kernels")}
 
 
-def _child(args: list[str], timeout: float, data: Path | None = None) -> dict[str, Any]:
+def run_child(module: str, args: list[str], timeout: float, data: Path | None = None) -> dict[str, Any]:
+    """`python -m module --child-out FILE args` in a process of its own (a fresh CUDA context, as a user's launch);
+    what it wrote to FILE, or the error and the end of its stderr. `data`: the folder its compile caches live in."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
         path = Path(out.name)
-    command = [sys.executable, "-m", "engine.bench.small_cards", "--child-out", str(path), *args]
+    command = [sys.executable, "-m", module, "--child-out", str(path), *args]
     env = {**os.environ, **cache_environment(data)} if data is not None else None
-    completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True, env=env)
+    try:
+        completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True, env=env)
+    except subprocess.TimeoutExpired as error:
+        stderr = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error.stderr or "")
+        return {"error": f"timed out after {timeout} s", "stderr_tail": stderr[-3000:]}
     if completed.returncode != 0 or not path.stat().st_size:
         return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
     return json.loads(path.read_text())
@@ -433,14 +439,14 @@ def run_small_cards(out: Path, cards: list[int] | None = None) -> dict[str, Any]
             "context_tokens": CONTEXT,
             "turns": TURNS,
         },
-        "checkpoint": _child(["--write", str(folder)], timeout=600),
+        "checkpoint": run_child("engine.bench.small_cards", ["--write", str(folder)], timeout=600),
     }
     section["checkpoint"]["write_s"] = time.perf_counter() - started
     runs = []
     for label, gib, launch, precision in [CARDS[i] for i in cards] if cards is not None else CARDS:
         cap = allocator_cap_bytes(gib)
         command = ["--measure", str(folder), "--cap-bytes", str(cap), "--spawned-at", repr(time.time()), "--precision", precision]
-        run = _child(command, timeout=900, data=data_home(work, f"{label}-{precision}", launch))
+        run = run_child("engine.bench.small_cards", command, timeout=900, data=data_home(work, f"{label}-{precision}", launch))
         run.update(card=label, card_gib=gib, launch=launch, verdicts=_verdicts(run) if "error" not in run else {})
         runs.append(run)
         print(json.dumps({k: run.get(k) for k in ("card", "precision", "launch", "open_s", "process_start_to_ready_s", "graphs_ready",

@@ -30,8 +30,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -95,7 +93,6 @@ def measure_speed(folder: Path, cap_bytes: int, precision: str) -> dict[str, Any
     from engine.model.loading import load_model, use_expandable_cuda_segments
     from engine.voices import plan
     from engine.voices.adapter import DEFAULT_RANK, DEFAULT_TARGETS
-    from engine.voices.batches import collate
     from engine.voices.trainer import PreparedData, TrainingOptions, VoiceTrainer, label_counts
 
     torch.cuda.init()
@@ -413,23 +410,10 @@ def estimate_minutes(speed_runs: list[dict[str, Any]]) -> dict[str, Any]:
     return estimates
 
 
-def _child(args: list[str], timeout: float) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
-        path = Path(out.name)
-    command = [sys.executable, "-m", "engine.bench.voice_training", "--child-out", str(path), *args]
-    try:
-        completed = subprocess.run(command, timeout=timeout, capture_output=True, text=True)
-    except subprocess.TimeoutExpired as error:
-        return {"error": f"timed out after {timeout} s", "stderr_tail": (error.stderr or b"")[-3000:].decode(errors="replace") if isinstance(error.stderr, bytes) else str(error.stderr)[-3000:]}
-    if completed.returncode != 0 or not path.stat().st_size:
-        return {"error": f"exit {completed.returncode}", "stderr_tail": completed.stderr[-3000:]}
-    return json.loads(path.read_text())
-
-
 def run_voice_training(out: Path, *, learning: bool = True, runs: list[int] | None = None,
                        learning_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """`runs`: indices into SPEED_RUNS (default all); `learning_options`: prompts, steps, rates for the check."""
-    from engine.bench.small_cards import DESKTOP_GB, OUTSIDE_ALLOCATOR_GB, allocator_cap_bytes
+    from engine.bench.small_cards import DESKTOP_GB, OUTSIDE_ALLOCATOR_GB, allocator_cap_bytes, run_child
 
     work = Path(tempfile.mkdtemp(prefix="voicechat-voice-training-"))
     folder = work / "LFM2.5-Audio-1.5B-JP"
@@ -439,11 +423,12 @@ def run_voice_training(out: Path, *, learning: bool = True, runs: list[int] | No
                    "steps_timed": SPEED_STEPS, "clip_seconds": CLIP_SECONDS},
     }
     started = time.perf_counter()
-    section["checkpoint"] = _child(["--write", str(folder)], timeout=900)
+    section["checkpoint"] = run_child("engine.bench.voice_training", ["--write", str(folder)], timeout=900)
     section["checkpoint"]["write_s"] = time.perf_counter() - started
     speed = []
     for label, gib, precision in [SPEED_RUNS[i] for i in runs] if runs is not None else SPEED_RUNS:
-        run = _child(["--speed", str(folder), "--cap-bytes", str(allocator_cap_bytes(gib)), "--precision", precision], timeout=600)
+        run = run_child("engine.bench.voice_training", ["--speed", str(folder), "--cap-bytes", str(allocator_cap_bytes(gib)), "--precision", precision],
+                        timeout=600)
         run.update(card=label, card_gib=gib, precision=precision)
         speed.append(run)
         print(json.dumps({k: run.get(k) for k in ("card", "precision", "step_s_median", "positions_per_s", "achieved_tflops",
@@ -453,7 +438,7 @@ def run_voice_training(out: Path, *, learning: bool = True, runs: list[int] | No
     if learning:
         options = learning_options or {}
         arguments = [f"--{key}={value}" for key, value in options.items()]
-        section["learning"] = _child(["--learn", str(folder), *arguments], timeout=1200)
+        section["learning"] = run_child("engine.bench.voice_training", ["--learn", str(folder), *arguments], timeout=1200)
         print(json.dumps(section["learning"].get("held_out_agreement_with_teacher", section["learning"])), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "voice_training.json").write_text(json.dumps(section, indent=1))

@@ -22,21 +22,20 @@ import hashlib
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from engine.constants import ANSWER_SAMPLE_RATE, FRAME_SECONDS
+from engine.constants import ANSWER_SAMPLE_RATE
 from engine.errors import VoiceTrainingError
 from engine.model.quantized import Precision
 from engine.voices import adapter as lora
 from engine.voices.batches import TokenBudget, collate, epoch_batches, plan_steps, split_held_out
-from engine.voices.run_files import Checkpoint, TrainingLog, preview_path, work_dir, SAMPLES_FILE
+from engine.voices.run_files import SAMPLES_FILE, Checkpoint, TrainingLog, work_dir
 from engine.voices.samples import Clip, SampleCache, VoiceSample, encode_samples, make_mapper, model_fingerprint
 
 log = logging.getLogger(__name__)
