@@ -5,7 +5,9 @@ Every command goes through one place, `EngineWorker._submit`, which looks it up 
 turn, or refuse with a message. Three loops read commands and all of them submit there: the main loop,
 the turn between two pieces of the answer (`_between_pieces`) and the wait for a helper thread (a model
 download, an export). None of them re-enters a turn, and nothing that needs the session's lock runs
-while a turn holds it.
+while a turn holds it. A command runs as the worker's `_on_<Command>` method, or, for a concern with a
+module of its own, from that module's `HANDLERS`: takes and hands-free (engine/worker/take_commands.py),
+the history (engine/history/engine_commands.py), voice training (engine/worker/voice_training.py).
 
 Everything model-related (open, respond, switch_voice, reset) runs on this one thread, so torch state
 that is thread-local (grad mode, the current stream) is always the same. Only `ChatSession.open` itself
@@ -47,18 +49,17 @@ from engine.worker.table import (
     Outcome,
     Phase,
     SetPrompt,
-    VoiceStarted,
-    VoiceTurnOver,
     rule_for,
 )
-from engine.worker.takes import TAKE_LOST, TakeMessage, TakeNote, Takes
-from engine.worker.turn import ActiveTurn, answer_take
-from engine.worker import voice_training
+from engine.worker import take_commands, voice_training
+from engine.worker.takes import TAKE_LOST, Takes
+from engine.worker.turn import ActiveTurn
 from engine.worker.voice_turns import VoiceTurns
 
 log = logging.getLogger(__name__)
 
-_MODULE_HANDLERS = {**history_commands.HANDLERS, **voice_training.HANDLERS}
+# The commands whose handlers live in a module of their own: takes and hands-free, the history, voice training.
+_MODULE_HANDLERS = {**take_commands.HANDLERS, **history_commands.HANDLERS, **voice_training.HANDLERS}
 # The EngineError kind of a command's failure when the exception does not say it itself.
 _COMMAND_ERROR_KIND = {
     "Load": "model", "SwitchVoice": "lora", "SelectDevices": "audio_device", "StartTake": "take",
@@ -232,7 +233,7 @@ class EngineWorker:
         if self.phase is Phase.RECORDING:
             message = self.takes.next_message(0.01)
             if message is not None:
-                self._on_take_message(message)
+                take_commands.take_arrived(self, message)
             elif self.takes.lost(time.monotonic()):
                 self.takes.settled()
                 self._post(p.EngineError(kind="take", message=TAKE_LOST, template=TAKE_LOST))
@@ -241,7 +242,7 @@ class EngineWorker:
         else:
             message = self.takes.next_message(None)
             if message is not None:
-                self._on_take_message(message)
+                take_commands.take_arrived(self, message)
                 return
             # While sound is playing, or graphs are still to be captured behind "ready" (one per idle tick), wake up
             # often; otherwise sleep longer.
@@ -319,7 +320,7 @@ class EngineWorker:
 
     def _execute(self, command: Any) -> None:
         handler = getattr(self, "_on_" + type(command).__name__, None)
-        if handler is None:  # the history's and voice training's commands (each in its own module)
+        if handler is None:  # takes and hands-free, the history, voice training: each in its own module
             module_handler = _MODULE_HANDLERS[type(command)]
             handler = lambda c: module_handler(self, c)  # noqa: E731
         try:
@@ -359,7 +360,7 @@ class EngineWorker:
 
     def _tick(self) -> None:
         if self.hands_free.enabled or self.audio.listener is not None:
-            self._reconcile_listener()
+            take_commands.reconcile_listener(self)
         self.voice_turns.tick(self, time.monotonic())
         if self.phase is Phase.PLAYING_OUT and self.turn is not None:
             finished = self.audio.playback_finished()
@@ -448,69 +449,7 @@ class EngineWorker:
         self._stopping = True
         self._pending.clear()
 
-    # ------------------------------------------------------------------ takes
-
-    def _on_StartTake(self, command: p.StartTake) -> None:
-        if self.session is None:
-            raise UserFacingError("The model is not loaded yet.")
-        if self.phase is Phase.RECORDING and self.takes.held:
-            return  # a second press (key and mouse together): one take
-        # RECORDING but released: the last take is still in its tail or on its way (a burst of quick presses
-        # outruns the recorder's notes). This press is a take of its own (or continues that one in its tail);
-        # whatever the recorder says about the earlier presses no longer belongs to the take in progress.
-        if self.phase in RESTING and not self.takes.is_open():
-            # No microphone, the chosen one gone, or its stream died: look again before the press (a microphone
-            # that was not open has no pre-roll to lose).
-            self.audio.rescan()
-        if self.takes.press(command.at):  # False: the microphone could not be opened; the recorder has said why
-            if self.phase is not Phase.RECORDING:
-                self._set_phase(Phase.RECORDING)
-        elif self.phase is Phase.RECORDING:
-            self.takes.settled()
-            self._set_phase(self._rest_phase())
-
-    # ------------------------------------------------------------------ hands-free
-
-    def _on_SetHandsFree(self, command: p.SetHandsFree) -> None:
-        self.hands_free = command
-        if (command.muted or not command.enabled) and self.phase is Phase.RECORDING and self.takes.is_voice:
-            self.takes.drop()  # muted (or switched off) while talking: that take is not sent
-            self._set_phase(self._rest_phase())
-        self._reconcile_listener()
-
-    def _on_VoiceStarted(self, command: VoiceStarted) -> None:
-        """The listener heard speech: the same as a press of the talk button (the table has already stopped
-        an answer), except that the take began before, with its pre-roll, and ends when the speech does."""
-        if not self.hands_free.enabled or self.hands_free.muted or self.session is None:
-            return
-        if self.phase is Phase.RECORDING or self.phase not in RESTING:
-            return  # a take is in progress already (a press, or this voice's), or the engine is busy
-        if self.voice_turns.joining == command.seq:
-            self.voice_turns.withdraw(self)  # the user went on after a pause: one take of the whole sentence
-        self.takes.voice(command.seq)
-        self._set_phase(Phase.RECORDING)
-
-    def _reconcile_listener(self) -> None:
-        """The listener runs exactly when hands-free is on and a model is loaded (engine/worker/audio_ports.py).
-        A listener stopped or rebuilt (new timings, echo cancellation switched) never delivers the voice take it
-        had begun: that take is dropped, as a mute drops it, rather than left open for ever."""
-        want = self.hands_free.enabled and self.session is not None and self.phase is not Phase.LOADING
-        replaced = self.audio.reconcile_listener(self.hands_free, want)
-        if replaced:
-            self.voice_turns.settle(self)  # no continuation will come from that listener
-        if replaced and self.phase is Phase.RECORDING and self.takes.is_voice:
-            self.takes.drop()
-            self._set_phase(self._rest_phase())
-
-    def _on_VoiceTurnOver(self, command: VoiceTurnOver) -> None:
-        self.voice_turns.on_turn_over(self, command)
-
-    def _on_EndTake(self, command: p.EndTake) -> None:
-        # Nothing to end when the press failed or the take was cancelled or cut at the limit. The take
-        # itself ends `tail_s` later in stream time and arrives on the take channel; the phase stays
-        # RECORDING meanwhile, because the tail is still being recorded.
-        if self.phase is Phase.RECORDING:
-            self.takes.release(command.at)
+    # ------------------------------------------------------------------ cancel
 
     def _on_Cancel(self, command: p.Cancel) -> None:
         if self.phase is Phase.RECORDING:
@@ -519,24 +458,6 @@ class EngineWorker:
         elif self.phase is Phase.LOADING and self._helper_cancel is not None:
             self._helper_cancel.set()  # a download stops; the partial files stay for next time
         # Otherwise there is nothing to cancel (an answer was stopped by the table's cancel step).
-
-    def _on_take_message(self, message: TakeMessage) -> None:
-        keep = self.phase is Phase.RECORDING and self.takes.belongs(message)
-        if isinstance(message, TakeNote):
-            if keep and message.event.reason != "busy":  # busy: the recorder has told the window already
-                self._post(message.event)
-            if keep and message.event.reason in ("too_short", "busy"):
-                self.takes.settled()
-                self._set_phase(self._rest_phase())
-            # too_long: the cut take follows and is answered like any other.
-            return
-        if not keep:
-            return  # cancelled, or overtaken by a Load/Reset
-        self.takes.settled()
-        if self.voice_training.takes_clip(message.take):  # the voice wizard's clip: saved, not answered
-            self._set_phase(self._rest_phase())
-            return
-        answer_take(self, message.take)
 
     # ------------------------------------------------------------------ a turn
 
