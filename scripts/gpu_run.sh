@@ -33,4 +33,7 @@ fi
 if [ "$mode" = voice ]; then  # the voice_training section alone (it is also the bench's last section)
     python3 -m engine.bench.voice_training --out "$OUT" 2>&1 | tee "$OUT/voice_training.log"
 fi
+if [ "$mode" = learn ]; then  # the voice_training section's learning check alone; further arguments go to it
+    python3 -m engine.bench.voice_training --out "$OUT" --runs "" "${@:2}" 2>&1 | tee "$OUT/voice_training.log"
+fi
 echo "[gpu_run] results in $OUT"
