@@ -189,3 +189,30 @@ def test_presses_cancelled_by_resets_do_not_leave_the_engine_recording(engine: E
         assert engine.of(p.UserTakeAdded, start)
     assert [e.kind for e in engine.errors(start)] in (["take"], ["take", "take"])  # the replay refused while recording
     assert ping(engine, 7).state is p.EngineState.IDLE
+
+
+def test_an_answer_heard_to_its_end_is_not_interrupted_while_the_device_drains(engine: Engine, monkeypatch) -> None:  # noqa: ANN001
+    """A stop (a cancel, or hands-free speech) after the whole answer was generated and heard, while the device's
+    last buffer still drains (a long output buffer; the room test met it as 「そうですね」 said at an answer's end),
+    closes the answer as finished: not 中断 with all of its seconds, not cancelled."""
+    from engine.worker.table import Phase
+
+    worker = engine.worker
+    monkeypatch.setattr(worker.audio, "playback_finished", lambda: False)  # the device has not said it drained
+    engine.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 1.0))
+    start = len(engine.seen)
+    engine.send(p.StartTake())
+    engine.wait_state(p.EngineState.RECORDING, after=start)
+    time.sleep(0.3)
+    engine.send(p.EndTake())
+    deadline = time.monotonic() + 60
+    while not (worker.phase is Phase.PLAYING_OUT and worker.audio.queued_samples() == 0):
+        assert time.monotonic() < deadline, f"the answer was not played out ({worker.phase})"
+        time.sleep(0.01)
+    mark = len(engine.seen)
+    engine.send(p.Cancel())
+    engine.wait_state(p.EngineState.IDLE, after=mark)
+    assert engine.of(p.AnswerInterrupted, start) == []
+    record = worker.records[-1]
+    assert record.role == "assistant" and not record.cancelled and record.heard_samples is None  # all of it heard
+    assert engine.errors(start) == []

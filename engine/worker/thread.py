@@ -336,6 +336,11 @@ class EngineWorker:
     def _cancel_activity(self) -> None:
         """Stop what runs now: silence first (that is what the user hears), then the rest."""
         phase = self.phase
+        if phase is Phase.PLAYING_OUT and self.audio.queued_samples() == 0:
+            # Generated and heard to its end; only the device's last buffer drains: finished, not interrupted (speech
+            # now is the next take, not 中断 with all of the answer's seconds).
+            self._close_turn()
+            return
         if self.turn is not None and self.turn.note_heard(self.audio.queued_samples()) and not self.turn.withdrawn:
             self._post(p.AnswerInterrupted(self.turn.turn_id, self.turn.heard_samples / ANSWER_RATE))
         if phase in (Phase.THINKING, Phase.SPEAKING, Phase.PLAYING_OUT, Phase.REPLAYING) and self.player is not None:
