@@ -378,3 +378,19 @@ def english_texts(root, names: tuple[str, ...] = ()) -> list[str]:  # noqa: ANN0
         if words:
             found.append(f"{type(widget).__name__}: {text!r} ({', '.join(words)})")
     return found
+
+
+def last_worker() -> ScriptedWorker:
+    """The scripted engine of the window made last."""
+    return ScriptedWorker.instances[-1]
+
+
+def engine_info(voice: str | None = None, model: str = "LFM") -> p.EngineInfo:
+    return p.EngineInfo("GPU", None, True, None, model, voice, 4096)
+
+
+def show_loaded(qtbot, win, voice: str | None = None) -> None:  # noqa: ANN001
+    """The scripted engine says it has loaded (devices, the model and `voice`) and is idle."""
+    last_worker().post(p.Devices(("USB Mic",), ("Speakers",)), p.StateChanged(p.EngineState.LOADING),
+                       engine_info(voice), p.StateChanged(p.EngineState.IDLE))
+    qtbot.waitUntil(lambda: win.state is p.EngineState.IDLE and win.info is not None and win.devices is not None)

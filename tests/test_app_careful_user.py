@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from app_helpers import ScriptedWorker, commands_of, make_window, scripted_window
+from app_helpers import (ScriptedWorker, commands_of, engine_info, last_worker, make_window, scripted_window,
+                         show_loaded)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PySide6.QtWidgets import QApplication
@@ -28,20 +29,6 @@ MODEL = "/models/lfm"
 @pytest.fixture
 def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
     yield from scripted_window(qtbot, tmp_path)
-
-
-def _worker() -> ScriptedWorker:
-    return ScriptedWorker.instances[-1]
-
-
-def _info(voice: str | None = None, model: str = "LFM") -> p.EngineInfo:
-    return p.EngineInfo("GPU", None, True, None, model, voice, 4096)
-
-
-def _loaded(qtbot, win, voice: str | None = None) -> None:  # noqa: ANN001
-    _worker().post(p.Devices(("USB Mic",), ("Speakers",)), p.StateChanged(p.EngineState.LOADING), _info(voice),
-                   p.StateChanged(p.EngineState.IDLE))
-    qtbot.waitUntil(lambda: win.state is p.EngineState.IDLE and win.info is not None and win.devices is not None)
 
 
 def _voice_error(folder: str) -> p.EngineError:
@@ -62,14 +49,14 @@ def _answer_voices(refused: set[str]):  # noqa: ANN202
         if isinstance(command, p.SwitchVoice):
             if command.lora in refused:
                 return [_voice_error(command.lora)]
-            return [_info(Path(command.lora).name if command.lora else None)]
+            return [engine_info(Path(command.lora).name if command.lora else None)]
         return []
     return on_command
 
 
 def test_a_refused_voice_is_neither_saved_nor_shown_nor_sent_again(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().on_command = _answer_voices({BROKEN_VOICE})
+    show_loaded(qtbot, window)
+    last_worker().on_command = _answer_voices({BROKEN_VOICE})
     dialog = window.open_settings()
     dialog.voice_none.setChecked(False)
     dialog.voice_folder.setText(BROKEN_VOICE)
@@ -90,12 +77,12 @@ def test_a_refused_voice_is_neither_saved_nor_shown_nor_sent_again(qtbot, window
 
 
 def test_a_voice_refused_while_the_model_loads_leaves_the_models_own_voice(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     new_model = "/models/other"
     window.apply_settings(Settings(model_source=new_model, lora=BROKEN_VOICE))
     assert commands_of(window, p.Load)[-1].lora == BROKEN_VOICE
     # The engine loads the model, reports the voice it could not merge, and runs with the model's own voice.
-    _worker().post(p.StateChanged(p.EngineState.LOADING), _voice_error(BROKEN_VOICE), _info(None, "other"),
+    last_worker().post(p.StateChanged(p.EngineState.LOADING), _voice_error(BROKEN_VOICE), engine_info(None, "other"),
                    p.StateChanged(p.EngineState.IDLE))
     qtbot.waitUntil(lambda: window.info is not None and window.info.model_name == "other"
                     and window.state is p.EngineState.IDLE)
@@ -111,11 +98,11 @@ def test_the_saved_voice_is_always_the_last_one_the_engine_took(qtbot, tmp_path_
     """Whatever the order of accepted and refused voices: the saved and shown voice is the one in use."""
     tmp_path = tmp_path_factory.mktemp("voices")
     for win in scripted_window(qtbot, tmp_path):
-        _loaded(qtbot, win)
+        show_loaded(qtbot, win)
         in_use: str | None = None
         for lora, works in choices:
             refused = set() if works or lora is None else {lora}
-            _worker().on_command = _answer_voices(refused)
+            last_worker().on_command = _answer_voices(refused)
             sent = len(commands_of(win, p.SwitchVoice))
             errors_before = win.last_error
             win.apply_settings(dataclasses_replace(win.settings, lora=lora))
@@ -138,7 +125,7 @@ def dataclasses_replace(settings_: Settings, **changes: object) -> Settings:
 
 
 def test_a_refused_model_folder_is_not_shown_as_current(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     broken = "/models/broken"
     dialog = window.open_settings()
     dialog.model_folder_radio.setChecked(True)
@@ -148,7 +135,7 @@ def test_a_refused_model_folder_is_not_shown_as_current(qtbot, window) -> None: 
     from engine.errors import ModelFilesError, Problem
 
     error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
-    _worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.IDLE),
+    last_worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.IDLE),
                    p.EngineError.from_exception("model", error))
     qtbot.waitUntil(lambda: window.last_error is not None)
     assert window.settings.model_source == MODEL and _saved(window).model_source == MODEL
@@ -167,14 +154,14 @@ def test_a_folder_refused_in_the_first_start_dialog_is_not_kept(qtbot, tmp_path:
     qtbot.addWidget(win)
     win.show()
     win.start_engine()
-    _worker().post(p.ModelMissing("LiquidAI/LFM2.5-Audio-1.5B-JP"), p.StateChanged(p.EngineState.NO_MODEL))
+    last_worker().post(p.ModelMissing("LiquidAI/LFM2.5-Audio-1.5B-JP"), p.StateChanged(p.EngineState.NO_MODEL))
     qtbot.waitUntil(lambda: win.first_run is not None and win.first_run.isVisible())
     broken = str(tmp_path / "broken")
     win.first_run.folder_chosen.emit(broken)
     from engine.errors import ModelFilesError, Problem
 
     error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
-    _worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.NO_MODEL),
+    last_worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.NO_MODEL),
                    p.EngineError.from_exception("model", error))
     qtbot.waitUntil(lambda: win.first_run is not None and win.first_run.error_label.isVisible())
     assert win.settings.model_source is None and _saved(win).model_source is None
@@ -186,8 +173,8 @@ def test_a_folder_refused_in_the_first_start_dialog_is_not_kept(qtbot, tmp_path:
 
 @pytest.mark.parametrize("state", [p.EngineState.THINKING, p.EngineState.SPEAKING])
 def test_erasing_for_a_new_prompt_stops_the_answer_first(qtbot, window, state: p.EngineState) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
     qtbot.waitUntil(lambda: window.state is state and 2 in window.transcript.assistant_items)
     before = len(window.bridge.sent)
     window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
@@ -200,8 +187,8 @@ def test_erasing_for_a_new_prompt_stops_the_answer_first(qtbot, window, state: p
 
 
 def test_keeping_the_conversation_does_not_stop_the_answer(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(p.EngineState.SPEAKING))
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(p.EngineState.SPEAKING))
     qtbot.waitUntil(lambda: window.state is p.EngineState.SPEAKING)
     before = len(window.bridge.sent)
     window.apply_settings(dataclasses_replace(window.settings, system_prompt="短く答えてください。"))
@@ -329,9 +316,9 @@ def _no_horizontal_overflow(transcript) -> None:  # noqa: ANN001
 @given(run=LONG_RUNS, prefix=st.text(alphabet="こんにちは。 ", max_size=30))
 def test_a_long_unbreakable_run_wraps_inside_its_bubble(qtbot, window, run: str, prefix: str) -> None:  # noqa: ANN001
     window.resize(800, 600)
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     turn = max([0, *window.transcript.assistant_items]) + 2
-    _worker().post(p.UserTakeAdded(turn - 1, 1.0), p.AssistantTurnStarted(turn),
+    last_worker().post(p.UserTakeAdded(turn - 1, 1.0), p.AssistantTurnStarted(turn),
                    p.AssistantTurnFinished(turn, prefix + "https://example.com/" + run, 2.0, False))
     qtbot.waitUntil(lambda: turn in window.transcript.assistant_items
                     and window.transcript.assistant_items[turn].finished)
@@ -344,7 +331,7 @@ def test_a_saved_conversation_with_a_long_run_does_not_scroll_sideways(qtbot, wi
     from app.widgets.history import show_turns
 
     window.resize(800, 600)
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     viewer = window.history.viewer
     long = "x" * 400
     turns = (p.HistoryTurnView(1, "user", "", 1.0, False, True, False),
@@ -357,7 +344,7 @@ def test_a_saved_conversation_with_a_long_run_does_not_scroll_sideways(qtbot, wi
 
 def test_a_long_title_in_the_history_list_is_elided_not_scrolled(qtbot, window) -> None:  # noqa: ANN001
     window.resize(800, 600)
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     entry = p.HistoryEntry(7, 1.7e9, 1.7e9, "とても長い題名" * 40 + "x" * 200, 4, 12.0, "LFM", None)
     panel = window.history.panel
     panel.set_entries(p.HistoryListed((entry,), 1000))
@@ -400,11 +387,11 @@ def test_nothing_is_clipped_in_the_window_at_800_by_600(qtbot, tmp_path: Path, l
     qtbot.addWidget(win)
     win.show()
     win.start_engine()
-    qtbot.waitUntil(lambda: len(_worker().received) >= 4)
+    qtbot.waitUntil(lambda: len(last_worker().received) >= 4)
     assert win.minimumSizeHint().width() <= 800 and win.minimumSizeHint().height() <= 600
     win.resize(800, 600)
-    _loaded(qtbot, win)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2),
+    show_loaded(qtbot, win)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2),
                    p.AssistantTurnFinished(2, "はい。" + "y" * 300, 1.0, True),
                    p.TurnMetrics(2, 40.0, 90.0, 120.0, 180.0, 300.0, 0.5, 10, "x", False, 3))
     qtbot.waitUntil(lambda: len(win.latency.history) == 1)
@@ -414,7 +401,7 @@ def test_nothing_is_clipped_in_the_window_at_800_by_600(qtbot, tmp_path: Path, l
     from engine.errors import ModelFilesError, Problem
 
     error = ModelFilesError(LONG_FOLDER, [Problem("{file} is missing", file="config.json")] * 3)
-    _worker().post(p.EngineError.from_exception("model", error))
+    last_worker().post(p.EngineError.from_exception("model", error))
     qtbot.waitUntil(lambda: not win.banner.isHidden())
     _settle(qtbot)
     assert clipped_texts(win) == []
@@ -496,9 +483,9 @@ def test_the_window_size_and_splitter_are_remembered(qtbot, tmp_path: Path) -> N
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(held=st.floats(0.0, 0.099))
 def test_the_too_short_notice_says_how_long_the_button_was_held(qtbot, window, held: float) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     count = len(window.transcript.notices)
-    _worker().post(p.TakeRejected("too_short", held))
+    last_worker().post(p.TakeRejected("too_short", held))
     qtbot.waitUntil(lambda: len(window.transcript.notices) == count + 1)
     text = window.transcript.notices[-1].text()
     assert f"{held:.2f} 秒" in text  # what was measured, not a figure that reads like the minimum
@@ -506,8 +493,8 @@ def test_the_too_short_notice_says_how_long_the_button_was_held(qtbot, window, h
 
 
 def test_a_new_conversation_does_not_claim_to_erase_what_the_history_keeps(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False))
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False))
     qtbot.waitUntil(lambda: 2 in window.transcript.assistant_items)
     window.reset_action.trigger()
     box = window.conversation.confirm_box
@@ -569,10 +556,10 @@ def test_voicechat_reply_refuses_a_typo_in_the_output_folder(tmp_path: Path) -> 
 def test_a_saved_demo_conversation_names_its_model_in_japanese(qtbot, window) -> None:  # noqa: ANN001
     from app_helpers import english_texts
 
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     turns = (p.HistoryTurnView(1, "user", "", 1.0, False, True, False),
              p.HistoryTurnView(2, "assistant", "はい。", 1.0, True, True, False))
-    _worker().post(p.HistoryOpened(3, "はい", 1.7e9, "demo (random weights)", None, turns))
+    last_worker().post(p.HistoryOpened(3, "はい", 1.7e9, "demo (random weights)", None, turns))
     qtbot.waitUntil(lambda: window.history.viewer.conversation_id == 3 and window.history.viewer.isVisible())
     header = window.history.viewer.header.text()
     assert "デモ（ランダムな重み）" in header and "random" not in header
@@ -632,8 +619,8 @@ def test_the_screenshot_scripts_small_window_and_long_errors_clip_nothing(qtbot,
 
 
 def test_a_new_conversation_hides_the_last_exports_banner(qtbot, window, tmp_path: Path) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.Exported((str(tmp_path / "a.wav"),)))
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.Exported((str(tmp_path / "a.wav"),)))
     qtbot.waitUntil(lambda: not window.banner.isHidden())
     window.reset_action.trigger()
     window.conversation.confirm_box.erase_button.click()
@@ -642,11 +629,11 @@ def test_a_new_conversation_hides_the_last_exports_banner(qtbot, window, tmp_pat
 
 
 def test_the_rtf_readout_is_cleared_when_a_new_turn_starts(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい", 1.0, False),
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい", 1.0, False),
                    p.TurnMetrics(2, 40.0, 90.0, 120.0, 180.0, 300.0, 0.42, 10, "x", False, 0))
     qtbot.waitUntil(lambda: window.rtf.text() == "RTF 0.42")
-    _worker().post(p.UserTakeAdded(3, 1.0), p.StateChanged(p.EngineState.THINKING))
+    last_worker().post(p.UserTakeAdded(3, 1.0), p.StateChanged(p.EngineState.THINKING))
     qtbot.waitUntil(lambda: window.state is p.EngineState.THINKING)
     assert "0.42" not in window.rtf.text()
 
@@ -715,14 +702,14 @@ def test_the_selftest_checks_the_saved_voice_and_the_chosen_model(isolated_user_
 def test_a_librarys_own_error_is_said_in_japanese_with_its_text_as_a_detail(qtbot, window) -> None:  # noqa: ANN001
     from app_helpers import english_texts
 
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     raw = "RuntimeError: CUDA error: an illegal memory access was encountered"
-    _worker().post(p.EngineError("internal", raw, details="Traceback (most recent call last): ..."))
+    last_worker().post(p.EngineError("internal", raw, details="Traceback (most recent call last): ..."))
     qtbot.waitUntil(lambda: not window.banner.isHidden())
     assert raw not in window.banner.text and english_texts(window.banner) == []
     assert raw in window.banner.message.toolTip() and "Traceback" in window.banner.message.toolTip()
     # A message the app knows is still shown as itself, translated.
-    _worker().post(p.EngineError("take", "The model is not loaded yet."))
+    last_worker().post(p.EngineError("take", "The model is not loaded yet."))
     qtbot.waitUntil(lambda: "モデルはまだ読み込まれていません。" in window.banner.text)
 
 

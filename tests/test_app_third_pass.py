@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from app_helpers import ScriptedWorker, commands_of, make_window, orphans, scripted_window
+from app_helpers import (ScriptedWorker, commands_of, engine_info, last_worker, make_window, orphans, scripted_window,
+                         show_loaded)
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QLabel
@@ -38,22 +39,8 @@ def window(qtbot, tmp_path: Path):  # noqa: ANN001, ANN201
     yield from scripted_window(qtbot, tmp_path)
 
 
-def _worker() -> ScriptedWorker:
-    return ScriptedWorker.instances[-1]
-
-
-def _info(voice: str | None = None, model: str = "LFM") -> p.EngineInfo:
-    return p.EngineInfo("GPU", None, True, None, model, voice, 4096)
-
-
-def _loaded(qtbot, win, voice: str | None = None) -> None:  # noqa: ANN001
-    _worker().post(p.Devices(("USB Mic",), ("Speakers",)), p.StateChanged(p.EngineState.LOADING), _info(voice),
-                   p.StateChanged(p.EngineState.IDLE))
-    qtbot.waitUntil(lambda: win.state is p.EngineState.IDLE and win.info is not None and win.devices is not None)
-
-
 def _conversation(qtbot, win) -> None:  # noqa: ANN001
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False),
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.AssistantTurnFinished(2, "はい。", 1.0, False),
                    p.ContextUsage(1429, 4096))
     qtbot.waitUntil(lambda: 2 in win.transcript.assistant_items and win.context_gauge.used == 1429)
 
@@ -131,7 +118,7 @@ def test_ok_with_only_the_key_changed_keeps_the_conversation_and_a_reload_asks_a
 
 
 def test_a_prompt_and_a_model_change_ask_once_and_keeping_keeps_both(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     _conversation(qtbot, window)
     loads = len(commands_of(window, p.Load))
     new = dataclasses.replace(window.settings, system_prompt="短く答えてください。", precision="int8",
@@ -151,7 +138,7 @@ def test_a_prompt_and_a_model_change_ask_once_and_keeping_keeps_both(qtbot, wind
 
 def test_a_saved_conversation_opens_at_its_start_without_blank_space(qtbot, window) -> None:  # noqa: ANN001
     window.resize(1100, 700)
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     turns = []
     for turn_id in range(1, 13):
         if turn_id % 2:
@@ -159,7 +146,7 @@ def test_a_saved_conversation_opens_at_its_start_without_blank_space(qtbot, wind
         else:
             turns.append(p.HistoryTurnView(turn_id, "assistant", "こんにちは、今日はいい天気ですね。" * 3, 3.0, False,
                                            True, False))
-    _worker().post(p.HistoryOpened(3, "題", 1.7e9, "LFM", None, tuple(turns)))
+    last_worker().post(p.HistoryOpened(3, "題", 1.7e9, "LFM", None, tuple(turns)))
     viewer = window.history.viewer
     qtbot.waitUntil(lambda: window.history.stack.currentWidget() is viewer and len(viewer.transcript.user_items) == 6)
     qtbot.wait(100)
@@ -181,7 +168,7 @@ def test_a_saved_conversation_opens_at_its_start_without_blank_space(qtbot, wind
 def test_a_refused_voices_banner_goes_when_a_working_voice_is_chosen(qtbot, window) -> None:  # noqa: ANN001
     from engine.errors import LoraError
 
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     refused = "/voices/r0"
 
     def on_command(command: p.Command) -> list[p.Event]:
@@ -190,10 +177,10 @@ def test_a_refused_voices_banner_goes_when_a_working_voice_is_chosen(qtbot, wind
                                  name="r", low=1, high=4096, value=0)
             return [p.EngineError.from_exception("lora", error)]
         if isinstance(command, p.SwitchVoice):
-            return [_info(Path(command.lora).name if command.lora else None)]
+            return [engine_info(Path(command.lora).name if command.lora else None)]
         return []
 
-    _worker().on_command = on_command
+    last_worker().on_command = on_command
     window.apply_settings(dataclasses.replace(window.settings, lora=refused))
     qtbot.waitUntil(lambda: not window.banner.isHidden() and "声" in window.banner.text)
     window.apply_settings(dataclasses.replace(window.settings, lora="/voices/zunda-demo"))
@@ -202,11 +189,11 @@ def test_a_refused_voices_banner_goes_when_a_working_voice_is_chosen(qtbot, wind
 
 
 def test_a_refused_prompts_banner_goes_when_a_prompt_is_taken(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
-    _worker().post(p.EngineError("settings", "The system prompt is too long for the context: 9000 tokens, at most "
+    show_loaded(qtbot, window)
+    last_worker().post(p.EngineError("settings", "The system prompt is too long for the context: 9000 tokens, at most "
                                  "3000 fit in a context of 4096 tokens. Shorten it or choose a larger context."))
     qtbot.waitUntil(lambda: not window.banner.isHidden())
-    _worker().post(p.ConversationCleared("system_prompt"))
+    last_worker().post(p.ConversationCleared("system_prompt"))
     qtbot.waitUntil(lambda: window.banner.isHidden())
 
 
@@ -216,13 +203,13 @@ def test_a_refused_prompts_banner_goes_when_a_prompt_is_taken(qtbot, window) -> 
 @pytest.mark.parametrize("state", [p.EngineState.THINKING, p.EngineState.SPEAKING])
 def test_an_export_during_an_answer_says_at_once_that_it_waits(qtbot, window, tmp_path: Path,  # noqa: ANN001
                                                                state: p.EngineState) -> None:
-    _loaded(qtbot, window)
-    _worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
+    show_loaded(qtbot, window)
+    last_worker().post(p.UserTakeAdded(1, 1.5), p.AssistantTurnStarted(2), p.StateChanged(state))
     qtbot.waitUntil(lambda: window.state is state)
     window.conversation.export_to(str(tmp_path / "talk.wav"))
     assert commands_of(window, p.Export)
     assert not window.banner.isHidden() and "再生が終わってから" in window.banner.text  # at once, not in 30 s
-    _worker().post(p.StateChanged(p.EngineState.IDLE), p.Exported((str(tmp_path / "talk.wav"),)))
+    last_worker().post(p.StateChanged(p.EngineState.IDLE), p.Exported((str(tmp_path / "talk.wav"),)))
     qtbot.waitUntil(lambda: "talk.wav" in window.banner.text)  # then where it went
 
 
@@ -243,7 +230,7 @@ def test_a_key_tap_and_a_button_click_end_their_take_where_they_were_let_go(qtbo
 
     from app.widgets.ptt import PttKeyFilter
 
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     debounce_s = PttKeyFilter.RELEASE_DEBOUNCE_MS / 1000
 
     def click() -> None:
@@ -274,7 +261,7 @@ def test_under_demo_a_folder_chosen_in_settings_is_tried_and_saved_only_once_it_
 
     for win in scripted_window(qtbot, tmp_path, settings=Settings()):  # fresh settings, `--demo`
         win.demo_override = True
-        _loaded(qtbot, win)
+        show_loaded(qtbot, win)
         broken = str(tmp_path / "broken-model")
         dialog = win.open_settings()
         dialog.model_folder_radio.setChecked(True)
@@ -284,7 +271,7 @@ def test_under_demo_a_folder_chosen_in_settings_is_tried_and_saved_only_once_it_
         assert commands_of(win, p.Load)[-1].demo is False  # tried, not the demo again
         assert _saved(win).model_source is None  # not saved while untried
         error = ModelFilesError(broken, [Problem("{file} is missing", file="config.json")])
-        _worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.IDLE),
+        last_worker().post(p.StateChanged(p.EngineState.LOADING), p.StateChanged(p.EngineState.IDLE),
                        p.EngineError.from_exception("model", error))
         qtbot.waitUntil(lambda: win.last_error is not None)
         assert "モデル" in win.banner.text  # said
@@ -298,20 +285,20 @@ def test_under_demo_a_folder_chosen_in_settings_is_tried_and_saved_only_once_it_
         win.apply_settings(dataclasses.replace(win.settings, model_source=good, demo=False))
         qtbot.waitUntil(lambda: commands_of(win, p.Load)[-1].source == good)
         assert _saved(win).model_source is None
-        _worker().post(p.StateChanged(p.EngineState.LOADING), _info(model="good"), p.StateChanged(p.EngineState.IDLE))
+        last_worker().post(p.StateChanged(p.EngineState.LOADING), engine_info(model="good"), p.StateChanged(p.EngineState.IDLE))
         qtbot.waitUntil(lambda: _saved(win).model_source == good)  # it loaded: now it is the model of the next start
         assert not win.demo_override
 
 
 def test_a_hub_id_chosen_in_settings_is_not_saved_until_it_loads(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     dialog = window.open_settings()
     dialog.model_hub_radio.setChecked(True)
     dialog.model_hub_id.setText("someone/other-model")
     dialog.accept()
     qtbot.waitUntil(lambda: commands_of(window, p.Load)[-1].source == "someone/other-model")
     assert _saved(window).model_source == MODEL
-    _worker().post(p.ModelMissing("someone/other-model"))
+    last_worker().post(p.ModelMissing("someone/other-model"))
     qtbot.waitUntil(lambda: window.first_run is not None)
     assert _saved(window).model_source == MODEL  # a next start loads what worked
     window.first_run.download_button.click()  # a download under way is saved, so that it can resume
@@ -366,10 +353,10 @@ def test_a_librarys_words_inside_a_message_stay_in_the_details(qtbot, window) ->
 
     from engine.errors import LoraError
 
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     words = "Error while deserializing header: header too large"
     error = LoraError.of("{file} is unreadable ({error}).", file="/voices/zunda/adapter_model.safetensors", error=words)
-    _worker().post(p.EngineError.from_exception("lora", error))
+    last_worker().post(p.EngineError.from_exception("lora", error))
     qtbot.waitUntil(lambda: not window.banner.isHidden())
     assert words not in window.banner.text and "読めません" in window.banner.text
     assert english_texts(window.banner) == []
@@ -377,7 +364,7 @@ def test_a_librarys_words_inside_a_message_stay_in_the_details(qtbot, window) ->
 
 
 def test_the_new_conversation_box_does_not_contradict_itself(qtbot, window) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     _conversation(qtbot, window)
     window.reset_action.trigger()
     box = window.conversation.confirm_box
@@ -396,11 +383,11 @@ def test_the_new_conversation_box_does_not_contradict_itself(qtbot, window) -> N
 
 @pytest.mark.parametrize("everything", [True, False])
 def test_deleting_the_live_conversation_from_the_history_ends_it(qtbot, window, everything: bool) -> None:  # noqa: ANN001
-    _loaded(qtbot, window)
+    show_loaded(qtbot, window)
     _conversation(qtbot, window)
     entries = (p.HistoryEntry(5, 1.7e9, 1.7e9, "はい。", 2, 2.5, "LFM", None),
                p.HistoryEntry(4, 1.6e9, 1.6e9, "前の会話", 2, 2.0, "LFM", None))
-    _worker().post(p.HistoryListed(entries, 10_000, "uid-5", 5))
+    last_worker().post(p.HistoryListed(entries, 10_000, "uid-5", 5))
     qtbot.waitUntil(lambda: window.history.panel.live_conversation_id == 5)
     history = window.history
     box = history.confirm_delete_all() if everything else history.confirm_delete(5)
