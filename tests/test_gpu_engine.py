@@ -354,6 +354,17 @@ def test_voice_switch_updates_what_the_graphs_compute(full_size, tmp_path: Path)
         assert torch.equal(graph_step(), without_voice)
 
 
+def _eager_encoding(full_size, wave):  # noqa: ANN001, ANN202
+    """liquid-audio's own log-mel features of `wave` (its preprocessor on the unpadded samples) as a user take of a
+    conversation, and that take's eager `_prefill` rows."""
+    from engine.chat.conversation import Conversation
+    from engine.chat.session import _lone_take
+
+    mel, _ = full_size.processor.audio(torch.from_numpy(wave)[None].cuda(), torch.tensor([wave.shape[0]], device="cuda"))
+    take = Conversation(full_size.processor.text, codebooks=full_size.codebooks).add_audio_turn("user", mel[0].float()).pieces[1]
+    return take, full_size.model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())[0]
+
+
 @torch.inference_mode()
 def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     """Every rung captures both graphs and passes its start-up checks; for takes of lengths between the
@@ -361,8 +372,6 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     unpadded take) and its eager `_prefill` rows, and a replay from kept features gives the same rows."""
     import numpy as np
 
-    from engine.chat.conversation import Conversation
-    from engine.chat.session import _lone_take
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
 
     model = full_size.model
@@ -372,11 +381,7 @@ def test_audio_encoder_graphs_match_the_eager_encoder(full_size) -> None:
     rng = np.random.default_rng(7)
     for seconds in (0.43, 3.97, 11.3, 27.3):
         wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
-        device_wave = torch.from_numpy(wave)[None].cuda()
-        expected_mel, _ = full_size.processor.audio(device_wave, torch.tensor([wave.shape[0]], device="cuda"))
-        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
-        take = conversation.add_audio_turn("user", expected_mel[0].float()).pieces[1]
-        expected_rows = model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())[0]
+        take, expected_rows = _eager_encoding(full_size, wave)
         mel, rows = graphs.encode_wave(wave)
         assert mel.shape == take.mel.shape and rows.shape == expected_rows.shape
         assert _rel(mel, take.mel) < 1e-4, seconds
@@ -549,8 +554,6 @@ def test_encoder_rungs_captured_one_by_one_between_eager_encodings_match_the_eag
 
     import numpy as np
 
-    from engine.chat.conversation import Conversation
-    from engine.chat.session import _lone_take
     from engine.realtime.encoder_graphs import EncoderGraphs, ladder
     from engine.realtime.lazy_capture import LazyCapture
 
@@ -564,11 +567,7 @@ def test_encoder_rungs_captured_one_by_one_between_eager_encodings_match_the_eag
     rng = np.random.default_rng(3)
 
     def eager_encoding() -> None:
-        wave = torch.from_numpy((0.1 * rng.standard_normal(int(rng.uniform(0.5, 20) * 16000))).astype(np.float32))[None].cuda()
-        mel, _ = full_size.processor.audio(wave, torch.tensor([wave.shape[1]], device="cuda"))
-        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
-        take = conversation.add_audio_turn("user", mel[0].float()).pieces[1]
-        model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())
+        _eager_encoding(full_size, (0.1 * rng.standard_normal(int(rng.uniform(0.5, 20) * 16000))).astype(np.float32))
 
     eager_encoding()
     while capture.run_next():
@@ -579,11 +578,7 @@ def test_encoder_rungs_captured_one_by_one_between_eager_encodings_match_the_eag
     assert set(capture.seconds) == {f"encoder rung of {frames} mel frames" for frames in ladder(3001)}
     for seconds in (0.43, 3.97, 11.3, 27.3):
         wave = (0.1 * rng.standard_normal(int(seconds * 16000))).astype(np.float32)
-        device_wave = torch.from_numpy(wave)[None].cuda()
-        expected_mel, _ = full_size.processor.audio(device_wave, torch.tensor([wave.shape[0]], device="cuda"))
-        conversation = Conversation(full_size.processor.text, codebooks=full_size.codebooks)
-        take = conversation.add_audio_turn("user", expected_mel[0].float()).pieces[1]
-        expected_rows = model._prefill(**_lone_take(take, full_size.codebooks, full_size.device).as_kwargs())[0]
+        take, expected_rows = _eager_encoding(full_size, wave)
         mel, rows = graphs.encode_wave(wave)
         assert mel.shape == take.mel.shape and rows.shape == expected_rows.shape
         assert _rel(mel, take.mel) < 1e-4, seconds
