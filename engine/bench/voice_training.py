@@ -50,6 +50,12 @@ LOW_MATMUL_EFFICIENCY = 0.15  # the pessimistic end of the estimate (engine/voic
 # training answers and not the held-out ones, ~1.6 M bits of labels for a 12.8 M-parameter teacher. A voice is a
 # low-rank change; the check's teacher is rank 4 (3.2 M parameters) and the student sees 3,712 answers.
 TEACHER_RANK = 4
+# Where the teacher's change lies: every module the student adapts, or only the audio head (the depthformer and
+# the linear that feeds it), where a voice's sound is made from what the backbone says.
+TEACHER_TARGETS = {
+    "all": None,  # the student's own targets (engine/voices/adapter.py DEFAULT_TARGETS)
+    "audio-head": r"^(depthformer\.layers\.\d+\..*\.(qkv_proj|out_proj|w1|w2|w3)|depth_linear)$",
+}
 LEARNING_PROMPTS = 4096  # generated ANSWER_BATCH at a time; all but the validation and held-out ones trained on
 VALIDATION_PROMPTS, HELD_OUT_PROMPTS = 128, 256  # the student's learning rate is chosen on the first, judged on the second
 ANSWER_BATCH = 1024
@@ -192,7 +198,7 @@ def _mimi_encode_ms(loaded) -> float | None:
 
 def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNING_PROMPTS, steps: int = STUDENT_STEPS,
                    learning_rates: tuple[float, ...] = STUDENT_LRS, teacher_rank: int = TEACHER_RANK,
-                   eval_every: int = 0) -> dict[str, Any]:
+                   eval_every: int = 0, teacher_targets: str = "all") -> dict[str, Any]:
     """The teacher/student check (see the module docstring). The student's learning rate is chosen on a validation
     split (its teacher-forced loss there); the agreement is reported on the held-out prompts only, and with
     `eval_every` also every so many steps on the way."""
@@ -220,7 +226,8 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     base_probe = _choices(loaded.model, probe_samples, schedule)
     scale, teacher_voice, base_agreement = 0.25, None, {}
     for _ in range(10):
-        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, DEFAULT_TARGETS, teacher_rank)
+        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale,
+                                        TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS, teacher_rank)
         switcher.apply(load_voice(teacher_voice))
         base_agreement = _agreement(base_probe, _choices(loaded.model, probe_samples, schedule))
         switcher.apply(None)
@@ -269,7 +276,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     student = best["held_out_agreement"]
     return {
-        "teacher": {"rank": teacher_rank, "scale": scale, "base_agreement_on_probe": base_agreement},
+        "teacher": {"rank": teacher_rank, "targets": teacher_targets, "scale": scale, "base_agreement_on_probe": base_agreement},
         "prompts": {"train": len(train), "validation": len(validation), "held_out": len(held_out),
                     "answer_blocks": ANSWER_BLOCKS, "generate_s": generate_s},
         "students": runs,
@@ -512,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in STUDENT_LRS), help="the student's learning rates to choose from")
     parser.add_argument("--teacher-rank", type=int, default=TEACHER_RANK, help="the learning check's teacher LoRA rank")
     parser.add_argument("--eval-every", type=int, default=0, help="the student's agreement every so many steps too")
+    parser.add_argument("--teacher-targets", choices=sorted(TEACHER_TARGETS), default="all", help="where the teacher's change lies")
     args = parser.parse_args(argv)
     if args.child_out:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -524,11 +532,12 @@ def main(argv: list[str] | None = None) -> int:
             result = measure_speed(args.speed, args.cap_bytes, args.precision)
         else:
             result = learning_check(args.learn, prompts=args.prompts, steps=args.steps, teacher_rank=args.teacher_rank,
-                                    learning_rates=tuple(float(r) for r in args.rates.split(",")), eval_every=args.eval_every)
+                                    learning_rates=tuple(float(r) for r in args.rates.split(",")), eval_every=args.eval_every,
+                                    teacher_targets=args.teacher_targets)
         args.child_out.write_text(json.dumps(result))
         return 0
     options = {"prompts": args.prompts, "steps": args.steps, "rates": args.rates, "teacher-rank": args.teacher_rank,
-               "eval-every": args.eval_every}
+               "eval-every": args.eval_every, "teacher-targets": args.teacher_targets}
     run_voice_training(args.out, learning=not args.no_learning, runs=[int(i) for i in args.runs.split(",") if i] if args.runs is not None else None,
                        learning_options=options)
     return 0
