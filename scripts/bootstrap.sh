@@ -77,7 +77,7 @@ ensure_venv() {
         # uv installs the same pinned set as pip, several times faster (on a clean clone: 27 s against pip's
         # 155 s, mostly torch's CUDA wheels); pip does it where uv cannot be had.
         if "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" uv; then
-            "$VENV/bin/python" -m uv pip install -q --python "$VENV/bin/python" -c "$ROOT/scripts/constraints.txt" -e "$ROOT[$extras]"
+            "$VENV/bin/python" -m uv pip install -q --compile-bytecode --python "$VENV/bin/python" -c "$ROOT/scripts/constraints.txt" -e "$ROOT[$extras]"
         else
             "$VENV/bin/python" -m pip install -q --upgrade pip
             "$VENV/bin/python" -m pip install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[$extras]"
