@@ -232,6 +232,25 @@ def test_a_sample_made_from_tokens_is_the_mappers_own_layout(clips, tiny_model_w
             assert torch.equal(getattr(made, field), getattr(mapped, field)), (field, n_text, n_audio)
 
 
+def test_the_learning_checks_samples_label_only_what_the_teacher_generated(tiny_model_with_tokenizer_dir) -> None:
+    """The benchmark's learning check supervises the teacher's own tokens and frames, not the stops the layout adds
+    (the random model cannot say them): the model's own `logits` see exactly the answer's labels."""
+    from engine.bench.voice_training import _samples
+    from engine.model.loading import load_model
+
+    loaded = load_model(tiny_model_with_tokenizer_dir, device="cpu")
+    generator = torch.Generator().manual_seed(3)
+    requests = torch.randint(200, 400, (3, 5), generator=generator).tolist()
+    answers = [(torch.randint(200, 400, (n_text,), generator=generator).tolist(),
+                torch.randint(0, 2048, (loaded.model.codebooks, frames), generator=generator))
+               for n_text, frames in ((12, 18), (7, 9), (1, 3))]
+    for sample, (text, codes) in zip(_samples(loaded.processor.text, requests, answers, (6, 9)), answers, strict=True):
+        with torch.no_grad():
+            _, _, text_labels, audio_labels = loaded.model.logits(collate([sample]))
+        assert text_labels.tolist() == text
+        assert torch.equal(audio_labels.view(-1, loaded.model.codebooks).T, codes)
+
+
 def test_a_voice_is_shared_as_one_zip_and_a_bad_zip_changes_nothing(trained, tmp_path) -> None:
     import zipfile
 

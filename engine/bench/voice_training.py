@@ -11,10 +11,12 @@ them):
   them out, the batch budget chosen from the free memory as a run chooses it. Step time, positions per second, the
   achieved share of the GPU's bf16 throughput, the peak by the driver's count, and the audio tokenizer's (Mimi's)
   encoding time per second of speech.
-- learning: the random full-size model with a random "teacher" LoRA answers reading requests (text and audio,
-  greedy, eager); a student LoRA trained through the pipeline (samples, batches, VoiceTrainer) on some of those
-  answers is compared with the teacher on the others, teacher-forced: the share of text positions and of audio
-  frames' first codebook where its top-1 choice is the teacher's, against the base model's share.
+- learning: the random full-size model with a random "teacher" LoRA (on every module the student adapts, or only
+  on the audio head) answers reading requests (text and audio, greedy, eager); a student LoRA trained through the
+  pipeline (samples labelled on the teacher's answer, batches, VoiceTrainer) on some of those answers is compared
+  with the teacher on the others, teacher-forced: the share of text positions, of audio frames' first codebook (and
+  of each codebook) where its top-1 choice is the teacher's, against the base model's share; with --eval-every
+  also on the way.
 
 The card estimates (minutes to train 30 minutes of speech for 3 epochs) come from the measured steps and each
 card's published bf16 tensor throughput (`estimate_minutes`): an ESTIMATE, never a measurement.
