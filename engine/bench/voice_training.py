@@ -401,8 +401,8 @@ def _supervising_only_the_answer(sample, text_count: int, frame_count: int):
 
 def _choices(model, samples, schedule: tuple[int, int]) -> list[tuple[Any, Any]]:
     """Teacher-forced top-1 choices of `model` (with whatever voice or adapter it carries) on each sample, from
-    liquid-audio's own `logits` (the loss's forward): at every text position and the first codebook of every audio
-    frame that the answer's generation chose (not the <|text_end|>, end-of-audio and <|im_end|> the layout adds)."""
+    liquid-audio's own `logits` (the loss's forward): at every text position and every codebook of every audio frame
+    that the answer's generation chose (the samples label nothing else: `_supervising_only_the_answer`)."""
     import torch
 
     from engine.voices.batches import collate
