@@ -19,9 +19,10 @@ pytestmark = [
 ]
 
 
-def start_long_answer(eng: Engine) -> int:
-    """A take, answered with up to 60 s (so the answer is still running when the test acts)."""
-    eng.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 60.0))
+def start_long_answer(eng: Engine, answer_seconds: float = 60.0) -> int:
+    """A take, answered with up to `answer_seconds` (by default 60 s, so the answer is still running when the test
+    acts); returns the index of the first event after it."""
+    eng.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, answer_seconds))
     start = len(eng.seen)
     eng.send(p.StartTake())
     eng.wait_state(p.EngineState.RECORDING, after=start)
@@ -199,12 +200,7 @@ def test_an_answer_heard_to_its_end_is_not_interrupted_while_the_device_drains(e
 
     worker = engine.worker
     monkeypatch.setattr(worker.audio, "playback_finished", lambda: False)  # the device has not said it drained
-    engine.send(p.ApplySettings(p.SamplingSettings(), DEFAULT_PROMPT, 1.0))
-    start = len(engine.seen)
-    engine.send(p.StartTake())
-    engine.wait_state(p.EngineState.RECORDING, after=start)
-    time.sleep(0.3)
-    engine.send(p.EndTake())
+    start = start_long_answer(engine, answer_seconds=1.0)
     deadline = time.monotonic() + 60
     while not (worker.phase is Phase.PLAYING_OUT and worker.audio.queued_samples() == 0):
         assert time.monotonic() < deadline, f"the answer was not played out ({worker.phase})"
