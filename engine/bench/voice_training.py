@@ -263,14 +263,15 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
             losses.append({key: round(value, 3) for key, value in trainer.train_step().items() if key.endswith("loss")})
             if eval_every and step % eval_every == 0 and step < steps:  # the agreement on the way (not timed)
                 paused = time.perf_counter()
-                curve.append({"step": step, **_agreement(_choices(reloaded.model, held_out, schedule), teacher)})
+                curve.append({"step": step, **_agreement(_choices(reloaded.model, held_out, schedule), teacher),
+                              "validation_losses": trainer.held_out_loss()})
                 began += time.perf_counter() - paused
         train_s = time.perf_counter() - began
         validation_loss = trainer.held_out_loss()
         final = _agreement(_choices(reloaded.model, held_out, schedule), teacher)
         run = {"learning_rate": rate, "train_s": train_s, "loss_first": losses[0], "loss_last": losses[-1],
                "validation_loss": validation_loss["loss"], "validation_losses": validation_loss, "losses_every_25": losses[::25],
-               "agreement_on_the_way": [*curve, {"step": steps, **final}], "held_out_agreement": final}
+               "agreement_on_the_way": [*curve, {"step": steps, **final, "validation_losses": validation_loss}], "held_out_agreement": final}
         runs.append(run)
         if best is None or run["validation_loss"] < best["validation_loss"]:
             best = run
