@@ -68,6 +68,7 @@ STUDENT_STEPS = 400
 STUDENT_LRS = (1e-3,)
 STUDENT_BATCH_POSITIONS = 4096
 TEACHER_BASE_AGREEMENT = (0.3, 0.6)  # the teacher's size is chosen so that the base agrees this much with it
+MARGIN_EDGES = (0.0, 0.1, 0.3, 1.0, math.inf)  # the teacher's lead over its runner-up (logits) the agreement is split by
 
 
 # --------------------------------------------------------------------------- samples
@@ -250,7 +251,8 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     for name, p in loaded.model.named_parameters():  # switching the teacher out is exact: the base, bit for bit
         if name in pristine:
             assert torch.equal(p, pristine[name]), name
-    base = _agreement(_choices(loaded.model, held_out, schedule), teacher)
+    base_choices = _choices(loaded.model, held_out, schedule)
+    base = _agreement(base_choices, teacher)
 
     budget = TokenBudget(STUDENT_BATCH_POSITIONS, STUDENT_BATCH_POSITIONS)
     runs, best = [], None
@@ -268,26 +270,51 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
                 began += time.perf_counter() - paused
         train_s = time.perf_counter() - began
         validation_loss = trainer.held_out_loss()
-        final = _agreement(_choices(reloaded.model, held_out, schedule), teacher)
+        final_choices = _choices(reloaded.model, held_out, schedule)
+        final = _agreement(final_choices, teacher)
         run = {"learning_rate": rate, "train_s": train_s, "loss_first": losses[0], "loss_last": losses[-1],
                "validation_loss": validation_loss["loss"], "validation_losses": validation_loss, "losses_every_25": losses[::25],
-               "agreement_on_the_way": [*curve, {"step": steps, **final, "validation_losses": validation_loss}], "held_out_agreement": final}
+               "agreement_on_the_way": [*curve, {"step": steps, **final, "validation_losses": validation_loss}], "held_out_agreement": final,
+               "by_teacher_margin": _agreement_by_margin(final_choices, teacher)}
         runs.append(run)
         if best is None or run["validation_loss"] < best["validation_loss"]:
             best = run
         del trainer, reloaded
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     student = best["held_out_agreement"]
+    ceiling_choices = _teacher_on_the_students_path(folder, device, teacher_voice, teacher_rank,
+                                                    TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS, held_out, schedule)
     return {
         "teacher": {"rank": teacher_rank, "targets": teacher_targets, "scale": scale, "base_agreement_on_probe": base_agreement},
         "prompts": {"train": len(train), "validation": len(validation), "held_out": len(held_out),
                     "answer_blocks": ANSWER_BLOCKS, "generate_s": generate_s},
         "students": runs,
         "chosen_learning_rate": best["learning_rate"],
-        "held_out_agreement_with_teacher": {"base": base, "student": student},
+        "held_out_agreement_with_teacher": {"base": base, "student": student, "ceiling": _agreement(ceiling_choices, teacher)},
+        "by_teacher_margin": {"base": _agreement_by_margin(base_choices, teacher), "student": best["by_teacher_margin"],
+                              "ceiling": _agreement_by_margin(ceiling_choices, teacher)},
         "target_halfway": {key: student[key] >= base[key] + 0.5 * (1 - base[key]) for key in ("text_top1", "codebook0_top1")},
         "teacher_forced": True,
     }
+
+
+def _teacher_on_the_students_path(folder: Path, device: str, teacher_voice: Path, rank: int, targets: str, samples,
+                                  schedule: tuple[int, int]) -> list[tuple[Any, Any, Any]]:
+    """The teacher's choices computed as a student's are (peft's unmerged adapter, float32 A and B, on a fresh
+    bf16 base) rather than merged into the weights as the app's VoiceSwitcher merges it: the same function in
+    exact arithmetic, so its agreement with the teacher is the most a student that learned the teacher exactly
+    could show on this random model."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from engine.model.loading import load_model
+    from engine.voices.adapter import attach_lora
+
+    loaded = load_model(folder, device=device)
+    model = attach_lora(loaded.model, rank=rank, alpha=rank, targets=targets)  # alpha = r: the teacher's scale of 1
+    result = set_peft_model_state_dict(model, load_file(str(teacher_voice / "adapter_model.safetensors")))
+    assert not result.unexpected_keys, result.unexpected_keys[:3]
+    return _choices(loaded.model, samples, schedule)
 
 
 def _random_teacher(model, folder: Path, scale: float, targets: str, rank: int) -> Path:
@@ -403,7 +430,8 @@ def _supervising_only_the_answer(sample, text_count: int, frame_count: int):
 def _choices(model, samples, schedule: tuple[int, int]) -> list[tuple[Any, Any]]:
     """Teacher-forced top-1 choices of `model` (with whatever voice or adapter it carries) on each sample, from
     liquid-audio's own `logits` (the loss's forward): at every text position and every codebook of every audio frame
-    that the answer's generation chose (the samples label nothing else: `_supervising_only_the_answer`)."""
+    that the answer's generation chose (the samples label nothing else: `_supervising_only_the_answer`); with each
+    code's margin, its logit over the runner-up's (`_agreement_by_margin`)."""
     import torch
 
     from engine.voices.batches import collate
@@ -415,8 +443,10 @@ def _choices(model, samples, schedule: tuple[int, int]) -> list[tuple[Any, Any]]
     with torch.no_grad():
         for sample in samples:
             text_logits, audio_logits, _, _ = model.logits(collate([sample]).to(device))
-            codes = audio_logits.view(-1, model.codebooks, audio_logits.shape[-1])[:frame_count].argmax(-1)
-            choices.append((text_logits[:text_count].argmax(-1).cpu(), codes.cpu()))
+            frames = audio_logits.view(-1, model.codebooks, audio_logits.shape[-1])[:frame_count].float()
+            top2 = frames.topk(2, dim=-1)
+            choices.append((text_logits[:text_count].argmax(-1).cpu(), top2.indices[..., 0].cpu(),
+                            (top2.values[..., 0] - top2.values[..., 1]).cpu()))
     return choices
 
 
@@ -428,6 +458,22 @@ def _agreement(got, want) -> dict[str, Any]:
     text = torch.cat([g[0] == w[0] for g, w in zip(got, want, strict=True)]).float().mean().item()
     codebooks = torch.cat([g[1] == w[1] for g, w in zip(got, want, strict=True)]).float().mean(0).tolist()
     return {"text_top1": text, "codebook0_top1": codebooks[0], "codebooks_top1": [round(c, 4) for c in codebooks]}
+
+
+def _agreement_by_margin(got, want) -> list[dict[str, Any]]:
+    """Codebook-0 agreement split by how far the teacher's choice led its runner-up (in logits, i.e. nats of
+    log-probability): the random model's audio logits are nearly flat, so many of its choices are near-ties that
+    any change of the computation flips."""
+    import torch
+
+    agree = torch.cat([g[1][:, 0] == w[1][:, 0] for g, w in zip(got, want, strict=True)]).float()
+    margin = torch.cat([w[2][:, 0] for w in want])
+    rows = []
+    for low, high in zip(MARGIN_EDGES[:-1], MARGIN_EDGES[1:], strict=True):
+        inside = (margin >= low) & (margin < high)
+        rows.append({"margin": [low, high], "share": round(inside.float().mean().item(), 4),
+                     "codebook0_top1": round(agree[inside].mean().item(), 4) if inside.any() else None})
+    return rows
 
 
 # --------------------------------------------------------------------------- the section (parent)
