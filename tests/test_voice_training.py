@@ -251,6 +251,37 @@ def test_the_learning_checks_samples_label_only_what_the_teacher_generated(tiny_
         assert torch.equal(audio_labels.view(-1, loaded.model.codebooks).T, codes)
 
 
+def test_the_learning_checks_ceiling_is_the_teacher_itself_on_the_students_path(tiny_model_with_tokenizer_dir, tmp_path) -> None:
+    """The check's ceiling runs the teacher's own adapter through peft as a student runs (float32 here, so it must
+    agree with the merged teacher everywhere, and not merely as the base does); the split by the teacher's margin
+    covers every frame once and averages back to the whole."""
+    from engine.bench.voice_training import (_agreement, _agreement_by_margin, _answers, _choices, _random_teacher, _samples,
+                                             _teacher_on_the_students_path)
+    from engine.model.loading import load_model
+    from engine.voices.adapter import DEFAULT_TARGETS
+
+    loaded = load_model(tiny_model_with_tokenizer_dir, device="cpu")
+    schedule = (loaded.interleaved_n_text, loaded.interleaved_n_audio)
+    requests = torch.randint(200, 400, (4, 6), generator=torch.Generator().manual_seed(5)).tolist()
+    teacher_voice = _random_teacher(loaded.model, tmp_path / "teacher", 0.5, DEFAULT_TARGETS, 4)
+    switcher = VoiceSwitcher(loaded.model)
+    switcher.apply(load_voice(teacher_voice))
+    samples = _samples(loaded.processor.text, requests, _answers(loaded, loaded.processor.text, requests, schedule), schedule)
+    teacher = _choices(loaded.model, samples, schedule)
+    switcher.apply(None)
+    base = _agreement(_choices(loaded.model, samples, schedule), teacher)
+    ceiling_choices = _teacher_on_the_students_path(tiny_model_with_tokenizer_dir, loaded.device, loaded.dtype, teacher_voice, 4,
+                                                    DEFAULT_TARGETS, samples, schedule)
+    ceiling = _agreement(ceiling_choices, teacher)
+    assert base["codebook0_top1"] < 0.9
+    assert ceiling["codebook0_top1"] == 1.0 and ceiling["text_top1"] == 1.0
+
+    rows = _agreement_by_margin(_choices(loaded.model, samples, schedule), teacher)
+    assert sum(row["share"] for row in rows) == pytest.approx(1.0, abs=1e-3)
+    averaged = sum(row["share"] * row["codebook0_top1"] for row in rows if row["codebook0_top1"] is not None)
+    assert averaged == pytest.approx(base["codebook0_top1"], abs=2e-3)
+
+
 def test_a_voice_is_shared_as_one_zip_and_a_bad_zip_changes_nothing(trained, tmp_path) -> None:
     import zipfile
 

@@ -282,7 +282,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
         del trainer, reloaded
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     student = best["held_out_agreement"]
-    ceiling_choices = _teacher_on_the_students_path(folder, device, teacher_voice, teacher_rank,
+    ceiling_choices = _teacher_on_the_students_path(folder, loaded.device, loaded.dtype, teacher_voice, teacher_rank,
                                                     TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS, held_out, schedule)
     return {
         "teacher": {"rank": teacher_rank, "targets": teacher_targets, "scale": scale, "base_agreement_on_probe": base_agreement},
@@ -298,7 +298,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     }
 
 
-def _teacher_on_the_students_path(folder: Path, device: str, teacher_voice: Path, rank: int, targets: str, samples,
+def _teacher_on_the_students_path(folder: Path, device, dtype, teacher_voice: Path, rank: int, targets: str, samples,
                                   schedule: tuple[int, int]) -> list[tuple[Any, Any, Any]]:
     """The teacher's choices computed as a student's are (peft's unmerged adapter, float32 A and B, on a fresh
     bf16 base) rather than merged into the weights as the app's VoiceSwitcher merges it: the same function in
@@ -310,7 +310,7 @@ def _teacher_on_the_students_path(folder: Path, device: str, teacher_voice: Path
     from engine.model.loading import load_model
     from engine.voices.adapter import attach_lora
 
-    loaded = load_model(folder, device=device)
+    loaded = load_model(folder, device=device, dtype=dtype)
     model = attach_lora(loaded.model, rank=rank, alpha=rank, targets=targets)  # alpha = r: the teacher's scale of 1
     result = set_peft_model_state_dict(model, load_file(str(teacher_voice / "adapter_model.safetensors")))
     assert not result.unexpected_keys, result.unexpected_keys[:3]
@@ -333,7 +333,7 @@ def _random_teacher(model, folder: Path, scale: float, targets: str, rank: int) 
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear) and pattern.fullmatch(name) and module.weight.numel():
             rows, columns = module.weight.shape
-            spread = float(module.weight.float().std())
+            spread = float(module.weight.detach().float().std())
             # Entries of B @ A have a spread of spread · scale: A's rows unit-norm, B's entries of spread · scale.
             a = torch.randn(rank, columns, generator=generator) / math.sqrt(columns)
             b = torch.randn(rows, rank, generator=generator) * spread * scale * math.sqrt(columns / rank)
