@@ -16,7 +16,8 @@ them):
   pipeline (samples labelled on the teacher's answer, batches, VoiceTrainer) on some of those answers is compared
   with the teacher on the others, teacher-forced: the share of text positions, of audio frames' first codebook (and
   of each codebook) where its top-1 choice is the teacher's, against the base model's share; with --eval-every
-  also on the way.
+  also on the way. Beside them: codebook 0's agreement split by the teacher's lead over its runner-up, and the
+  ceiling, the teacher itself computed as a student is (what a student that learned it exactly would show).
 
 The card estimates (minutes to train 30 minutes of speech for 3 epochs) come from the measured steps and each
 card's published bf16 tensor throughput (`estimate_minutes`): an ESTIMATE, never a measurement.
@@ -221,6 +222,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     requests = torch.randint(200, min(512, len(tokenizer)), (prompts, REQUEST_TOKENS), generator=generator).tolist()
     work = Path(tempfile.mkdtemp(prefix="voicechat-learning-"))
     switcher = VoiceSwitcher(loaded.model)
+    teacher_pattern = TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS
     pristine = {name: p.detach().clone() for name, p in loaded.model.named_parameters() if p.dim() == 2}
 
     # The teacher: a random LoRA, sized so that the base model agrees with it only in part.
@@ -229,8 +231,7 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
     base_probe = _choices(loaded.model, probe_samples, schedule)
     scale, teacher_voice, base_agreement = 0.25, None, {}
     for _ in range(10):
-        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale,
-                                        TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS, teacher_rank)
+        teacher_voice = _random_teacher(loaded.model, work / f"teacher-{scale:g}", scale, teacher_pattern, teacher_rank)
         switcher.apply(load_voice(teacher_voice))
         base_agreement = _agreement(base_probe, _choices(loaded.model, probe_samples, schedule))
         switcher.apply(None)
@@ -273,17 +274,17 @@ def learning_check(folder: Path, *, device: str = "cuda", prompts: int = LEARNIN
         final_choices = _choices(reloaded.model, held_out, schedule)
         final = _agreement(final_choices, teacher)
         run = {"learning_rate": rate, "train_s": train_s, "loss_first": losses[0], "loss_last": losses[-1],
-               "validation_loss": validation_loss["loss"], "validation_losses": validation_loss, "losses_every_25": losses[::25],
+               "validation_losses": validation_loss, "losses_every_25": losses[::25],
                "agreement_on_the_way": [*curve, {"step": steps, **final, "validation_losses": validation_loss}], "held_out_agreement": final,
                "by_teacher_margin": _agreement_by_margin(final_choices, teacher)}
         runs.append(run)
-        if best is None or run["validation_loss"] < best["validation_loss"]:
+        if best is None or validation_loss["loss"] < best["validation_losses"]["loss"]:
             best = run
         del trainer, reloaded
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
     student = best["held_out_agreement"]
     ceiling_choices = _teacher_on_the_students_path(folder, loaded.device, loaded.dtype, teacher_voice, teacher_rank,
-                                                    TEACHER_TARGETS[teacher_targets] or DEFAULT_TARGETS, held_out, schedule)
+                                                    teacher_pattern, held_out, schedule)
     return {
         "teacher": {"rank": teacher_rank, "targets": teacher_targets, "scale": scale, "base_agreement_on_probe": base_agreement},
         "prompts": {"train": len(train), "validation": len(validation), "held_out": len(held_out),
